@@ -1,0 +1,146 @@
+"""``InferenceServer``: the data plane, the HTTP and gRPC front ends, one event loop.
+
+Runs in the foreground (``flowserve serve``: SIGINT/SIGTERM stop it gracefully,
+in-flight requests finish) or in a background thread (tests, examples)::
+
+    with InferenceServer(ServerSettings(model_path="m.onnx", http_port=0,
+                                        grpc_port=0)).background() as server:
+        print(server.http_url, server.grpc_address)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from typing import Iterator, Optional
+
+import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from .dataplane import DataPlane
+from .grpc_app import build_grpc_server
+from .http_app import build_http_app
+from .settings import ServerSettings
+
+log = logging.getLogger("flowserve.server")
+
+
+class NoDelayHTTPProtocol(AutoHTTPProtocol):
+    """uvicorn's HTTP protocol with TCP_NODELAY on every accepted socket."""
+
+    def connection_made(self, transport) -> None:
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: ``InferenceServer`` owns shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+class InferenceServer:
+    """Loads the models and serves them over HTTP and (optionally) gRPC."""
+
+    def __init__(self, settings: ServerSettings):
+        self.settings = settings
+        self.plane = DataPlane(settings)
+        self.http_port: Optional[int] = None
+        self.grpc_port: Optional[int] = None
+        self._stop: Optional[asyncio.Event] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._started = threading.Event()
+        self._failure: Optional[BaseException] = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.settings.host}:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> Optional[str]:
+        return None if self.grpc_port is None else f"{self.settings.host}:{self.grpc_port}"
+
+    def run(self) -> None:
+        """Serve in the foreground until SIGINT/SIGTERM."""
+        asyncio.run(self.serve(install_signal_handlers=True))
+
+    async def serve(self, install_signal_handlers: bool = False) -> None:
+        """Start everything, wait for ``stop()``, then shut down gracefully."""
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if install_signal_handlers:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        http_socket = _bind(self.settings.host, self.settings.http_port)
+        self.http_port = http_socket.getsockname()[1]
+        await self.plane.start()
+        grpc_server = await self._start_grpc()
+        http_server = _Uvicorn(uvicorn.Config(
+            build_http_app(self.plane), http=NoDelayHTTPProtocol, log_config=None,
+            access_log=False, lifespan="off", timeout_graceful_shutdown=self.settings.graceful_timeout_s,
+            timeout_keep_alive=30))
+        http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))
+        log.info("serving", extra={"http": self.http_url, "grpc": self.grpc_address,
+                                   "ready": self.plane.ready()})
+        self._started.set()
+        await self._stop.wait()
+        log.info("shutting down: finishing in-flight requests")
+        http_server.should_exit = True
+        if grpc_server is not None:
+            await grpc_server.stop(self.settings.graceful_timeout_s)
+        await http_task
+        await self.plane.stop()
+
+    async def _start_grpc(self):
+        if self.settings.grpc_port is None:
+            return None
+        server, self.grpc_port = build_grpc_server(
+            self.plane, f"{self.settings.host}:{self.settings.grpc_port}")
+        await server.start()
+        return server
+
+    def stop(self) -> None:
+        """Ask a running server (any thread) to shut down gracefully."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    @contextlib.contextmanager
+    def background(self, start_timeout_s: float = 60.0) -> Iterator["InferenceServer"]:
+        """Run in a daemon thread for the ``with`` block; stops and joins after it."""
+        thread = threading.Thread(target=self._run_in_thread, name="flowserve-server",
+                                  daemon=True)
+        thread.start()
+        if not self._started.wait(start_timeout_s) or self._failure is not None:
+            self.stop()
+            thread.join(start_timeout_s)
+            raise RuntimeError(f"server did not start: {self._failure!r}")
+        try:
+            yield self
+        finally:
+            self.stop()
+            thread.join(start_timeout_s)
+
+    def _run_in_thread(self) -> None:
+        try:
+            asyncio.run(self.serve())
+        except BaseException as exc:  # reported to the thread that waits in background()
+            self._failure = exc
+            self._started.set()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock

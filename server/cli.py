@@ -1,0 +1,70 @@
+"""``flowserve serve PATH``: serve a saved graph, an ``.onnx`` file or a repository."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from flowserve.errors import FlowserveError
+
+
+def serve(
+    path: str = typer.Argument(
+        ..., help="Saved graph directory, .onnx file, or model repository (repo/<model>/<version>/)."
+    ),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (HTTP and gRPC)."),
+    http_port: int = typer.Option(8000, help="HTTP port (0: any free port)."),
+    grpc_port: int = typer.Option(8001, help="gRPC port (0: any free port)."),
+    no_grpc: bool = typer.Option(False, "--no-grpc", help="Do not start the gRPC front end."),
+    model_name: Optional[str] = typer.Option(
+        None, help="Serve a single saved directory or .onnx file under this name."
+    ),
+    device: str = typer.Option("auto", help="auto (CUDA when usable), cpu, or cuda."),
+    max_batch_size: int = typer.Option(
+        64, help="Largest batch the dynamic batcher forms (0: no batching); config.json overrides."
+    ),
+    max_queue_delay_us: int = typer.Option(
+        0, help="Microseconds a request may wait for its batch to fill; config.json overrides."
+    ),
+    max_queue_size: int = typer.Option(
+        1024, help="Queued requests per model before 503 / UNAVAILABLE."
+    ),
+    instances: int = typer.Option(1, help="ONNX Runtime sessions per model, run in parallel."),
+    allow_model_control: bool = typer.Option(
+        False, help="Accept repository load/unload requests (only models inside PATH)."
+    ),
+    auth_token: Optional[str] = typer.Option(
+        None, envvar="FLOWSERVE_AUTH_TOKEN",
+        help="Require 'Authorization: Bearer TOKEN' on every request but health checks.",
+    ),
+    max_request_bytes: int = typer.Option(
+        64 * 1024 * 1024, help="Largest request body accepted (413 / RESOURCE_EXHAUSTED beyond)."
+    ),
+    log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
+) -> None:
+    """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
+    from .app import InferenceServer
+    from .logs import configure_logging
+    from .settings import ServerSettings
+
+    try:
+        settings = ServerSettings(
+            model_path=path, host=host, http_port=http_port,
+            grpc_port=None if no_grpc else grpc_port, model_name=model_name, device=device,
+            max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
+            max_queue_size=max_queue_size, instances=instances,
+            allow_model_control=allow_model_control, auth_token=auth_token,
+            max_request_bytes=max_request_bytes, log_level=log_level,
+        )
+    except ValueError as exc:  # pydantic's ValidationError: name the option
+        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}
+        option = "--" + str(first["loc"][0]).replace("_", "-")
+        typer.echo(f"error: {option}: {first['msg']}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.log_level)
+    try:
+        InferenceServer(settings).run()
+    except FlowserveError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None

@@ -1,0 +1,122 @@
+"""A model's ``config.json``: batching, instances, device, versions, warmup.
+
+Every field is optional; missing ones take the server's defaults
+(``ServerSettings``), so a model needs no config at all. Unknown keys are
+errors that name the key::
+
+    {"max_batch_size": 32,
+     "dynamic_batching": {"max_queue_delay_us": 200, "preferred_batch_size": [8, 16],
+                          "max_queue_size": 512, "default_timeout_us": 1000000},
+     "instance_count": 2, "device": "cpu",
+     "version_policy": {"policy": "specific", "versions": [1, 3]},
+     "warmup": {"batch_sizes": [1, 8]}}
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ModelLoadError
+from .settings import ServerSettings
+
+CONFIG_FILE = "config.json"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DynamicBatching(_Strict):
+    """How requests are merged into batches."""
+
+    max_queue_delay_us: Optional[int] = Field(None, ge=0)
+    preferred_batch_size: list[int] = Field(default_factory=list)
+    max_queue_size: Optional[int] = Field(None, ge=1)
+    default_timeout_us: Optional[int] = Field(None, ge=0)
+
+
+class VersionPolicy(_Strict):
+    """Which numeric version folders are served: latest N, all, or specific ones."""
+
+    policy: Literal["latest", "all", "specific"] = "latest"
+    num_versions: int = Field(1, ge=1)
+    versions: list[int] = Field(default_factory=list)
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions of ``available`` this policy serves, ascending."""
+        ordered = sorted(available)
+        if self.policy == "all":
+            return ordered
+        if self.policy == "specific":
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.num_versions :]
+
+
+class Warmup(_Strict):
+    """Batch sizes run once on every instance (zero-filled inputs) before ready."""
+
+    batch_sizes: list[int] = Field(default_factory=lambda: [1])
+
+
+class ModelConfigFile(_Strict):
+    """The contents of ``repo/<model>/config.json``."""
+
+    max_batch_size: Optional[int] = Field(None, ge=0)
+    dynamic_batching: DynamicBatching = Field(default_factory=DynamicBatching)
+    instance_count: Optional[int] = Field(None, ge=1)
+    device: Optional[Literal["auto", "cpu", "cuda"]] = None
+    version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
+    warmup: Warmup = Field(default_factory=Warmup)
+
+
+class ResolvedModelConfig(_Strict):
+    """A model's settings after defaults: what the model actually runs with."""
+
+    max_batch_size: int
+    max_queue_delay_us: int
+    preferred_batch_size: list[int]
+    max_queue_size: int
+    default_timeout_us: int
+    instance_count: int
+    device: str
+    version_policy: VersionPolicy
+    warmup_batch_sizes: list[int]
+
+
+def read_config(model_dir: pathlib.Path) -> ModelConfigFile:
+    """Parse ``model_dir/config.json`` (defaults when absent); errors name the file."""
+    path = model_dir / CONFIG_FILE
+    if not path.is_file():
+        return ModelConfigFile()
+    try:
+        return ModelConfigFile.model_validate(json.loads(path.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ModelLoadError(f"{path}: {field}: {first['msg']}") from None
+
+
+def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelConfig:
+    """Fill ``config``'s unset fields from the server ``settings``."""
+    batching = config.dynamic_batching
+
+    def pick(value, default):
+        return default if value is None else value
+
+    return ResolvedModelConfig(
+        max_batch_size=pick(config.max_batch_size, settings.max_batch_size),
+        max_queue_delay_us=pick(batching.max_queue_delay_us, settings.max_queue_delay_us),
+        preferred_batch_size=sorted(batching.preferred_batch_size),
+        max_queue_size=pick(batching.max_queue_size, settings.max_queue_size),
+        default_timeout_us=pick(batching.default_timeout_us, settings.default_timeout_us),
+        instance_count=pick(config.instance_count, settings.instances),
+        device=pick(config.device, settings.device),
+        version_policy=config.version_policy,
+        warmup_batch_sizes=config.warmup.batch_sizes,
+    )

@@ -1,0 +1,226 @@
+"""The one serving core both front ends call: lookup, readiness, inference, stats.
+
+It speaks in numpy arrays and plain dicts; HTTP and gRPC are translations done
+by ``http_app`` and ``grpc_app``. Every error it raises is a ``ServerError``
+carrying its HTTP status::
+
+    plane = DataPlane(settings)
+    await plane.start()
+    response = await plane.infer(InferenceRequest("mlp", inputs={"x": x}))
+    response.outputs["y"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import itertools
+import logging
+import time
+from typing import Optional
+
+
+from .datatypes import TRITON_TYPE_BY_DATATYPE
+from .errors import ModelControlDisabledError, ServerError
+from .metrics import ServerMetrics
+from .model import ServedModel
+from .repository import ModelRepository
+from .settings import ServerSettings
+
+log = logging.getLogger("flowserve.server")
+
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
+
+
+def server_version() -> str:
+    """The installed flowserve version."""
+    try:
+        return importlib.metadata.version("flowserve")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclasses.dataclass
+class InferenceRequest:
+    """A protocol-neutral inference request."""
+
+    model_name: str
+    model_version: str = ""
+    inputs: dict = dataclasses.field(default_factory=dict)
+    outputs: Optional[list] = None  # requested output names; None: all
+    id: str = ""
+    timeout_s: Optional[float] = None
+
+
+@dataclasses.dataclass
+class InferenceResponse:
+    """Outputs of one request, in the order the model declares them."""
+
+    model_name: str
+    model_version: str
+    outputs: dict
+    id: str = ""
+    datatypes: dict = dataclasses.field(default_factory=dict)
+
+
+class DataPlane:
+    """Shared core of the HTTP and gRPC front ends."""
+
+    def __init__(self, settings: ServerSettings):
+        self.settings = settings
+        self.metrics = ServerMetrics()
+        self.repository = ModelRepository(settings, on_batch=self.metrics.batch)
+        self._request_ids = itertools.count(1)
+
+    async def start(self) -> None:
+        """Load the models (failures are kept in the index, not raised)."""
+        await self.repository.load_all()
+
+    async def stop(self) -> None:
+        """Let queued requests finish, then release every session."""
+        await self.repository.close()
+
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        return self.repository.ready
+
+    def server_metadata(self) -> dict:
+        return {"name": "flowserve", "version": server_version(), "extensions": EXTENSIONS}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.repository.find(name, version) is not None
+
+    def model(self, name: str, version: str = "") -> ServedModel:
+        """The ready model, or ``ModelNotFoundError``/``ModelNotReadyError``."""
+        return self.repository.get(name, version)
+
+    def model_metadata(self, name: str, version: str = "") -> dict:
+        model = self.model(name, version)
+        return {
+            "name": model.name,
+            "versions": self.repository.versions(model.name),
+            "platform": model.platform,
+            "inputs": [_tensor_metadata(s) for s in model.inputs],
+            "outputs": [_tensor_metadata(s) for s in model.outputs],
+        }
+
+    def model_config(self, name: str, version: str = "") -> dict:
+        """Triton-style model configuration (the ``/config`` extension)."""
+        return triton_config(self.model(name, version))
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run one request through the model's batcher."""
+        started = time.monotonic()
+        request_id = request.id or f"r{next(self._request_ids)}"
+        model = self.model(request.model_name, request.model_version)
+        try:
+            names = model.check_outputs(request.outputs)
+            outputs = await model.infer(request.inputs, request.timeout_s)
+        except ServerError as exc:
+            self.metrics.request(model.name, model.version, False,
+                                 time.monotonic() - started, type(exc).__name__)
+            log.info("infer failed", extra={"request_id": request_id, "model": model.name,
+                                            "status": exc.status, "error": str(exc)})
+            raise
+        self.metrics.request(model.name, model.version, True, time.monotonic() - started)
+        return InferenceResponse(
+            model.name, model.version, {n: outputs[n] for n in names}, request.id,
+            {spec.name: spec.datatype for spec in model.outputs},
+        )
+
+    def statistics(self, name: str = "", version: str = "") -> dict:
+        """Triton's statistics extension: counts and cumulative durations."""
+        models = [self.model(name, version)] if name else self.repository.loaded()
+        return {"model_stats": [_model_statistics(m) for m in models]}
+
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        rows = self.repository.index()
+        return [dataclasses.asdict(r) for r in rows if not ready_only or r.state == "READY"]
+
+    async def load_model(self, name: str) -> None:
+        self._check_model_control()
+        await self.repository.load(name)
+
+    async def unload_model(self, name: str) -> None:
+        self._check_model_control()
+        await self.repository.unload(name)
+
+    def _check_model_control(self) -> None:
+        if not self.settings.allow_model_control:
+            raise ModelControlDisabledError(
+                "model control is disabled; start the server with --allow-model-control"
+            )
+        if not self.repository.is_repository:
+            raise ModelControlDisabledError("model control needs a model repository folder")
+
+
+def _tensor_metadata(spec) -> dict:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+def triton_config(model: ServedModel) -> dict:
+    """``model``'s configuration in Triton's model_config JSON shape."""
+    skip = 1 if model.max_batch_size else 0
+
+    def tensors(specs):
+        return [{"name": s.name, "data_type": TRITON_TYPE_BY_DATATYPE[s.datatype],
+                 "dims": list(s.shape[skip:])} for s in specs]
+
+    config = model.config
+    policy = config.version_policy
+    if policy.policy == "all":
+        version_policy = {"all": {}}
+    elif policy.policy == "specific":
+        version_policy = {"specific": {"versions": policy.versions}}
+    else:
+        version_policy = {"latest": {"num_versions": policy.num_versions}}
+    result = {
+        "name": model.name,
+        "platform": model.platform,
+        "backend": "onnxruntime",
+        "version_policy": version_policy,
+        "max_batch_size": model.max_batch_size,
+        "input": tensors(model.inputs),
+        "output": tensors(model.outputs),
+        "instance_group": [{"name": f"{model.name}_0", "count": config.instance_count,
+                            "kind": "KIND_GPU" if model.device == "cuda" else "KIND_CPU"}],
+        "default_model_filename": "model.onnx",
+    }
+    if model.max_batch_size:
+        result["dynamic_batching"] = {
+            "preferred_batch_size": config.preferred_batch_size,
+            "max_queue_delay_microseconds": config.max_queue_delay_us,
+            "default_queue_policy": {"max_queue_size": config.max_queue_size,
+                                     "default_timeout_microseconds": config.default_timeout_us},
+        }
+    return result
+
+
+def _duration(d) -> dict:
+    return {"count": d.count, "ns": d.ns}
+
+
+def _model_statistics(model: ServedModel) -> dict:
+    s = model.stats
+    zero = {"count": 0, "ns": 0}
+    return {
+        "name": model.name,
+        "version": model.version,
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": _duration(s.success), "fail": _duration(s.fail),
+            "queue": _duration(s.queue), "compute_input": zero,
+            "compute_infer": _duration(s.compute_infer), "compute_output": zero,
+        },
+        "batch_stats": [
+            {"batch_size": rows, "compute_input": zero, "compute_infer": _duration(d),
+             "compute_output": zero}
+            for rows, d in sorted(s.batches.items())
+        ],
+    }
+
+

@@ -1,0 +1,166 @@
+"""Open Inference Protocol datatypes and their numpy, ONNX and flowserve names.
+
+The protocol names tensors' element types with strings (``"FP32"``, ``"BYTES"``,
+``"BF16"``); this module is the one table between those names, numpy dtypes,
+ONNX ``TensorProto`` element types and flowserve's dtype names, plus the
+conversions of raw little-endian bytes (the binary tensor extension and gRPC
+``raw_input_contents``) to arrays and back::
+
+    >>> array_from_raw(b"\\x00\\x00\\x80?", "FP32", [1]).tolist()
+    [1.0]
+"""
+
+from __future__ import annotations
+
+import struct
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto
+
+from .errors import InvalidRequestError
+
+NUMPY_BY_DATATYPE = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "BYTES": np.dtype(object),
+}
+DATATYPE_BY_NUMPY = {v: k for k, v in NUMPY_BY_DATATYPE.items()}
+
+DATATYPE_BY_ONNX = {
+    TensorProto.BOOL: "BOOL",
+    TensorProto.UINT8: "UINT8",
+    TensorProto.UINT16: "UINT16",
+    TensorProto.UINT32: "UINT32",
+    TensorProto.UINT64: "UINT64",
+    TensorProto.INT8: "INT8",
+    TensorProto.INT16: "INT16",
+    TensorProto.INT32: "INT32",
+    TensorProto.INT64: "INT64",
+    TensorProto.FLOAT16: "FP16",
+    TensorProto.FLOAT: "FP32",
+    TensorProto.DOUBLE: "FP64",
+    TensorProto.BFLOAT16: "BF16",
+    TensorProto.STRING: "BYTES",
+}
+
+DATATYPE_BY_FLOWSERVE = {
+    "float32": "FP32",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float64": "FP64",
+    "int64": "INT64",
+    "int32": "INT32",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "bool": "BOOL",
+}
+
+# Triton's model_config DataType enum names, for the /config endpoint.
+TRITON_TYPE_BY_DATATYPE = {
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BYTES": "TYPE_STRING",
+    "BF16": "TYPE_BF16",
+}
+
+_LENGTH = struct.Struct("<I")
+
+
+def numpy_dtype(datatype: str, where: str) -> np.dtype:
+    """numpy dtype of protocol ``datatype``; ``where`` names the field in errors."""
+    try:
+        return NUMPY_BY_DATATYPE[datatype]
+    except (KeyError, TypeError):
+        known = ", ".join(NUMPY_BY_DATATYPE)
+        raise InvalidRequestError(
+            f"{where}: unknown datatype {datatype!r}; expected one of {known}"
+        ) from None
+
+
+def element_count(shape: list[int], where: str) -> int:
+    """Number of elements of ``shape``, refusing negative or non-integer dims."""
+    count = 1
+    for dim in shape:
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+            raise InvalidRequestError(
+                f"{where}: shape {shape!r} must be a list of non-negative integers"
+            )
+        count *= dim
+    return count
+
+
+def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "input") -> np.ndarray:
+    """Array of ``shape`` from little-endian ``raw`` bytes (BYTES: length-prefixed)."""
+    dtype = numpy_dtype(datatype, where)
+    count = element_count(shape, where)
+    if datatype == "BYTES":
+        return _bytes_array_from_raw(raw, count, where).reshape(shape)
+    expected = count * dtype.itemsize
+    if len(raw) != expected:
+        raise InvalidRequestError(
+            f"{where}: got {len(raw)} bytes of data, expected {expected} "
+            f"for shape {shape} of {datatype}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _bytes_array_from_raw(raw: bytes, count: int, where: str) -> np.ndarray:
+    items, offset, view = [], 0, memoryview(raw)
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise InvalidRequestError(f"{where}: BYTES data ends inside a length prefix")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4
+        if offset + length > len(raw):
+            raise InvalidRequestError(f"{where}: BYTES element runs past the end of the data")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    if len(items) != count:
+        raise InvalidRequestError(f"{where}: got {len(items)} BYTES elements, expected {count}")
+    array = np.empty(count, dtype=object)
+    array[:] = items
+    return array
+
+
+def array_to_raw(array: np.ndarray) -> bytes:
+    """Raw bytes of ``array`` in host (little-endian) order; BYTES: 4-byte length + data."""
+    if array.dtype == object:
+        parts = []
+        for item in array.reshape(-1):
+            data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            parts.append(_LENGTH.pack(len(data)))
+            parts.append(data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array).tobytes()
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """Protocol datatype of a numpy array (``str``/``bytes`` arrays are BYTES)."""
+    if array.dtype.kind in "OSU":
+        return "BYTES"
+    try:
+        return DATATYPE_BY_NUMPY[array.dtype]
+    except KeyError:
+        raise InvalidRequestError(f"arrays of dtype {array.dtype} have no protocol datatype") from None

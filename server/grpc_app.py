@@ -1,0 +1,163 @@
+"""The gRPC front end: ``inference.GRPCInferenceService`` over the ``DataPlane``.
+
+Each RPC translates its message, calls the data plane and translates back;
+``ServerError``s leave through one table from HTTP status to gRPC code::
+
+    server = build_grpc_server(plane, "127.0.0.1:8001")
+    await server.start()
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import grpc
+from google.protobuf import json_format
+
+from . import protos
+from .dataplane import DataPlane
+from .errors import InvalidRequestError, ServerError, UnauthorizedError
+from .grpc_codec import decode_infer_request, encode_infer_response
+
+log = logging.getLogger("flowserve.server")
+
+GRPC_CODES = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    500: grpc.StatusCode.INTERNAL,
+}
+OPEN_METHODS = ("ServerLive", "ServerReady")
+
+
+class InferenceServicer:
+    """One coroutine per RPC of ``GRPCInferenceService``."""
+
+    def __init__(self, plane: DataPlane):
+        self.plane = plane
+
+    async def ServerLive(self, request, context):
+        return protos.ServerLiveResponse(live=self.plane.live())
+
+    async def ServerReady(self, request, context):
+        return protos.ServerReadyResponse(ready=self.plane.ready())
+
+    async def ModelReady(self, request, context):
+        return protos.ModelReadyResponse(ready=self.plane.model_ready(request.name,
+                                                                      request.version))
+
+    async def ServerMetadata(self, request, context):
+        return protos.ServerMetadataResponse(**self.plane.server_metadata())
+
+    async def ModelMetadata(self, request, context):
+        metadata = self.plane.model_metadata(request.name, request.version)
+        return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
+
+    async def ModelInfer(self, request, context):
+        response = await self.plane.infer(decode_infer_request(request))
+        return encode_infer_response(response)
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        async for request in request_iterator:
+            try:
+                response = await self.plane.infer(decode_infer_request(request))
+                yield protos.ModelStreamInferResponse(
+                    infer_response=encode_infer_response(response))
+            except ServerError as exc:
+                yield protos.ModelStreamInferResponse(error_message=str(exc))
+
+    async def ModelConfig(self, request, context):
+        config = self.plane.model_config(request.name, request.version)
+        message = protos.ModelConfigResponse()
+        json_format.ParseDict(config, message.config, ignore_unknown_fields=True)
+        return message
+
+    async def ModelStatistics(self, request, context):
+        stats = self.plane.statistics(request.name, request.version)
+        return json_format.ParseDict(stats, protos.ModelStatisticsResponse())
+
+    async def RepositoryIndex(self, request, context):
+        rows = self.plane.repository_index(request.ready)
+        return json_format.ParseDict({"models": rows}, protos.RepositoryIndexResponse())
+
+    async def RepositoryModelLoad(self, request, context):
+        _refuse_parameters(request)
+        await self.plane.load_model(request.model_name)
+        return protos.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request, context):
+        _refuse_parameters(request)
+        await self.plane.unload_model(request.model_name)
+        return protos.RepositoryModelUnloadResponse()
+
+
+def _refuse_parameters(request) -> None:
+    if len(request.parameters):
+        raise InvalidRequestError(
+            "parameters: refused; models load only from files in the repository")
+
+
+def _unary(method, name: str, token: str | None):
+    @functools.wraps(method)
+    async def handler(request, context):
+        try:
+            _authorize(context, name, token)
+            return await method(request, context)
+        except ServerError as exc:
+            await context.abort(GRPC_CODES.get(exc.status, grpc.StatusCode.INTERNAL), str(exc))
+
+    return handler
+
+
+def _streaming(method, name: str, token: str | None):
+    @functools.wraps(method)
+    async def handler(request_iterator, context):
+        try:
+            _authorize(context, name, token)
+        except ServerError as exc:
+            await context.abort(GRPC_CODES[exc.status], str(exc))
+        async for response in method(request_iterator, context):
+            yield response
+
+    return handler
+
+
+def _authorize(context, name: str, token: str | None) -> None:
+    if token is None or name in OPEN_METHODS:
+        return
+    metadata = dict(context.invocation_metadata() or ())
+    if metadata.get("authorization") != f"Bearer {token}":
+        raise UnauthorizedError("authorization: missing or wrong bearer token")
+
+
+def build_grpc_server(plane: DataPlane, address: str) -> tuple[grpc.aio.Server, int]:
+    """An unstarted ``grpc.aio`` server bound to ``address``, and its port."""
+    limit = plane.settings.max_request_bytes
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ])
+    servicer, token = InferenceServicer(plane), plane.settings.auth_token
+    handlers = {}
+    for name, (request_cls, response_cls, streaming) in protos.METHODS.items():
+        method = getattr(servicer, name)
+        if streaming:
+            handlers[name] = grpc.stream_stream_rpc_method_handler(
+                _streaming(method, name, token), request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString)
+        else:
+            handlers[name] = grpc.unary_unary_rpc_method_handler(
+                _unary(method, name, token), request_deserializer=request_cls.FromString,
+                response_serializer=response_cls.SerializeToString)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(protos.SERVICE_NAME, handlers),))
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"gRPC could not bind {address}")
+    return server, port
+

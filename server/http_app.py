@@ -1,0 +1,242 @@
+"""The HTTP front end: Open Inference Protocol REST routes over the ``DataPlane``.
+
+Handlers only translate: read the body, decode with ``http_codec``, call the
+data plane, encode. ``ServerError``s become ``{"error": msg}`` with their
+status in one handler; auth and the body-size limit are one ASGI guard::
+
+    app = build_http_app(plane)      # a FastAPI app; serve it with uvicorn
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import http_schemas as schemas
+from .dataplane import DataPlane, server_version
+from .errors import InvalidRequestError, ModelNotReadyError, RequestTooLargeError, ServerError
+from .http_codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
+
+log = logging.getLogger("flowserve.server")
+
+JSON = "application/json"
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
+VERSIONED = ("", "/versions/{model_version}")
+
+
+def _json(body, status: int = 200) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")).encode(), status, media_type=JSON)
+
+
+def _error(message: str, status: int) -> Response:
+    return _json({"error": message}, status)
+
+
+class GuardMiddleware:
+    """Pure ASGI guard: bearer-token auth and the request-size limit."""
+
+    def __init__(self, app, auth_token: str | None, max_request_bytes: int):
+        self.app, self.max_bytes = app, max_request_bytes
+        self.expected = f"Bearer {auth_token}".encode() if auth_token else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.expected and scope["path"] not in OPEN_PATHS:
+            if headers.get(b"authorization") != self.expected:
+                return await _error("authorization: missing or wrong bearer token",
+                                    401)(scope, receive, send)
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await _error(f"body: {int(length)} bytes exceed the limit of "
+                                f"{self.max_bytes}", 413)(scope, receive, send)
+        await self.app(scope, self._limited(receive), send)
+
+    def _limited(self, receive):
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise RequestTooLargeError(f"body: more than {self.max_bytes} bytes")
+            return message
+
+        return limited_receive
+
+
+def build_http_app(plane: DataPlane) -> FastAPI:
+    """The FastAPI app serving ``plane``."""
+    app = FastAPI(
+        title="flowserve",
+        version=server_version(),
+        description="Open Inference Protocol (KServe v2) REST API with Triton's extensions.",
+    )
+    _install_error_handlers(app)
+    app.include_router(_health_routes(plane))
+    app.include_router(_repository_routes(plane))  # before /v2/models/{name}: owns .../stats
+    app.include_router(_model_routes(plane))
+    settings = plane.settings
+    app.add_middleware(GuardMiddleware, auth_token=settings.auth_token,
+                       max_request_bytes=settings.max_request_bytes)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServerError)
+    async def server_error(request: Request, exc: ServerError):
+        return _error(str(exc), exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        field = ".".join(str(p) for p in first["loc"])
+        return _error(f"{field}: {first['msg']}", 400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        return _error(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error on %s", request.url.path)
+        return _error(f"internal error: {type(exc).__name__}", 500)
+
+
+def _health_routes(plane: DataPlane) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get("/v2/health/live", responses={200: {"model": schemas.LiveBody}})
+    async def server_live():
+        """Liveness: 200 while the process serves requests."""
+        return _json({"live": plane.live()})
+
+    @router.get("/v2/health/ready", responses={200: {"model": schemas.ReadyBody}, **schemas.ERRORS})
+    async def server_ready():
+        """Readiness: 200 when every model is loaded, 400 otherwise (and with no model)."""
+        ready = plane.ready()
+        return _json({"ready": ready}, 200 if ready else 400)
+
+    @router.get("/v2", responses={200: {"model": schemas.ServerMetadataBody}})
+    async def server_metadata():
+        """Server name, version and protocol extensions."""
+        return _json(plane.server_metadata())
+
+    @router.get("/metrics", tags=["operations"], response_class=Response)
+    async def metrics():
+        """Prometheus metrics."""
+        return Response(plane.metrics.render(), media_type=plane.metrics.content_type)
+
+    return router
+
+
+def _model_routes(plane: DataPlane) -> APIRouter:
+    router = APIRouter(tags=["models"])
+
+    async def model_metadata(model_name: str, model_version: str = ""):
+        """Inputs, outputs and versions of a model."""
+        return _json(plane.model_metadata(model_name, model_version))
+
+    async def model_ready(model_name: str, model_version: str = ""):
+        """200 when the model is ready, 4xx when not (the body says why)."""
+        try:
+            plane.model(model_name, model_version)  # unknown: 404
+        except ModelNotReadyError as exc:
+            return _error(str(exc), 400)  # the protocol answers "false" with a 4xx
+        return _json({"ready": True})
+
+    async def model_config(model_name: str, model_version: str = ""):
+        """Triton-style model configuration."""
+        return _json(plane.model_config(model_name, model_version))
+
+    async def model_stats(model_name: str, model_version: str = ""):
+        """Triton-style statistics of one model."""
+        return _json(plane.statistics(model_name, model_version))
+
+    async def model_infer(request: Request, model_name: str, model_version: str = ""):
+        """Run inference: JSON tensors or the binary tensor extension."""
+        body = await request.body()
+        infer_request, wishes = decode_infer_request(
+            body, request.headers.get(HEADER_LENGTH), model_name, model_version)
+        response = await plane.infer(infer_request)
+        payload, header_length = encode_infer_response(response, wishes)
+        if header_length is None:
+            return Response(payload, media_type=JSON)
+        return Response(payload, media_type="application/octet-stream",
+                        headers={"Inference-Header-Content-Length": str(header_length)})
+
+    errors = schemas.ERRORS
+    for suffix in VERSIONED:
+        base = "/v2/models/{model_name}" + suffix
+        router.add_api_route(base, model_metadata, methods=["GET"],
+                             responses={200: {"model": schemas.ModelMetadataBody}, **errors})
+        router.add_api_route(base + "/ready", model_ready, methods=["GET"],
+                             responses={200: {"model": schemas.ReadyBody}, **errors})
+        router.add_api_route(base + "/config", model_config, methods=["GET"], responses=errors)
+        router.add_api_route(base + "/stats", model_stats, methods=["GET"], responses=errors)
+        router.add_api_route(
+            base + "/infer", model_infer, methods=["POST"],
+            responses={200: {"model": schemas.InferenceResponseBody}, **errors},
+            openapi_extra=schemas.body_schema(schemas.InferenceRequestBody))
+    return router
+
+
+async def _optional_json(request: Request) -> dict:
+    body = await request.body()
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"body: malformed JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError("body: expected a JSON object")
+    return value
+
+
+def _repository_routes(plane: DataPlane) -> APIRouter:
+    router = APIRouter(tags=["repository"])
+
+    @router.get("/v2/models/stats", responses=schemas.ERRORS)
+    async def all_stats():
+        """Triton-style statistics of every loaded model."""
+        return _json(plane.statistics())
+
+    @router.post("/v2/repository/index", responses=schemas.ERRORS,
+                 openapi_extra=schemas.body_schema(schemas.RepositoryIndexRequestBody))
+    async def repository_index(request: Request):
+        """Every model in the repository with its state (``{"ready": true}``: ready only)."""
+        ready = (await _optional_json(request)).get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidRequestError("ready: expected true or false")
+        return _json(plane.repository_index(ready))
+
+    async def checked_load_body(request: Request) -> None:
+        if (await _optional_json(request)).get("parameters"):
+            raise InvalidRequestError(
+                "parameters: refused; models load only from files in the repository")
+
+    @router.post("/v2/repository/models/{model_name}/load", responses=schemas.ERRORS,
+                 openapi_extra=schemas.body_schema(schemas.LoadRequestBody))
+    async def load_model(request: Request, model_name: str):
+        """(Re)load a model of the repository (needs --allow-model-control)."""
+        await checked_load_body(request)
+        await plane.load_model(model_name)
+        return _json({})
+
+    @router.post("/v2/repository/models/{model_name}/unload", responses=schemas.ERRORS,
+                 openapi_extra=schemas.body_schema(schemas.LoadRequestBody))
+    async def unload_model(request: Request, model_name: str):
+        """Unload a model (needs --allow-model-control); queued requests finish."""
+        await checked_load_body(request)
+        await plane.unload_model(model_name)
+        return _json({})
+
+    return router

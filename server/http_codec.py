@@ -1,0 +1,229 @@
+"""Open Inference Protocol REST bodies <-> ``InferenceRequest``/``InferenceResponse``.
+
+JSON tensors carry ``data`` (nested or flat, row-major); the binary tensor
+extension puts a JSON header of ``Inference-Header-Content-Length`` bytes first
+and the tensors' raw bytes after it, each input saying its
+``parameters.binary_data_size``. Outputs come back binary when the request asks
+(``binary_data`` per output, ``binary_data_output`` for all)::
+
+    request, binary = decode_infer_request(body, header_length=None, model="mlp")
+    body, header_length = encode_infer_response(response, binary)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+import numpy as np
+
+from .dataplane import InferenceRequest, InferenceResponse
+from .datatypes import array_from_raw, array_to_raw, datatype_of, element_count, numpy_dtype
+from .errors import InvalidRequestError
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def _as_dict(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _as_list(value, where: str) -> list:
+    if not isinstance(value, list):
+        raise InvalidRequestError(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def split_body(body: bytes, header_length: Optional[str]) -> tuple[dict, memoryview]:
+    """The JSON header of ``body`` and the binary part after it."""
+    view = memoryview(body)
+    if header_length is None:
+        json_part, binary = view, view[len(view):]
+    else:
+        try:
+            length = int(header_length)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= len(body):
+            raise InvalidRequestError(
+                f"Inference-Header-Content-Length: {header_length!r} is not a length "
+                f"within the {len(body)}-byte body"
+            )
+        json_part, binary = view[:length], view[length:]
+    try:
+        header = json.loads(bytes(json_part))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"body: malformed JSON ({exc})") from None
+    return _as_dict(header, "body"), binary
+
+
+def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
+                         version: str = "") -> tuple[InferenceRequest, dict]:
+    """Parse an infer body; returns the request and ``{output: binary?}`` wishes."""
+    header, binary = split_body(body, header_length)
+    params = _as_dict(header.get("parameters"), "parameters")
+    inputs, offset = {}, 0
+    for index, item in enumerate(_as_list(header.get("inputs"), "inputs")):
+        where = f"inputs[{index}]"
+        name, array, used = _decode_input(_as_dict(item, where), binary, offset, where)
+        if name in inputs:
+            raise InvalidRequestError(f"{where}: input {name!r} given twice")
+        inputs[name], offset = array, offset + used
+    if offset != len(binary):
+        raise InvalidRequestError(
+            f"body: {len(binary) - offset} bytes of binary data are not claimed by any "
+            "input's binary_data_size"
+        )
+    default_binary = bool(params.get("binary_data_output", False))
+    wishes, names = _decode_outputs(header.get("outputs"), default_binary)
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidRequestError("id: expected a string")
+    timeout_s = _timeout(params)
+    request = InferenceRequest(model, version, inputs, names, request_id, timeout_s)
+    return request, {"*": default_binary, **wishes}
+
+
+def _timeout(params: dict) -> Optional[float]:
+    value = params.get("timeout")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequestError("parameters.timeout: expected microseconds as an integer")
+    return value / 1e6 or None
+
+
+def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list]]:
+    if items is None:
+        return {}, None
+    wishes = {}
+    for index, item in enumerate(_as_list(items, "outputs")):
+        item = _as_dict(item, f"outputs[{index}]")
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise InvalidRequestError(f"outputs[{index}].name: expected a string")
+        params = _as_dict(item.get("parameters"), f"outputs[{index}].parameters")
+        wishes[name] = bool(params.get("binary_data", default_binary))
+    return wishes, list(wishes) or None
+
+
+def _decode_input(item: dict, binary: memoryview, offset: int, where: str):
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"{where}.name: expected a string")
+    where = f"input {name!r}"
+    if not isinstance(datatype, str):
+        raise InvalidRequestError(f"{where}: datatype: expected a string")
+    shape = _as_list(shape, f"{where}: shape")
+    count = element_count(shape, where)
+    params = _as_dict(item.get("parameters"), f"{where}: parameters")
+    size = params.get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidRequestError(f"{where}: binary_data_size must be a non-negative integer")
+        if offset + size > len(binary):
+            raise InvalidRequestError(
+                f"{where}: binary_data_size {size} runs past the end of the body "
+                f"({len(binary) - offset} bytes left)"
+            )
+        raw = bytes(binary[offset : offset + size])
+        return name, array_from_raw(raw, datatype, shape, where), size
+    if "data" not in item:
+        raise InvalidRequestError(f"{where}: neither data nor parameters.binary_data_size")
+    return name, array_from_json(item["data"], datatype, shape, count, where), 0
+
+
+def array_from_json(data, datatype: str, shape: list, count: int, where: str) -> np.ndarray:
+    """Array of ``shape`` from JSON ``data`` (nested or flat lists, or a scalar)."""
+    dtype = numpy_dtype(datatype, where)
+    if datatype == "BYTES":
+        flat = _flatten_bytes(data, where)
+    else:
+        try:
+            loose = np.asarray(data)
+        except (ValueError, TypeError):
+            raise InvalidRequestError(f"{where}: data is not a rectangular list") from None
+        _check_json_kind(loose, datatype, where)
+        try:
+            flat = loose.astype(dtype).reshape(-1)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise InvalidRequestError(f"{where}: data does not fit {datatype} ({exc})") from None
+    if flat.size != count:
+        raise InvalidRequestError(
+            f"{where}: data has {flat.size} elements, shape {shape} needs {count}"
+        )
+    return flat.reshape(shape)
+
+
+def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:
+    kind = loose.dtype.kind
+    if loose.size == 0:
+        return
+    if kind not in "biuf":
+        raise InvalidRequestError(f"{where}: data must hold numbers for {datatype}, "
+                                  f"got {loose.dtype.name} values")
+    if datatype == "BOOL" and kind != "b":
+        raise InvalidRequestError(f"{where}: data must hold true/false for BOOL")
+    if datatype[0] in "UI" and kind == "f":
+        if not np.all(np.isfinite(loose)) or not np.all(np.equal(np.mod(loose, 1), 0)):
+            raise InvalidRequestError(f"{where}: data must hold integers for {datatype}")
+    if kind in "iu" and datatype[0] in "UI":
+        info = np.iinfo(numpy_dtype(datatype, where))
+        if loose.min() < info.min or loose.max() > info.max:
+            raise InvalidRequestError(f"{where}: data outside the range of {datatype}")
+
+
+def _flatten_bytes(data, where: str) -> np.ndarray:
+    items, stack = [], [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, str):
+            items.append(item.encode("utf-8"))
+        else:
+            raise InvalidRequestError(f"{where}: BYTES data must be strings")
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
+
+
+def encode_infer_response(response: InferenceResponse, wishes: dict) -> tuple[bytes, Optional[int]]:
+    """Response body; the JSON header's length when binary outputs follow it."""
+    outputs, blobs = [], []
+    for name, array in response.outputs.items():
+        datatype = response.datatypes.get(name) or datatype_of(array)
+        entry = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if wishes.get(name, wishes.get("*", False)):
+            raw = array_to_raw(array)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            entry["data"] = json_data(array, datatype)
+        outputs.append(entry)
+    body = {"model_name": response.model_name, "model_version": response.model_version,
+            "outputs": outputs}
+    if response.id:
+        body["id"] = response.id
+    header = json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def json_data(array: np.ndarray, datatype: str) -> list:
+    """Flat row-major JSON list of ``array``."""
+    flat = array.reshape(-1)
+    if datatype == "BYTES":
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
+    if datatype in ("FP16", "BF16"):
+        flat = flat.astype(np.float32)
+    values = flat.tolist()
+    if flat.dtype.kind == "f" and not np.all(np.isfinite(flat)):
+        values = [v if math.isfinite(v) else str(v) for v in values]
+    return values

@@ -1,0 +1,230 @@
+"""A loaded model version: metadata, request validation, instances and batcher.
+
+``ServedModel`` turns an ``onnx.ModelProto`` into what the data plane needs:
+tensor metadata in protocol terms, checks of a request's inputs against it,
+``instance_count`` ONNX Runtime sessions behind one ``DynamicBatcher``, and the
+statistics that ``/stats`` and ``/metrics`` report::
+
+    model = ServedModel("mlp", "1", proto, resolved_config)
+    await model.start()                      # sessions exist already; starts workers
+    outputs = await model.infer({"x": x})    # validated, batched, split back
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import onnx
+
+from .batcher import BatchRecord, DynamicBatcher
+from .config import ResolvedModelConfig
+from .datatypes import DATATYPE_BY_ONNX, NUMPY_BY_DATATYPE
+from .errors import InvalidRequestError, ModelLoadError
+from .runtime import OrtRunner
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: protocol datatype and shape (-1: any size)."""
+
+    name: str
+    datatype: str
+    shape: tuple
+
+    @property
+    def dtype(self) -> np.dtype:
+        return NUMPY_BY_DATATYPE[self.datatype]
+
+
+def tensor_specs(values, skip: set = frozenset()) -> list[TensorSpec]:
+    """``TensorSpec``s of ONNX graph inputs/outputs (initializers in ``skip`` left out)."""
+    specs = []
+    for value in values:
+        if value.name in skip:
+            continue
+        tensor_type = value.type.tensor_type
+        if tensor_type.elem_type not in DATATYPE_BY_ONNX:
+            raise ModelLoadError(f"tensor {value.name!r}: element type {tensor_type.elem_type} "
+                                 "cannot be served")
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim)
+        specs.append(TensorSpec(value.name, DATATYPE_BY_ONNX[tensor_type.elem_type], dims))
+    return specs
+
+
+@dataclasses.dataclass
+class Duration:
+    """A count and a total in nanoseconds, as the statistics extension reports them."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, seconds: float, count: int = 1) -> None:
+        self.count += count
+        self.ns += int(seconds * 1e9)
+
+
+@dataclasses.dataclass
+class ModelStatistics:
+    """Counters of one model version (Triton's statistics extension)."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    success: Duration = dataclasses.field(default_factory=Duration)
+    fail: Duration = dataclasses.field(default_factory=Duration)
+    queue: Duration = dataclasses.field(default_factory=Duration)
+    compute_infer: Duration = dataclasses.field(default_factory=Duration)
+    batches: dict = dataclasses.field(default_factory=dict)  # rows -> Duration
+
+
+class ServedModel:
+    """One version of a model, ready to be started on an event loop."""
+
+    platform = "onnxruntime_onnx"
+
+    def __init__(self, name: str, version: str, proto: onnx.ModelProto,
+                 config: ResolvedModelConfig, on_batch: Callable = None):
+        self.name, self.version, self.config = name, version, config
+        initializers = {t.name for t in proto.graph.initializer}
+        self.inputs = tensor_specs(proto.graph.input, initializers)
+        self.outputs = tensor_specs(proto.graph.output)
+        self.max_batch_size = config.max_batch_size if self._batchable() else 0
+        self.stats = ModelStatistics()
+        self._stats_lock = threading.Lock()
+        self._on_batch_metrics = on_batch or (lambda model, record: None)
+        self.runners = [
+            OrtRunner(proto, config.device, config.instance_count)
+            for _ in range(config.instance_count)
+        ]
+        self.device = self.runners[0].device
+        self._input_by_name = {spec.name: spec for spec in self.inputs}
+        self._output_names = [spec.name for spec in self.outputs]
+        self.batcher = DynamicBatcher(
+            [runner.run for runner in self.runners],
+            max_batch_size=self.max_batch_size or 1,
+            max_queue_delay_s=config.max_queue_delay_us / 1e6 if self.max_batch_size else 0.0,
+            preferred_batch_sizes=tuple(config.preferred_batch_size),
+            max_queue_size=config.max_queue_size,
+            on_batch=self._record_batch,
+        )
+
+    def _batchable(self) -> bool:
+        specs = self.inputs + self.outputs
+        return bool(self.inputs) and all(s.shape and s.shape[0] == -1 for s in specs)
+
+    def warmup(self) -> None:
+        """Run every instance once per warmup batch size (zero inputs)."""
+        for rows in self.config.warmup_batch_sizes:
+            rows = min(rows, self.max_batch_size) if self.max_batch_size else None
+            inputs = {spec.name: _zeros(spec, rows) for spec in self.inputs}
+            for runner in self.runners:
+                runner.run(inputs)
+
+    async def start(self) -> None:
+        """Start the batcher's workers on the running event loop."""
+        await self.batcher.start()
+
+    async def stop(self) -> None:
+        """Finish queued requests and stop the workers."""
+        await self.batcher.stop()
+
+    def check_inputs(self, inputs: dict) -> int:
+        """Validate ``inputs`` against the model; returns the request's batch rows."""
+        missing = [name for name in self._input_by_name if name not in inputs]
+        if missing:
+            raise InvalidRequestError(f"inputs: missing input(s) {missing}; model "
+                                      f"{self.name!r} expects {list(self._input_by_name)}")
+        rows = None
+        for name, array in inputs.items():
+            spec = self._input_by_name.get(name)
+            if spec is None:
+                raise InvalidRequestError(f"inputs: unknown input {name!r}; model "
+                                          f"{self.name!r} expects {list(self._input_by_name)}")
+            _check_tensor(spec, array)
+            if self.max_batch_size:
+                rows = _check_rows(name, array, rows, self.max_batch_size)
+        return rows or 1
+
+    def check_outputs(self, names: Optional[list[str]]) -> list[str]:
+        """The output names to return: ``names`` (checked) or all outputs."""
+        if not names:
+            return self._output_names
+        unknown = [n for n in names if n not in self._output_names]
+        if unknown:
+            raise InvalidRequestError(f"outputs: unknown output(s) {unknown}; model "
+                                      f"{self.name!r} has {self._output_names}")
+        return list(names)
+
+    async def infer(self, inputs: dict, timeout_s: Optional[float] = None) -> dict:
+        """Validated, batched inference of one request; records success/failure."""
+        started = time.monotonic()
+        try:
+            rows = self.check_inputs(inputs)
+            if timeout_s is None and self.config.default_timeout_us:
+                timeout_s = self.config.default_timeout_us / 1e6
+            outputs = await self.batcher.submit(inputs, rows, timeout_s)
+        except Exception:
+            with self._stats_lock:
+                self.stats.fail.add(time.monotonic() - started)
+            raise
+        with self._stats_lock:
+            self.stats.success.add(time.monotonic() - started)
+        return outputs
+
+    def _record_batch(self, record: BatchRecord) -> None:
+        with self._stats_lock:
+            stats = self.stats
+            if not record.failed:
+                stats.inference_count += record.rows
+                stats.execution_count += 1
+                stats.last_inference_ms = int(time.time() * 1000)
+                stats.compute_infer.add(record.compute_s)
+                stats.batches.setdefault(record.rows, Duration()).add(record.compute_s)
+            for waited in record.queue_s:
+                stats.queue.add(waited)
+        self._on_batch_metrics(self, record)
+
+
+def _zeros(spec: TensorSpec, rows: Optional[int]) -> np.ndarray:
+    shape = [max(d, 1) for d in spec.shape]
+    if rows is not None and shape:
+        shape[0] = rows
+    if spec.datatype == "BYTES":
+        array = np.empty(shape, dtype=object)
+        array.fill(b"")
+        return array
+    return np.zeros(shape, dtype=spec.dtype)
+
+
+def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
+    if array.dtype != spec.dtype:
+        given = "BYTES" if array.dtype == object else str(array.dtype)
+        raise InvalidRequestError(
+            f"input {spec.name!r}: datatype {given} given, model expects {spec.datatype}"
+        )
+    fits = len(array.shape) == len(spec.shape) and all(
+        want in (-1, got) for want, got in zip(spec.shape, array.shape)
+    )
+    if not fits:
+        raise InvalidRequestError(
+            f"input {spec.name!r}: shape {list(array.shape)} given, model expects "
+            f"{list(spec.shape)} (-1: any size)"
+        )
+
+
+def _check_rows(name: str, array: np.ndarray, rows: Optional[int], max_batch: int) -> int:
+    if rows is not None and array.shape[0] != rows:
+        raise InvalidRequestError(
+            f"input {name!r}: batch size {array.shape[0]} differs from other inputs' {rows}"
+        )
+    if array.shape[0] > max_batch:
+        raise InvalidRequestError(
+            f"input {name!r}: batch size {array.shape[0]} exceeds max_batch_size {max_batch}"
+        )
+    if array.shape[0] == 0:
+        raise InvalidRequestError(f"input {name!r}: batch size must be at least 1")
+    return array.shape[0]

@@ -1,0 +1,208 @@
+"""The model repository: which models exist, their versions, states and instances.
+
+``settings.model_path`` is one of
+  * an ``.onnx`` file or a saved graph directory: one model, version ``"1"``,
+    named by ``--model-name``, the manifest's graph name, or the file stem;
+  * a repository ``repo/<model>/<version>/`` (numeric versions, each holding
+    ``model.onnx`` or a saved directory) with an optional ``repo/<model>/config.json``.
+
+Names that come from requests are only ever looked up among the folders the
+repository lists; they never become paths, so ``../`` reaches nothing::
+
+    repository = ModelRepository(settings)
+    await repository.load_all()          # failures are recorded, not raised
+    model = repository.get("mlp")        # latest ready version
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import pathlib
+from typing import Callable, Optional
+
+from .config import ModelConfigFile, read_config, resolve
+from .errors import ModelLoadError, ModelNotFoundError, ModelNotReadyError
+from .loading import MANIFEST_FILE, is_model_source, load_model_proto, saved_graph_name
+from .model import ServedModel
+from .settings import ServerSettings
+
+log = logging.getLogger("flowserve.server")
+
+READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"
+
+
+@dataclasses.dataclass
+class IndexEntry:
+    """One row of the repository index: a model version and its state."""
+
+    name: str
+    version: str
+    state: str
+    reason: str = ""
+
+
+class ModelRepository:
+    """Loads, serves, reloads and unloads the models of one ``model_path``."""
+
+    def __init__(self, settings: ServerSettings, on_batch: Callable = None):
+        self.settings = settings
+        self._on_batch = on_batch
+        self.path = pathlib.Path(settings.model_path)
+        self.is_repository = self.path.is_dir() and not is_model_source(self.path)
+        self._models: dict[str, dict[str, ServedModel]] = {}
+        self._index: dict[str, list[IndexEntry]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def model_names(self) -> list[str]:
+        """Names of the models the path holds (folders of a repository)."""
+        if not self.is_repository:
+            return [self._single_name()]
+        return sorted(
+            p.name for p in self.path.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def _single_name(self) -> str:
+        if self.settings.model_name:
+            return self.settings.model_name
+        if self.path.is_dir() and (self.path / MANIFEST_FILE).is_file():
+            try:
+                return saved_graph_name(self.path)
+            except ModelLoadError:
+                return self.path.name
+        return self.path.stem
+
+    async def load_all(self) -> None:
+        """Load every model; a model that fails is marked UNAVAILABLE with the reason."""
+        if not self.path.exists():
+            raise ModelLoadError(f"{self.path}: no such file or directory")
+        for name in self.model_names():
+            try:
+                await self.load(name)
+            except ModelLoadError as exc:
+                log.warning("model %s failed to load: %s", name, exc)
+
+    async def load(self, name: str) -> None:
+        """(Re)load model ``name``: the versions its policy selects, then swap them in."""
+        if name not in self.model_names():
+            raise ModelNotFoundError(f"unknown model {name!r}; the repository has "
+                                     f"{self.model_names()}")
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            self._index[name] = [IndexEntry(name, "", LOADING)]
+            try:
+                versions = await asyncio.to_thread(self._build_versions, name)
+                for model in versions.values():
+                    await model.start()
+            except ModelLoadError as exc:
+                self._index[name] = [IndexEntry(name, "", UNAVAILABLE, str(exc))]
+                await self._retire(self._models.pop(name, {}))
+                raise
+            old = self._models.get(name, {})
+            self._models[name] = versions
+            self._index[name] = [IndexEntry(name, v, READY) for v in versions]
+            await self._retire(old)
+            log.info("model %s loaded: versions %s", name, list(versions))
+
+    async def unload(self, name: str) -> None:
+        """Stop serving ``name`` (queued requests finish first)."""
+        if name not in self._models and name not in self._index:
+            raise ModelNotFoundError(f"unknown model {name!r}")
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            old = self._models.pop(name, {})
+            self._index[name] = [IndexEntry(name, v, UNAVAILABLE, "unloaded") for v in old] or [
+                IndexEntry(name, "", UNAVAILABLE, "unloaded")
+            ]
+            await self._retire(old)
+
+    async def close(self) -> None:
+        """Unload everything (graceful shutdown)."""
+        for name in list(self._models):
+            await self._retire(self._models.pop(name))
+
+    @staticmethod
+    async def _retire(versions: dict) -> None:
+        for model in versions.values():
+            await model.stop()
+
+    def _build_versions(self, name: str) -> dict[str, ServedModel]:
+        """Blocking part of a load (export, sessions, warmup); runs in a thread."""
+        folder = self.path / name if self.is_repository else self.path
+        if self.is_repository and not folder.resolve().is_relative_to(self.path.resolve()):
+            raise ModelLoadError(f"model {name!r} resolves outside the repository")
+        config_file = read_config(folder) if self.is_repository else ModelConfigFile()
+        config = resolve(config_file, self.settings)
+        sources = self._version_sources(folder, config.version_policy)
+        versions = {}
+        for version, source in sources.items():
+            proto = load_model_proto(source)
+            model = ServedModel(name, version, proto, config, self._on_batch)
+            model.warmup()
+            versions[version] = model
+        return versions
+
+    def _version_sources(self, folder: pathlib.Path, policy) -> dict[str, pathlib.Path]:
+        if not self.is_repository:
+            return {"1": folder}
+        numbered = {int(p.name): p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()}
+        chosen = policy.select(list(numbered))
+        if not chosen:
+            raise ModelLoadError(f"{folder}: no version folder (1/, 2/, ...) matches the "
+                                 f"version policy {policy.policy!r}")
+        for version in chosen:
+            if not is_model_source(numbered[version]):
+                raise ModelLoadError(f"{numbered[version]}: holds neither model.onnx nor "
+                                     f"{MANIFEST_FILE}")
+        return {str(v): numbered[v] for v in chosen}
+
+    def get(self, name: str, version: str = "") -> ServedModel:
+        """The ready model ``name`` at ``version`` (latest when empty)."""
+        versions = self._models.get(name)
+        if versions is None:
+            entries = self._index.get(name)
+            if entries is None:
+                raise ModelNotFoundError(f"unknown model {name!r}")
+            reason = entries[0].reason or entries[0].state.lower()
+            raise ModelNotReadyError(f"model {name!r} is not ready: {reason}")
+        if not version:
+            return versions[max(versions, key=int)]
+        if version not in versions:
+            raise ModelNotFoundError(
+                f"unknown version {version!r} of model {name!r}; served: {sorted(versions)}"
+            )
+        return versions[version]
+
+    def versions(self, name: str) -> list[str]:
+        """Served versions of ``name``, ascending."""
+        return sorted(self._models.get(name, {}), key=int)
+
+    def loaded(self) -> list[ServedModel]:
+        """Every served model version."""
+        return [m for versions in self._models.values() for m in versions.values()]
+
+    def index(self) -> list[IndexEntry]:
+        """State of every model the path holds (never loaded ones too)."""
+        rows = []
+        for name in self.model_names():
+            rows += self._index.get(name, [IndexEntry(name, "", UNAVAILABLE, "not loaded")])
+        return rows
+
+    @property
+    def ready(self) -> bool:
+        """True when at least one model is served and none is failing or loading."""
+        if not self._models:
+            return False
+        for entries in self._index.values():
+            if any(e.state == LOADING or (e.state == UNAVAILABLE and e.reason != "unloaded")
+                   for e in entries):
+                return False
+        return True
+
+    def find(self, name: str, version: str = "") -> Optional[ServedModel]:
+        """Like ``get`` but None when not ready/unknown."""
+        try:
+            return self.get(name, version)
+        except (ModelNotFoundError, ModelNotReadyError):
+            return None

@@ -1,0 +1,175 @@
+"""ONNX Runtime sessions: provider choice, session options, and one batch run.
+
+``choose_providers("auto")`` picks CUDA only when onnxruntime has the CUDA
+provider *and* a CUDA driver reports a device, so a CPU-only machine never sees
+provider-fallback errors in its logs. ``OrtRunner`` owns one session (one model
+instance) and runs a dict of arrays::
+
+    runner = OrtRunner(model_proto, device="cpu")
+    outputs = runner.run({"x": np.ones((1, 4), np.float32)})
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from .errors import InferenceFailedError, ModelLoadError
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+_QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver); never logs."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def cuda_usable() -> bool:
+    """True when onnxruntime can run on a GPU here."""
+    return CUDA_PROVIDER in ort.get_available_providers() and cuda_device_count() > 0
+
+
+def choose_providers(device: str) -> list[str]:
+    """Execution providers for ``device`` ("auto", "cpu" or "cuda")."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ModelLoadError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu":
+        return [CPU_PROVIDER]
+    if cuda_usable():
+        return [CUDA_PROVIDER, CPU_PROVIDER]
+    if device == "cuda":
+        raise ModelLoadError(
+            "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
+            f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)"
+        )
+    return [CPU_PROVIDER]
+
+
+def session_options(instances: int, intra_op_threads: int = 0) -> ort.SessionOptions:
+    """Options for one of ``instances`` sessions, threads shared out over the cores."""
+    options = ort.SessionOptions()
+    options.log_severity_level = _QUIET
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    cores = os.cpu_count() or 1
+    options.intra_op_num_threads = intra_op_threads or max(1, cores // max(1, instances))
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def widen_bfloat16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str], set[str]]:
+    """Copy of ``model`` whose bfloat16 inputs/outputs are float32 (exact casts).
+
+    onnxruntime's Python API has no numpy bfloat16; float32 holds every bfloat16
+    value exactly, so the server converts at the boundary without changing bits.
+    Returns the model and the names of the widened inputs and outputs.
+    """
+    graph = model.graph
+    bf16_inputs = [v for v in graph.input if v.type.tensor_type.elem_type == TensorProto.BFLOAT16]
+    bf16_outputs = [v for v in graph.output if v.type.tensor_type.elem_type == TensorProto.BFLOAT16]
+    if not bf16_inputs and not bf16_outputs:
+        return model, set(), set()
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    casts_in, casts_out = [], []
+    for value in graph.input:
+        if value.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = f"{value.name}__bf16"
+            _rename_uses(graph, value.name, inner)
+            casts_in.append(helper.make_node("Cast", [value.name], [inner], to=TensorProto.BFLOAT16))
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    for value in graph.output:
+        if value.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = f"{value.name}__bf16"
+            _rename_producers(graph, value.name, inner)
+            casts_out.append(helper.make_node("Cast", [inner], [value.name], to=TensorProto.FLOAT))
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    nodes = casts_in + list(graph.node) + casts_out
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model, {v.name for v in bf16_inputs}, {v.name for v in bf16_outputs}
+
+
+def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+    for value in graph.output:
+        if value.name == old:  # an input passed straight through
+            graph.node.append(helper.make_node("Identity", [new], [old]))
+
+
+def _rename_producers(graph: onnx.GraphProto, old: str, new: str) -> None:
+    for node in graph.node:
+        node.output[:] = [new if name == old else name for name in node.output]
+        node.input[:] = [new if name == old else name for name in node.input]
+
+
+class OrtRunner:
+    """One ONNX Runtime session of a model: an instance the batcher runs batches on."""
+
+    def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
+                 intra_op_threads: int = 0):
+        model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
+        self.providers = choose_providers(device)
+        try:
+            self._session = ort.InferenceSession(
+                model.SerializeToString(),
+                sess_options=session_options(instances, intra_op_threads),
+                providers=self.providers,
+            )
+        except Exception as exc:  # onnxruntime raises its own classes, all with a message
+            raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
+        self._string_inputs = {
+            i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
+        }
+        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    @property
+    def device(self) -> str:
+        """``"cuda"`` or ``"cpu"``: where this session runs."""
+        return "cuda" if self.providers[0] == CUDA_PROVIDER else "cpu"
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the session on ``inputs`` (batch-first arrays) and return all outputs."""
+        feed = {name: self._to_session(name, array) for name, array in inputs.items()}
+        try:
+            results = self._session.run(self.output_names, feed)
+        except Exception as exc:
+            raise InferenceFailedError(f"onnxruntime failed: {exc}") from None
+        return {
+            name: self._from_session(name, array) for name, array in zip(self.output_names, results)
+        }
+
+    def _to_session(self, name: str, array: np.ndarray) -> np.ndarray:
+        if name in self._bf16_inputs:
+            return array.astype(np.float32)
+        if name in self._string_inputs:
+            decode = np.vectorize(_as_text, otypes=[object])
+            return decode(array) if array.size else array.astype(object)
+        return np.asarray(array)
+
+    def _from_session(self, name: str, array: np.ndarray) -> np.ndarray:
+        if name in self._bf16_outputs:
+            return array.astype(ml_dtypes.bfloat16)
+        return array
+
+
+def _as_text(item) -> str:
+    return item.decode("utf-8", "surrogateescape") if isinstance(item, bytes) else str(item)

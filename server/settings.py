@@ -1,0 +1,68 @@
+"""Server settings: command-line options, ``FLOWSERVE_*`` environment variables.
+
+Every field is documented; ``flowserve serve --help`` shows the same text. The
+per-model fields (batch size, queue delay, instances, device) are defaults for
+models whose ``config.json`` does not set them::
+
+    settings = ServerSettings(model_path="repo", http_port=0)
+    FLOWSERVE_HTTP_PORT=9000 flowserve serve repo     # same, from the environment
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    """How ``flowserve serve`` listens, loads models and protects itself."""
+
+    model_config = SettingsConfigDict(env_prefix="FLOWSERVE_", extra="forbid")
+
+    model_path: str = Field(
+        "", description="Saved graph directory, .onnx file, or model repository to serve."
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on (HTTP and gRPC).")
+    http_port: int = Field(8000, ge=0, le=65535, description="HTTP port (0: any free port).")
+    grpc_port: Optional[int] = Field(
+        8001, ge=0, le=65535, description="gRPC port (0: any free port, None: no gRPC)."
+    )
+    model_name: Optional[str] = Field(
+        None, description="Name to serve a single saved directory or .onnx file under."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where sessions run: CUDA when usable (auto), cpu, or cuda."
+    )
+    max_batch_size: int = Field(
+        64, ge=0, description="Largest batch the dynamic batcher forms (0: no batching)."
+    )
+    max_queue_delay_us: int = Field(
+        0, ge=0, description="How long a request may wait for a batch to fill, in µs."
+    )
+    max_queue_size: int = Field(
+        1024, ge=1, description="Requests a model's queue holds before refusing with 503."
+    )
+    default_timeout_us: int = Field(
+        0, ge=0, description="Queue timeout of a request without its own, in µs (0: none)."
+    )
+    instances: int = Field(1, ge=1, description="Sessions per model run in parallel.")
+    intra_op_threads: int = Field(
+        0, ge=0, description="Threads per session (0: cores divided by instances)."
+    )
+    allow_model_control: bool = Field(
+        False, description="Allow repository load/unload requests (never outside the repo)."
+    )
+    auth_token: Optional[str] = Field(
+        None, description="Bearer token every request but health checks must carry."
+    )
+    max_request_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest request body accepted (413 beyond)."
+    )
+    graceful_timeout_s: float = Field(
+        10.0, ge=0, description="Seconds shutdown waits for in-flight requests."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level of the server's structured logs."
+    )
