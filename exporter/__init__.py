@@ -1,0 +1,1 @@
+"""``flowserve.exporter``: IR -> ONNX lowering, fusion, checks and numeric parity."""

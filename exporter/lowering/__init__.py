@@ -1,0 +1,4 @@
+"""ONNX lowerings, one module per op family (mirroring ``flowserve.ops``)."""
+
+from flowserve.exporter.lowering import elementwise, nn, reduce, shape  # noqa: F401
+from flowserve.exporter.lowering.registry import LOWERINGS, LoweringContext, lowering  # noqa: F401

@@ -1,0 +1,81 @@
+"""ONNX lowerings of the shape primitives, written so a dynamic batch axis keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve.exporter.lowering.registry import lowering, simple
+
+
+def reshape_target(in_shape: tuple, out_shape: tuple) -> list[int]:
+    """The Reshape shape input: leading dims that match the input are copied (0), and if
+    the batch dim was merged into another, that dim becomes -1, so no batch size is baked."""
+    target = list(out_shape)
+    copied = 0
+    while copied < min(len(in_shape), len(out_shape)) and in_shape[copied] == out_shape[copied]:
+        target[copied] = 0
+        copied += 1
+    if in_shape and copied == 0 and target and -1 not in target and in_shape[0] != 1:
+        target[0] = -1
+    return target
+
+
+@lowering("reshape")
+def lower_reshape(b, node, ctx):
+    in_shape = ctx.meta(node.inputs[0]).shape
+    target = reshape_target(in_shape, node.attrs["shape"]) if ctx.dynamic_batch else node.attrs["shape"]
+    b.op("Reshape", [node.inputs[0], b.const(target)], node.outputs)
+
+
+@lowering("permute")
+def lower_permute(b, node, ctx):
+    b.op("Transpose", node.inputs, node.outputs, perm=node.attrs["perm"])
+
+
+@lowering("expand")
+def lower_expand(b, node, ctx):
+    b.op("Expand", [node.inputs[0], b.const(node.attrs["shape"])], node.outputs)
+
+
+@lowering("concat")
+def lower_concat(b, node, ctx):
+    b.op("Concat", node.inputs, node.outputs, axis=node.attrs["axis"])
+
+
+@lowering("slice")
+def lower_slice(b, node, ctx):
+    a = node.attrs
+    b.op("Slice", [node.inputs[0], b.const(a["starts"]), b.const(a["ends"]), b.const(a["axes"]),
+                   b.const(a["steps"])], node.outputs)
+
+
+@lowering("slice_backward")
+def lower_slice_backward(b, node, ctx):
+    a = node.attrs
+    shape = a["shape"]
+    if all(s == 1 for s in a["steps"]):
+        begin, end = [0] * len(shape), [0] * len(shape)
+        for s, e, axis in zip(a["starts"], a["ends"], a["axes"]):
+            begin[axis], end[axis] = s, shape[axis] - e
+        b.op("Pad", [node.inputs[0], b.const(begin + end)], node.outputs)
+        return
+    # strided: scatter the gradient into zeros at the sliced positions
+    grids = np.meshgrid(*[np.arange(d) for d in shape], indexing="ij")
+    index = [slice(None)] * len(shape)
+    for s, e, axis, st in zip(a["starts"], a["ends"], a["axes"], a["steps"]):
+        index[axis] = slice(s, e, st)
+    coords = np.stack([g[tuple(index)] for g in grids], axis=-1)
+    dtype = ctx.meta(node.inputs[0]).dtype
+    zeros = b.op1("ConstantOfShape", [b.const(shape)], value=_zero(dtype))
+    b.op("ScatterND", [zeros, b.const(coords), node.inputs[0]], node.outputs)
+
+
+def _zero(dtype: str):
+    from onnx import numpy_helper
+
+    from flowserve import dtypes
+
+    return numpy_helper.from_array(np.zeros(1, dtype=dtypes.from_name(dtype).np))
+
+
+simple("Identity", "copy")

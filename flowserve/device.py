@@ -1,0 +1,103 @@
+"""Devices: ``"cpu"`` always, ``"cuda"`` where CuPy and a GPU are usable."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from flowserve.errors import DeviceError
+
+
+class device:
+    """``flowserve.device("cuda:0")``: a device type and index."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec="cpu", index: int | None = None):
+        if isinstance(spec, device):
+            spec, index = spec.type, spec.index
+        kind, _, idx = str(spec).partition(":")
+        if kind not in ("cpu", "cuda"):
+            raise DeviceError(f"expected device 'cpu' or 'cuda[:N]', got {spec!r}")
+        self.type = kind
+        self.index = int(idx) if idx else (index if index is not None else (0 if kind == "cuda" else None))
+
+    def __eq__(self, other) -> bool:
+        other = device(other) if isinstance(other, str) else other
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}', index={self.index})" if self.index is not None else f"device(type='{self.type}')"
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    @property
+    def xp(self):
+        """The array module of this device (numpy or CuPy)."""
+        return np if self.type == "cpu" else array_module(self)
+
+
+CPU = device("cpu")
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_status() -> tuple[bool, str]:
+    try:
+        import cupy  # noqa: F401
+    except Exception as exc:  # ImportError, or a CUDA library that fails to load
+        return False, f"CuPy is not installed ({type(exc).__name__}); install cupy-cuda12x to use 'cuda'"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"CuPy found no usable CUDA driver ({exc})"
+    if count == 0:
+        return False, "no CUDA GPU is visible"
+    return True, ""
+
+
+class cuda:
+    """``flowserve.cuda.is_available()`` and ``device_count()``, as in OneFlow."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return _cuda_status()[0]
+
+    @staticmethod
+    def device_count() -> int:
+        if not cuda.is_available():
+            return 0
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+
+
+def as_device(spec) -> device:
+    d = spec if isinstance(spec, device) else device(spec if spec is not None else "cpu")
+    if d.type == "cuda":
+        ok, why = _cuda_status()
+        if not ok:
+            raise DeviceError(f"cannot use device '{d}': {why}")
+    return d
+
+
+def array_module(d: device):
+    """numpy for the CPU, CuPy for a CUDA device: kernels are written against either."""
+    if d.type == "cpu":
+        return np
+    import cupy
+
+    return cupy
+
+
+def to_device_array(array, d: device):
+    if d.type == "cpu":
+        return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array
+    import cupy
+
+    with cupy.cuda.Device(d.index or 0):
+        return cupy.asarray(array)

@@ -1,0 +1,24 @@
+"""Dead-code elimination: keep the nodes that outputs and state updates need."""
+
+from __future__ import annotations
+
+from flowserve.ir.graph import GraphIR
+
+
+def eliminate_dead_code(ir: GraphIR) -> tuple[GraphIR, bool]:
+    needed = {v.name for v in ir.outputs} | set(ir.updates.values())
+    kept = []
+    for node in reversed(ir.nodes):
+        if any(out in needed for out in node.outputs):
+            kept.append(node)
+            needed.update(node.inputs)
+    kept.reverse()
+    modified = len(kept) != len(ir.nodes)
+    ir.nodes = kept
+    live = needed | {v.name for v in ir.inputs}
+    ir.values = {k: v for k, v in ir.values.items() if k in live or k in ir.state}
+    unused_constants = [k for k, kind in ir.state_kinds.items() if kind == "constant" and k not in needed]
+    for k in unused_constants:
+        del ir.state[k], ir.state_kinds[k]
+        ir.values.pop(k, None)
+    return ir, modified or bool(unused_constants)

@@ -1,0 +1,174 @@
+"""Tracing: while ``nn.Graph.build`` runs, ``bind`` records IR nodes here.
+
+Lazy tensors carry an IR ``Value``; eager tensors that reach an op are lifted: registered
+state (parameters, buffers, optimizer state) maps to its state value, anything else
+becomes a named constant. In-place updates of state rebind it to a new value, and the
+difference between a state's first and last value is the graph's ``updates``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from flowserve.errors import GraphError
+from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ops.registry import STATE, Meta, infer_meta
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str:
+    """``file:line`` of the innermost frame outside flowserve (the user's code)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not os.path.abspath(path).startswith(_PACKAGE_DIR):
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
+
+
+class Tracer:
+    """Records one graph. Use as ``with Tracer(name) as tr: ...``."""
+
+    def __init__(self, name: str, device=None):
+        self.ir = GraphIR(name)
+        self.device = device
+        self.state_tensors: dict[int, object] = {}  # id(eager tensor) -> lazy tensor
+        self.state_eager: dict[str, object] = {}  # state name -> eager tensor
+        self.initial: dict[str, str] = {}  # state name -> its value name at the start
+        self.constants: dict[str, np.ndarray] = {}
+        self.scope: list[str] = []
+        self.module_calls: list = []  # (scope, module, input metas, output) per call
+        self.on_module_call = None
+        self.module_names: dict[int, str] = {}  # id(module) -> full name, set by nn.Graph
+        self.lifted: tuple = ()
+        self._keepalive: list = []  # lifted eager tensors stay alive so their ids stay unique
+        self._counter = 0
+
+    def __enter__(self) -> "Tracer":
+        if STATE.trace is not None:
+            raise GraphError("nn.Graph.build is already being traced; graphs cannot be nested")
+        STATE.trace = self
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        STATE.trace = None
+        return False
+
+    # -- values ---------------------------------------------------------------------------
+
+    def fresh_name(self, op: str) -> str:
+        self._counter += 1
+        prefix = self.scope[-1] + "/" if self.scope else ""
+        return f"{prefix}{op}_{self._counter}"
+
+    def _lazy(self, value: Value, requires_grad: bool = False):
+        from flowserve.tensor import Tensor
+
+        t = Tensor._from_lazy(value, self.device or _cpu())
+        t._requires_grad = requires_grad
+        return t
+
+    def add_input(self, name: str, meta: Meta):
+        value = self.ir.add_value(Value(name, tuple(meta.shape), meta.dtype.name))
+        self.ir.inputs.append(value)
+        return self._lazy(value)
+
+    def add_state(self, name: str, eager, kind: str):
+        """Register an eager tensor as graph state; ops on it will see its lazy twin."""
+        value = self.ir.add_value(Value(name, tuple(eager.shape), eager.dtype.name))
+        self.ir.state[name] = value
+        self.ir.state_kinds[name] = kind
+        lazy = self._lazy(value, requires_grad=eager.requires_grad)
+        self.state_tensors[id(eager)] = lazy
+        self.state_eager[name] = eager
+        self.initial[name] = name
+        return lazy
+
+    def lazy_of(self, eager):
+        return self.state_tensors.get(id(eager))
+
+    def lift(self, t):
+        if t._lazy is not None:
+            return t
+        lazy = self.state_tensors.get(id(t))
+        if lazy is not None:
+            return lazy
+        return self._constant(t)
+
+    def _constant(self, t):
+        name = f"_const_{len(self.constants)}"
+        self.constants[name] = t.numpy()
+        value = self.ir.add_value(Value(name, tuple(t.shape), t.dtype.name))
+        self.ir.state[name] = value
+        self.ir.state_kinds[name] = "constant"
+        lazy = self._lazy(value)
+        self.state_tensors[id(t)] = lazy
+        self._keepalive.append(t)
+        return lazy
+
+    # -- recording --------------------------------------------------------------------------
+
+    def record(self, prim, inputs, attrs) -> tuple:
+        lazies = tuple(self.lift(t) for t in inputs)
+        self.lifted = lazies
+        metas = infer_meta(prim, [t.meta for t in lazies], attrs)
+        outs = []
+        for meta in metas:
+            outs.append(self.ir.add_value(Value(self.fresh_name(prim.name), tuple(meta.shape), meta.dtype.name)))
+        self.ir.nodes.append(Node(prim.name, [t._lazy.name for t in lazies], [v.name for v in outs],
+                                  dict(attrs), self.scope[-1] if self.scope else "", user_location()))
+        return tuple(self._lazy(v) for v in outs)
+
+    def assign(self, target, new) -> None:
+        """In-place update inside build: ``target`` (state or lazy) now holds ``new``."""
+        lazy = target if target._lazy is not None else self.state_tensors.get(id(target))
+        if lazy is None:
+            raise GraphError(
+                "an in-place update inside nn.Graph.build changed a tensor that is not graph state "
+                f"(size={tuple(target.shape)}); register it as a parameter or buffer of a module")
+        new = self.lift(new)
+        if tuple(new.shape) != tuple(lazy.shape) or new.dtype is not lazy.dtype:
+            from flowserve.ops import functional as F
+
+            new = F.cast(F.expand(new, lazy.shape), lazy.dtype)
+        lazy._lazy = new._lazy
+        if new.requires_grad:
+            lazy._requires_grad, lazy._node, lazy._out_index = True, new._node, new._out_index
+
+    def state_updates(self) -> dict:
+        """State name -> value name, for state whose value changed during the trace."""
+        out = {}
+        for name, eager in self.state_eager.items():
+            current = self.state_tensors[id(eager)]._lazy.name
+            if current != name:
+                out[name] = current
+        return out
+
+    # -- modules ------------------------------------------------------------------------------
+
+    def call_module(self, module, args, kwargs):
+        name = self.module_names.get(id(module))
+        if name is None:
+            return module.forward(*args, **kwargs)
+        self.scope.append(name)
+        try:
+            if self.on_module_call is not None:
+                self.on_module_call("enter", name, module, args)
+            out = module.forward(*args, **kwargs)
+            self.module_calls.append((name, module, args, out))
+            if self.on_module_call is not None:
+                self.on_module_call("exit", name, module, out)
+            return out
+        finally:
+            self.scope.pop()
+
+
+def _cpu():
+    from flowserve.device import CPU
+
+    return CPU

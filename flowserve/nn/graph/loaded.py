@@ -1,0 +1,64 @@
+"""A graph loaded from a saved directory: runnable without the model's Python code."""
+
+from __future__ import annotations
+
+from flowserve.ops.creation import from_numpy
+from flowserve.tensor import Tensor
+
+
+class LoadedGraph:
+    """``flow.load(dir)`` of a saved graph: call it on tensors or numpy arrays.
+
+    >>> g = flow.load("mlp_dir")          # doctest: +SKIP
+    >>> g(flow.randn(2, 4)).shape          # doctest: +SKIP
+    flowserve.Size([2, 3])
+    """
+
+    def __init__(self, manifest, ir, params: dict):
+        from flowserve.nn.graph.compiled import CompiledGraph
+        from flowserve.nn.graph.trace import Traced
+
+        self.manifest = manifest
+        self.ir = ir
+        self.params = params
+        state = {k: from_numpy(params[k]) for k, kind in ir.state_kinds.items() if kind != "constant"}
+        constants = {k: params[k] for k, kind in ir.state_kinds.items() if kind == "constant"}
+        self._compiled = None
+        self._traced = Traced(ir, constants, state)
+        self._compiled_cls = CompiledGraph
+
+    @property
+    def name(self) -> str:
+        return self.manifest.graph_name
+
+    @property
+    def inputs(self):
+        return self.manifest.inputs
+
+    @property
+    def outputs(self):
+        return self.manifest.outputs
+
+    def __call__(self, *args):
+        if self._compiled is None:
+            self._compiled = self._compiled_cls(self._traced, training=False, dynamic_batch=True)
+        tensors = [a if isinstance(a, Tensor) else from_numpy(_array(a)) for a in args]
+        if len(tensors) != len(self.ir.inputs):
+            raise TypeError(f"{self.name} expects {len(self.ir.inputs)} inputs "
+                            f"({', '.join(v.name for v in self.ir.inputs)}), got {len(tensors)}")
+        outs = self._compiled.run(tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self) -> str:
+        lines = [f"(GRAPH:{self.name}:{self.manifest.graph_class}) loaded ("]
+        lines += [f"  (INPUT:{s.name}:tensor(..., size={tuple(s.shape)}, dtype=flowserve.{s.dtype}))"
+                  for s in self.inputs]
+        lines += [f"  (OUTPUT:{s.name}:tensor(..., size={tuple(s.shape)}, dtype=flowserve.{s.dtype}))"
+                  for s in self.outputs]
+        return "\n".join(lines + [")"])
+
+
+def _array(a):
+    import numpy as np
+
+    return np.ascontiguousarray(a)

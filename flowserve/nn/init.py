@@ -1,0 +1,99 @@
+"""``flowserve.nn.init``: in-place initialisers with PyTorch's fan rules and names."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flowserve.ops.creation import _rng
+
+
+def _wrap_like(t, array):
+    from flowserve.device import to_device_array
+    from flowserve.tensor import Tensor
+
+    return Tensor._wrap(to_device_array(np.asarray(array, dtype=t.dtype.np), t.device), t.device)
+
+
+def _fan(t) -> tuple[int, int]:
+    if t.ndim < 2:
+        raise ValueError(f"fan in and fan out can not be computed for a tensor with fewer than 2 dimensions, "
+                         f"got size {tuple(t.shape)}")
+    receptive = math.prod(t.shape[2:])
+    return t.shape[1] * receptive, t.shape[0] * receptive
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0, "sigmoid": 1.0,
+             "tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope**2))
+    if nonlinearity not in gains:
+        raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
+    return gains[nonlinearity]
+
+
+def uniform_(t, a: float = 0.0, b: float = 1.0, generator=None):
+    t.data = _wrap_like(t, _rng(generator).uniform(a, b, tuple(t.shape)))
+    return t
+
+
+def normal_(t, mean: float = 0.0, std: float = 1.0, generator=None):
+    t.data = _wrap_like(t, _rng(generator).normal(mean, std, tuple(t.shape)))
+    return t
+
+
+def constant_(t, val: float):
+    t.data = _wrap_like(t, np.full(tuple(t.shape), val))
+    return t
+
+
+def zeros_(t):
+    return constant_(t, 0.0)
+
+
+def ones_(t):
+    return constant_(t, 1.0)
+
+
+def _fan_for(t, mode: str) -> int:
+    fan_in, fan_out = _fan(t)
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def kaiming_uniform_(t, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None):
+    bound = math.sqrt(3.0) * calculate_gain(nonlinearity, a) / math.sqrt(_fan_for(t, mode))
+    return uniform_(t, -bound, bound, generator)
+
+
+def kaiming_normal_(t, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu", generator=None):
+    std = calculate_gain(nonlinearity, a) / math.sqrt(_fan_for(t, mode))
+    return normal_(t, 0.0, std, generator)
+
+
+def xavier_uniform_(t, gain: float = 1.0, generator=None):
+    fan_in, fan_out = _fan(t)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(t, -bound, bound, generator)
+
+
+def xavier_normal_(t, gain: float = 1.0, generator=None):
+    fan_in, fan_out = _fan(t)
+    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+
+def trunc_normal_(t, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None):
+    rng, out = _rng(generator), np.empty(tuple(t.shape))
+    flat = out.reshape(-1)
+    filled = 0
+    while filled < flat.size:
+        draw = rng.normal(mean, std, flat.size - filled)
+        draw = draw[(draw >= a) & (draw <= b)]
+        flat[filled:filled + draw.size] = draw
+        filled += draw.size
+    t.data = _wrap_like(t, out)
+    return t

@@ -1,0 +1,326 @@
+"""``nn.Module``: PyTorch's module API (parameters, buffers, submodules, state_dict, hooks)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterator
+
+from flowserve.errors import FlowserveError
+from flowserve.nn.parameter import Parameter
+from flowserve.ops.registry import STATE
+from flowserve.tensor import Tensor
+
+
+class Module:
+    """Base class of all neural-network modules, as ``torch.nn.Module``.
+
+    >>> import flowserve as flow
+    >>> class Net(flow.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = flow.nn.Linear(4, 2)
+    ...     def forward(self, x):
+    ...         return self.fc(x).relu()
+    >>> Net()(flow.randn(3, 4)).shape
+    flowserve.Size([3, 2])
+    """
+
+    training: bool
+
+    def __init__(self):
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+
+    # -- attribute registration -----------------------------------------------------------
+
+    def _check_init(self, name: str) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {name!r} before Module.__init__() call")
+
+    def __setattr__(self, name: str, value) -> None:
+        params, modules, buffers = (self.__dict__.get(k) for k in ("_parameters", "_modules", "_buffers"))
+        if isinstance(value, Parameter):
+            self._check_init("parameter")
+            self._drop(name)
+            params[name] = value
+        elif isinstance(value, Module):
+            self._check_init("module")
+            self._drop(name)
+            modules[name] = value
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
+                                "(flowserve.nn.Parameter or None expected)")
+            params[name] = None
+        elif modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
+                                "(flowserve.nn.Module or None expected)")
+            modules[name] = None
+        elif buffers is not None and name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
+                                "(flowserve.Tensor or None expected)")
+            self._set_buffer(name, value)
+        else:
+            object.__setattr__(self, name, value)
+
+    def _set_buffer(self, name: str, value) -> None:
+        current = self._buffers.get(name)
+        if STATE.trace is not None and current is not None and value is not None:
+            current._assign(value)  # a buffer updated inside nn.Graph.build is graph state
+        else:
+            self._buffers[name] = value
+
+    def _drop(self, name: str) -> None:
+        for d in (self.__dict__, self._parameters, self._modules, self._buffers):
+            d.pop(name, None)
+        self._non_persistent_buffers.discard(name)
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            if store in d and name in d[store]:
+                return d[store][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        if name in self._parameters or name in self._buffers or name in self._modules:
+            self._drop(name)
+        else:
+            object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._check_init("parameter")
+        if "." in name or not name:
+            raise KeyError(f"parameter name can't contain '.' or be empty, got {name!r}")
+        self._drop(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        self._check_init("buffer")
+        if "." in name or not name:
+            raise KeyError(f"buffer name can't contain '.' or be empty, got {name!r}")
+        self._drop(name)
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent_buffers.add(name)
+
+    def add_module(self, name: str, module: "Module | None") -> None:
+        self._check_init("module")
+        if "." in name or not name:
+            raise KeyError(f"module name can't contain '.' or be empty, got {name!r}")
+        self._drop(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str) -> "Module":
+        mod = self
+        for part in target.split(".") if target else []:
+            if part not in mod._modules:
+                raise AttributeError(f"{type(mod).__name__} has no submodule {part!r} (looking up {target!r})")
+            mod = mod._modules[part]
+        return mod
+
+    # -- calling --------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        raise FlowserveError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
+
+    def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks.values()):
+            result = hook(self, args)
+            if result is not None:
+                args = result if isinstance(result, tuple) else (result,)
+        if STATE.trace is not None:
+            out = STATE.trace.call_module(self, args, kwargs)
+        else:
+            out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            result = hook(self, args, out)
+            if result is not None:
+                out = result
+        return out
+
+    def register_forward_pre_hook(self, hook):
+        return _HookHandle(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook):
+        return _HookHandle(self._forward_hooks, hook)
+
+    # -- traversal ------------------------------------------------------------------------
+
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        memo = set() if memo is None else memo
+        stack = [(prefix, self)]
+        while stack:
+            name, mod = stack.pop()
+            if remove_duplicate and id(mod) in memo:
+                continue
+            memo.add(id(mod))
+            yield name, mod
+            children = [(f"{name}.{k}" if name else k, m) for k, m in mod._modules.items() if m is not None]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator["Module"]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, store: str, prefix: str, recurse: bool):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mod_name, mod in mods:
+            for name, value in getattr(mod, store).items():
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                yield (f"{mod_name}.{name}" if mod_name else name), value
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        return self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    # -- state ----------------------------------------------------------------------------
+
+    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
+        out = OrderedDict() if destination is None else destination
+        for mod_name, mod in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
+            base = f"{mod_name}." if mod_name else ""
+            for name, p in mod._parameters.items():
+                if p is not None:
+                    out[base + name] = p if keep_vars else p.detach()
+            for name, b in mod._buffers.items():
+                if b is not None and name not in mod._non_persistent_buffers:
+                    out[base + name] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        from flowserve.nn.state import load_module_state
+
+        return load_module_state(self, state_dict, strict)
+
+    def train(self, mode: bool = True) -> "Module":
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad = p.grad * 0
+
+    def apply(self, fn) -> "Module":
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    def _apply_to_tensors(self, fn) -> "Module":
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for name, t in store.items():
+                    if t is not None:
+                        new = fn(t)
+                        if new is not t:
+                            t.data = new
+        return self
+
+    def to(self, *args, **kwargs) -> "Module":
+        """Move parameters and buffers to a device (``"cuda"``) or a floating dtype, in place."""
+        return self._apply_to_tensors(
+            lambda t: t.to(*args, **kwargs) if t.is_floating_point() else t.to(
+                *[a for a in args if not _is_dtype(a)], **{k: v for k, v in kwargs.items() if k != "dtype"}))
+
+    def cuda(self, index: int = 0) -> "Module":
+        return self.to(f"cuda:{index}")
+
+    def cpu(self) -> "Module":
+        return self.to("cpu")
+
+    def float(self) -> "Module":
+        from flowserve import dtypes
+
+        return self.to(dtypes.float32)
+
+    def double(self) -> "Module":
+        from flowserve import dtypes
+
+        return self.to(dtypes.float64)
+
+    def half(self) -> "Module":
+        from flowserve import dtypes
+
+        return self.to(dtypes.float16)
+
+    # -- printing -------------------------------------------------------------------------
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        for name, m in self._modules.items():
+            child = repr(m).replace("\n", "\n  ")
+            lines.append(f"({name}): {child}")
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        if not lines:
+            return head + ")"
+        return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _is_dtype(a) -> bool:
+    from flowserve import dtypes
+
+    return isinstance(a, dtypes.dtype)
+
+
+class _HookHandle:
+    _next_id = 0
+
+    def __init__(self, store: dict, hook):
+        _HookHandle._next_id += 1
+        self.id, self.store = _HookHandle._next_id, store
+        store[self.id] = hook
+
+    def remove(self) -> None:
+        self.store.pop(self.id, None)

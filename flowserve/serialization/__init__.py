@@ -1,0 +1,74 @@
+"""``flow.save`` / ``flow.load``: graphs as deployable directories, state dicts as safetensors.
+
+No load path unpickles anything: JSON is validated, tensors come from safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flowserve.errors import SavedGraphError
+from flowserve.serialization.graph_dir import load_graph, read_graph_dir, save_graph  # noqa: F401
+from flowserve.serialization.manifest import MANIFEST, SavedGraphManifest, TensorSpec, read_manifest  # noqa: F401
+from flowserve.serialization.tensors import decode_state, encode_state, read_tensors, write_bytes, write_tensors
+
+STATE_JSON = "state.json"
+STATE_TENSORS = "state.safetensors"
+_STRUCTURE_KEY = "flowserve.structure"
+
+
+def save(obj, path) -> None:
+    """Save an ``nn.Graph`` (a deployable directory) or a state dict.
+
+    A state dict goes to one safetensors file when ``path`` has a suffix (``model.pt``),
+    else to a directory (OneFlow's habit), holding ``state.json`` and ``state.safetensors``.
+    """
+    from flowserve.nn.graph.graph import Graph
+
+    if isinstance(obj, Graph):
+        save_graph(obj, path)
+        return
+    tree, arrays = encode_state(obj)
+    path = Path(path)
+    if path.suffix:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_tensors(path, {**arrays, _STRUCTURE_KEY: _structure_array(tree)})
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    write_tensors(path / STATE_TENSORS, arrays)
+    write_bytes(path / STATE_JSON, json.dumps(tree).encode())
+
+
+def _structure_array(tree):
+    import numpy as np
+
+    return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
+
+
+def load(path):
+    """Load what ``save`` wrote: a runnable graph from a saved graph directory, or a state dict."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / MANIFEST).exists():
+            return load_graph(path)
+        if not (path / STATE_JSON).is_file():
+            raise SavedGraphError(f"{path}: neither a saved graph ({MANIFEST}) nor a saved state ({STATE_JSON})")
+        try:
+            tree = json.loads((path / STATE_JSON).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SavedGraphError(f"{path / STATE_JSON}: not valid JSON ({exc})") from None
+        return decode_state(tree, read_tensors(path / STATE_TENSORS), str(path))
+    if not path.exists():
+        raise SavedGraphError(f"{path}: no such file or directory")
+    arrays = read_tensors(path)
+    structure = arrays.pop(_STRUCTURE_KEY, None)
+    if structure is None:  # a plain safetensors file: a flat state dict
+        from flowserve.ops.creation import from_numpy
+
+        return {k: from_numpy(v.copy()) for k, v in arrays.items()}
+    try:
+        tree = json.loads(structure.tobytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SavedGraphError(f"{path}: damaged structure record ({exc})") from None
+    return decode_state(tree, arrays, str(path))

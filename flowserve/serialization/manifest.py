@@ -1,0 +1,74 @@
+"""``flowserve.json``: the manifest of a saved graph directory, validated with pydantic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from flowserve.errors import SavedGraphError
+
+FORMAT_VERSION = 1
+MANIFEST = "flowserve.json"
+GRAPH_FILE = "graph.json"
+PARAMS_FILE = "params.safetensors"
+DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+
+class TensorSpec(BaseModel):
+    """One input or output: name, dtype name, shape (-1 = dynamic)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=256)
+    dtype: Literal[DTYPE_NAMES]
+    shape: list[int]
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, shape: list[int]) -> list[int]:
+        if any(d < -1 for d in shape):
+            raise ValueError(f"dims must be >= 0 or -1 (dynamic), got {shape}")
+        return shape
+
+
+class SavedGraphManifest(BaseModel):
+    """What a saved directory holds and how to check it."""
+
+    model_config = ConfigDict(extra="forbid")
+    format_version: int = Field(ge=1)
+    flowserve_version: str
+    graph_name: str = Field(min_length=1, max_length=256)
+    graph_class: str
+    training: bool
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    config: dict = Field(default_factory=dict)
+    files: dict[Literal["graph.json", "params.safetensors"], str]
+
+
+def read_manifest(directory) -> SavedGraphManifest:
+    """Read and validate ``DIR/flowserve.json``; errors name the file and the problem."""
+    path = Path(directory) / MANIFEST
+    if not Path(directory).is_dir():
+        raise SavedGraphError(f"{directory}: not a directory (expected a saved graph directory with {MANIFEST})")
+    if not path.is_file():
+        raise SavedGraphError(f"{path}: missing (not a flowserve saved graph directory)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SavedGraphError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise SavedGraphError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    version = raw.get("format_version")
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise SavedGraphError(
+            f"{path}: saved with format version {version} (flowserve {raw.get('flowserve_version', '?')}); "
+            f"this flowserve reads format versions up to {FORMAT_VERSION}: upgrade flowserve to load it")
+    try:
+        return SavedGraphManifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SavedGraphError(f"{path}: invalid field {where!r}: {first['msg']}") from None

@@ -1,0 +1,123 @@
+"""Tensors on disk: safetensors files (no code runs when they load) plus JSON.
+
+bfloat16 arrays are stored as safetensors' own ``BF16`` by viewing them as uint16 in
+numpy and recording the dtype in the file's metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from flowserve import dtypes
+from flowserve.errors import SavedGraphError
+
+_DTYPES_KEY = "flowserve.dtypes"
+
+
+def write_tensors(path: Path, arrays: dict) -> None:
+    """Write ``arrays`` (name -> numpy array) to a safetensors file and fsync it."""
+    stored, kinds = {}, {}
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        kinds[name] = dtypes.from_numpy(a.dtype).name
+        stored[name] = a.view(np.uint16) if kinds[name] == "bfloat16" else a
+    data = st_save(stored, metadata={_DTYPES_KEY: json.dumps(kinds)})
+    write_bytes(path, data)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_tensors(path: Path) -> dict:
+    """name -> numpy array from a safetensors file; a damaged file is a SavedGraphError."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SavedGraphError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        arrays = st_load(data)
+        meta = _metadata(data)
+    except (SafetensorError, ValueError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise SavedGraphError(f"{path}: not a valid safetensors file ({exc})") from None
+    kinds = json.loads(meta.get(_DTYPES_KEY, "{}")) if meta else {}
+    for name, kind in kinds.items():
+        if kind == "bfloat16" and name in arrays:
+            arrays[name] = arrays[name].view(dtypes.bfloat16.np)
+    return arrays
+
+
+def _metadata(data: bytes) -> dict:
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    return header.get("__metadata__", {}) or {}
+
+
+# -- nested state dicts ------------------------------------------------------------------
+
+
+def encode_state(obj) -> tuple[object, dict]:
+    """A JSON-able structure with tensors replaced by references, and the arrays."""
+    from flowserve.tensor import Tensor
+
+    arrays: dict = {}
+
+    def walk(x, path: str):
+        if isinstance(x, Tensor):
+            arrays[path] = x.numpy()
+            return {"__tensor__": path}
+        if isinstance(x, np.ndarray):
+            arrays[path] = x
+            return {"__ndarray__": path}
+        if isinstance(x, dict):
+            return {"__dict__": [[k, walk(v, f"{path}.{k}" if path else str(k))] for k, v in x.items()]}
+        if isinstance(x, (list, tuple)):
+            items = [walk(v, f"{path}.{i}") for i, v in enumerate(x)]
+            return {"__tuple__": items} if isinstance(x, tuple) else items
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        if isinstance(x, (np.integer, np.floating, np.bool_)):
+            return x.item()
+        if isinstance(x, dtypes.dtype):
+            return {"__dtype__": x.name}
+        raise TypeError(f"flow.save cannot store a {type(x).__name__} at {path!r}: only tensors, numbers, "
+                        "strings, None, lists, tuples and dicts (no pickled objects)")
+
+    return walk(obj, ""), arrays
+
+
+def decode_state(tree, arrays: dict, where: str):
+    from flowserve.ops.creation import from_numpy
+
+    def walk(x):
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if not isinstance(x, dict):
+            return x
+        if "__tensor__" in x or "__ndarray__" in x:
+            key = x.get("__tensor__", x.get("__ndarray__"))
+            if key not in arrays:
+                raise SavedGraphError(f"{where}: tensor {key!r} is missing from the tensor file")
+            return from_numpy(arrays[key].copy()) if "__tensor__" in x else arrays[key]
+        if "__dict__" in x:
+            return {k: walk(v) for k, v in x["__dict__"]}
+        if "__tuple__" in x:
+            return tuple(walk(v) for v in x["__tuple__"])
+        if "__dtype__" in x:
+            return dtypes.from_name(x["__dtype__"])
+        raise SavedGraphError(f"{where}: unknown entry {sorted(x)!r}")
+
+    try:
+        return walk(tree)
+    except (TypeError, ValueError) as exc:
+        raise SavedGraphError(f"{where}: malformed state ({exc})") from None

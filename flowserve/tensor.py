@@ -1,0 +1,318 @@
+"""``Tensor``: an array on a device plus autograd metadata, or a lazy value while tracing.
+
+Every operator and method goes through ``flowserve.ops``, which binds the op registry's
+primitives: eager tensors run kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve import dtypes
+from flowserve.device import CPU, as_device, to_device_array
+from flowserve.errors import AutogradError, GraphError
+from flowserve.ops.registry import STATE, Meta
+
+
+class Size(tuple):
+    """The shape of a tensor: a tuple that prints as ``flowserve.Size([2, 3])``."""
+
+    def __repr__(self) -> str:
+        return f"flowserve.Size({list(self)})"
+
+    def numel(self) -> int:
+        return int(np.prod(self, dtype=np.int64))
+
+
+class Tensor:
+    """A multi-dimensional array with autograd, as in PyTorch and OneFlow.
+
+    >>> import flowserve as flow
+    >>> x = flow.tensor([[1.0, 2.0]], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad
+    tensor([[2., 4.]], dtype=flowserve.float32)
+    """
+
+    __slots__ = ("_data", "_lazy", "_dtype", "_device", "_requires_grad", "_node",
+                 "_out_index", "grad", "_version", "__weakref__")
+    __array_priority__ = 1000  # numpy defers binary operators to Tensor
+
+    def __init__(self, *args, dtype=None, device=None, requires_grad=False):
+        from flowserve.ops import creation
+
+        if len(args) == 1 and not isinstance(args[0], int):
+            data = creation.array_from(args[0], dtype or dtypes.float32)
+        else:
+            data = np.zeros(tuple(args), dtype=(dtypes.as_dtype(dtype) if dtype else dtypes.float32).np)
+        d = as_device(device) if device is not None else CPU
+        self._set(to_device_array(data, d), None, d)
+        self._requires_grad = bool(requires_grad)
+
+    # -- construction helpers used by the ops -------------------------------------------
+
+    def _set(self, data, lazy, device) -> None:
+        self._data = data
+        self._lazy = lazy
+        self._dtype = dtypes.from_numpy(data.dtype) if data is not None else dtypes.from_name(lazy.dtype)
+        self._device = device
+        self._requires_grad = False
+        self._node = None
+        self._out_index = 0
+        self.grad = None
+        self._version = 0
+
+    @classmethod
+    def _wrap(cls, data, device=CPU) -> "Tensor":
+        t = object.__new__(Tensor)
+        if device.type == "cpu" and type(data) is not np.ndarray:
+            data = np.asarray(data)
+        t._set(data, None, device)
+        return t
+
+    @classmethod
+    def _from_lazy(cls, value, device=CPU) -> "Tensor":
+        t = object.__new__(Tensor)
+        t._set(None, value, device)
+        return t
+
+    def _alias(self) -> "Tensor":
+        """A new handle on the same data or lazy value, without autograd history."""
+        t = object.__new__(Tensor)
+        t._data, t._lazy, t._dtype, t._device = self._data, self._lazy, self._dtype, self._device
+        t._requires_grad, t._node, t._out_index, t.grad, t._version = False, None, 0, None, 0
+        return t
+
+    def _assign(self, other: "Tensor") -> "Tensor":
+        """In-place update: this tensor now holds ``other``'s value (PyTorch's ``x.op_()``)."""
+        if STATE.trace is not None:
+            STATE.trace.assign(self, other)
+            return self
+        if self._requires_grad and self._node is None and STATE.grad_enabled:
+            raise AutogradError(
+                "a leaf Variable that requires grad is being used in an in-place operation.")
+        if other._dtype is not self._dtype:
+            other = other.to(self._dtype)
+        self._data = other._data if other._data.shape == self._data.shape else \
+            self._device.xp.broadcast_to(other._data, self._data.shape).copy()
+        self._version += 1
+        if STATE.grad_enabled and other._requires_grad:
+            self._requires_grad, self._node, self._out_index = True, other._node, other._out_index
+        return self
+
+    # -- metadata -------------------------------------------------------------------------
+
+    @property
+    def meta(self) -> Meta:
+        return Meta(self.shape, self._dtype)
+
+    @property
+    def shape(self) -> Size:
+        return Size(self._data.shape if self._lazy is None else self._lazy.shape)
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    @property
+    def dtype(self) -> dtypes.dtype:
+        return self._dtype
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def is_lazy(self) -> bool:
+        return self._lazy is not None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.is_floating_point
+
+    # -- autograd -------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self._node is not None and not value:
+            raise AutogradError("you can only change requires_grad flags of leaf variables.")
+        if value and not self._dtype.is_floating_point:
+            raise AutogradError(f"only Tensors of floating point dtype can require gradients, got {self._dtype}")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._node is None
+
+    @property
+    def grad_fn(self):
+        return self._node
+
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        from flowserve.autograd.engine import backward
+
+        backward(self, gradient)
+
+    @property
+    def data(self) -> "Tensor":
+        """This tensor's value without autograd history; assigning replaces the value."""
+        return self._alias()
+
+    @data.setter
+    def data(self, value: "Tensor") -> None:
+        self._data, self._lazy, self._dtype, self._device = value._data, value._lazy, value._dtype, value._device
+        self._version += 1
+
+    def detach(self) -> "Tensor":
+        return self._alias()
+
+    def detach_(self) -> "Tensor":
+        self._requires_grad, self._node = False, None
+        return self
+
+    # -- values ---------------------------------------------------------------------------
+
+    def _eager_data(self, what: str):
+        if self._lazy is not None:
+            raise GraphError(
+                f"{what} needs a value, but this is a lazy tensor inside nn.Graph.build "
+                f"(size={tuple(self.shape)}); return it from build() to get its value")
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        data = self._eager_data("Tensor.numpy()")
+        return data if self._device.type == "cpu" else data.get()
+
+    def item(self):
+        data = self._eager_data("Tensor.item()")
+        if data.size != 1:
+            raise GraphError(f"only one element tensors can be converted to Python scalars, got size {tuple(data.shape)}")
+        return data.reshape(()).item() if self._dtype is not dtypes.bfloat16 else float(data.reshape(()))
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype.is_floating_point:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __format__(self, spec: str) -> str:
+        if self._lazy is None and self.numel() == 1:
+            return format(self.item(), spec)
+        return format(repr(self), spec)
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        from flowserve._repr import tensor_repr
+
+        return tensor_repr(self)
+
+    # -- devices and dtypes ---------------------------------------------------------------
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)``, ``t.to(device, dtype)``."""
+        dev, dt = None, kwargs.get("dtype")
+        for a in list(args) + [kwargs.get("device")]:
+            if a is None:
+                continue
+            if isinstance(a, Tensor):
+                dev, dt = a.device, a.dtype
+            elif isinstance(a, dtypes.dtype) or a in (float, int, bool):
+                dt = a
+            else:
+                dev = a
+        from flowserve.ops import functional as _F
+
+        out = self
+        if dt is not None and dtypes.as_dtype(dt) is not self._dtype:
+            out = _F.cast(out, dtypes.as_dtype(dt))
+        if dev is not None and as_device(dev) != self._device:
+            out = _F.to_device(out, as_device(dev))
+        return out
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, index: int = 0) -> "Tensor":
+        return self.to(f"cuda:{index}")
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        return self.to(other.dtype)
+
+    def float(self):
+        return self.to(dtypes.float32)
+
+    def double(self):
+        return self.to(dtypes.float64)
+
+    def half(self):
+        return self.to(dtypes.float16)
+
+    def bfloat16(self):
+        return self.to(dtypes.bfloat16)
+
+    def long(self):
+        return self.to(dtypes.int64)
+
+    def int(self):
+        return self.to(dtypes.int32)
+
+    def bool(self):
+        return self.to(dtypes.bool_)
+
+    def clone(self) -> "Tensor":
+        from flowserve.ops import functional as _F
+
+        return _F.clone(self)
+
+    def contiguous(self) -> "Tensor":
+        return self
+
