@@ -6,7 +6,9 @@ takes the oldest request plus every later one of the same non-batch shape, up
 to ``max_batch_size`` rows, waiting at most ``max_queue_delay_s`` after the
 oldest arrived for the batch to reach the preferred size, runs the batch in
 its own thread, and splits the outputs back by the recorded row counts. A
-failure is set on every future of the batch::
+failure is set on every future of the batch. A single instance whose batches
+take less than ``inline_below_s`` runs them on the event loop itself: a thread
+hop costs more than such a batch (~100 µs)::
 
     batcher = DynamicBatcher([runner.run], max_batch_size=64, max_queue_delay_s=0.0005)
     await batcher.start()
@@ -56,7 +58,8 @@ class DynamicBatcher:
 
     def __init__(self, runners: list[RunBatch], *, max_batch_size: int,
                  max_queue_delay_s: float = 0.0, preferred_batch_sizes: tuple = (),
-                 max_queue_size: int = 1024, on_batch: Callable[[BatchRecord], None] = None):
+                 max_queue_size: int = 1024, on_batch: Callable[[BatchRecord], None] = None,
+                 inline_below_s: float = 0.0005):
         self._runners = list(runners)
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
@@ -68,6 +71,8 @@ class DynamicBatcher:
         self._workers: list[asyncio.Task] = []
         self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
         self._closing = False
+        self._inline_below_s = inline_below_s if len(self._runners) == 1 else 0.0
+        self._compute_ema_s = float("inf")
 
     @property
     def queued(self) -> int:
@@ -181,7 +186,10 @@ class DynamicBatcher:
         failed = True
         try:
             inputs = _concatenate([p.inputs for p in batch])
-            outputs = await loop.run_in_executor(executor, runner, inputs)
+            if self._compute_ema_s < self._inline_below_s:
+                outputs = runner(inputs)
+            else:
+                outputs = await loop.run_in_executor(executor, runner, inputs)
             for pending, part in zip(batch, _split(outputs, [p.rows for p in batch])):
                 _settle(pending.future, result=part)
             failed = False
@@ -193,7 +201,10 @@ class DynamicBatcher:
             for pending in batch:
                 _settle(pending.future, exc=error)
         rows = sum(p.rows for p in batch)
-        self._on_batch(BatchRecord(rows, len(batch), queue_s, time.monotonic() - started, failed))
+        compute_s = time.monotonic() - started
+        ema = self._compute_ema_s
+        self._compute_ema_s = compute_s if ema == float("inf") else 0.9 * ema + 0.1 * compute_s
+        self._on_batch(BatchRecord(rows, len(batch), queue_s, compute_s, failed))
 
 
 def _concatenate(requests: list[dict]) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +20,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import http_schemas as schemas
 from .dataplane import DataPlane, server_version
-from .errors import InvalidRequestError, ModelNotReadyError, RequestTooLargeError, ServerError
+from .errors import (
+    InvalidRequestError,
+    ModelNotReadyError,
+    RequestTooLargeError,
+    ServerError,
+    UnauthorizedError,
+)
 from .http_codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
 
 log = logging.getLogger("flowserve.server")
@@ -37,26 +44,75 @@ def _error(message: str, status: int) -> Response:
     return _json({"error": message}, status)
 
 
-class GuardMiddleware:
-    """Pure ASGI guard: bearer-token auth and the request-size limit."""
+INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 
-    def __init__(self, app, auth_token: str | None, max_request_bytes: int):
-        self.app, self.max_bytes = app, max_request_bytes
-        self.expected = f"Bearer {auth_token}".encode() if auth_token else None
+
+class FrontDoor:
+    """Outermost ASGI app: auth, the body-size limit, and the infer fast path.
+
+    ``POST .../infer`` is served here directly (the same codec and data plane as
+    the documented FastAPI route, without FastAPI's per-request routing and
+    dependency machinery, which costs more than a small model's inference);
+    every other request goes on to FastAPI.
+    """
+
+    def __init__(self, app, plane: DataPlane):
+        self.app, self.plane = app, plane
+        settings = plane.settings
+        self.max_bytes = settings.max_request_bytes
+        self.expected = f"Bearer {settings.auth_token}".encode() if settings.auth_token else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
+        try:
+            self._guard(scope, headers)
+            match = INFER_PATH.match(scope["path"]) if scope["method"] == "POST" else None
+            if match is None:
+                return await self.app(scope, self._limited(receive), send)
+            body = await self._read_body(receive)
+            response = await self._infer(body, headers, *match.groups(default=""))
+        except ServerError as exc:
+            response = _error(str(exc), exc.status)
+        except Exception:
+            log.exception("unexpected error on %s", scope["path"])
+            response = _error("internal error", 500)
+        await response(scope, receive, send)
+
+    def _guard(self, scope, headers: dict) -> None:
         if self.expected and scope["path"] not in OPEN_PATHS:
             if headers.get(b"authorization") != self.expected:
-                return await _error("authorization: missing or wrong bearer token",
-                                    401)(scope, receive, send)
+                raise UnauthorizedError("authorization: missing or wrong bearer token")
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await _error(f"body: {int(length)} bytes exceed the limit of "
-                                f"{self.max_bytes}", 413)(scope, receive, send)
-        await self.app(scope, self._limited(receive), send)
+            raise RequestTooLargeError(
+                f"body: {int(length)} bytes exceed the limit of {self.max_bytes}")
+
+    async def _read_body(self, receive) -> bytes:
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise InvalidRequestError("body: the client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                raise RequestTooLargeError(f"body: more than {self.max_bytes} bytes")
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    async def _infer(self, body: bytes, headers: dict, model: str, version: str) -> Response:
+        header_length = headers.get(HEADER_LENGTH.encode())
+        request, wishes = decode_infer_request(
+            body, header_length.decode("latin-1") if header_length is not None else None,
+            model, version)
+        payload, json_length = encode_infer_response(await self.plane.infer(request), wishes)
+        if json_length is None:
+            return Response(payload, media_type=JSON)
+        return Response(payload, media_type="application/octet-stream",
+                        headers={"Inference-Header-Content-Length": str(json_length)})
 
     def _limited(self, receive):
         seen = 0
@@ -72,8 +128,8 @@ class GuardMiddleware:
         return limited_receive
 
 
-def build_http_app(plane: DataPlane) -> FastAPI:
-    """The FastAPI app serving ``plane``."""
+def build_http_app(plane: DataPlane) -> FrontDoor:
+    """The ASGI app serving ``plane`` (``.app`` is the FastAPI app behind it)."""
     app = FastAPI(
         title="flowserve",
         version=server_version(),
@@ -83,10 +139,7 @@ def build_http_app(plane: DataPlane) -> FastAPI:
     app.include_router(_health_routes(plane))
     app.include_router(_repository_routes(plane))  # before /v2/models/{name}: owns .../stats
     app.include_router(_model_routes(plane))
-    settings = plane.settings
-    app.add_middleware(GuardMiddleware, auth_token=settings.auth_token,
-                       max_request_bytes=settings.max_request_bytes)
-    return app
+    return FrontDoor(app, plane)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

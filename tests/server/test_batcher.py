@@ -1,0 +1,194 @@
+"""DynamicBatcher on its own: merging, splitting, failures, bounds, timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from flowserve.server.batcher import DynamicBatcher
+from flowserve.server.errors import InferenceFailedError, QueueFullError, RequestTimeoutError
+
+
+class RecordingRunner:
+    """Doubles ``x`` row-wise and records every batch size it ran."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.batches, self.delay_s = [], delay_s
+
+    def __call__(self, inputs):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        self.batches.append(len(inputs["x"]))
+        return {"y": inputs["x"] * 2, "z": inputs["x"].sum(axis=1)}
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_merges_requests_and_splits_results_back_in_order():
+    runner = RecordingRunner(delay_s=0.01)
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=32, max_queue_delay_s=0.05)
+        await batcher.start()
+        xs = [np.full((rows, 2), i, np.float32) for i, rows in enumerate([1, 3, 2, 1] * 4)]
+        results = await asyncio.gather(*(batcher.submit({"x": x}, len(x)) for x in xs))
+        await batcher.stop()
+        return xs, results
+
+    xs, results = run(main())
+    for x, result in zip(xs, results):
+        np.testing.assert_array_equal(result["y"], x * 2)
+        np.testing.assert_array_equal(result["z"], x.sum(axis=1))
+    assert sum(runner.batches) == sum(len(x) for x in xs)
+    assert max(runner.batches) > 3  # requests really were merged
+
+
+def test_never_exceeds_max_batch_size():
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=4, max_queue_delay_s=0.02)
+        await batcher.start()
+        await asyncio.gather(*(batcher.submit({"x": np.ones((3, 2))}, 3) for _ in range(10)))
+        await batcher.stop()
+
+    run(main())
+    assert max(runner.batches) <= 4 and sum(runner.batches) == 30
+
+
+def test_requests_of_other_shapes_are_not_merged():
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=64, max_queue_delay_s=0.02)
+        await batcher.start()
+        shapes = [(1, 2), (1, 5)] * 5
+        results = await asyncio.gather(*(batcher.submit({"x": np.ones(s)}, 1) for s in shapes))
+        await batcher.stop()
+        return shapes, results
+
+    shapes, results = run(main())
+    assert [r["y"].shape for r in results] == shapes
+    assert sorted(runner.batches) == [5, 5]
+
+
+def test_failure_is_set_on_every_waiting_future():
+    def failing(inputs):
+        raise InferenceFailedError("runtime exploded")
+
+    async def main():
+        batcher = DynamicBatcher([failing], max_batch_size=8, max_queue_delay_s=0.02)
+        await batcher.start()
+        outcomes = await asyncio.gather(
+            *(batcher.submit({"x": np.ones((1, 2))}, 1) for _ in range(5)),
+            return_exceptions=True)
+        await batcher.stop()
+        return outcomes
+
+    outcomes = run(main())
+    assert all(isinstance(o, InferenceFailedError) for o in outcomes)
+
+
+def test_unexpected_exception_in_runner_fails_requests_instead_of_hanging():
+    def buggy(inputs):
+        raise KeyError("bug")
+
+    async def main():
+        batcher = DynamicBatcher([buggy], max_batch_size=8)
+        await batcher.start()
+        with pytest.raises(InferenceFailedError, match="KeyError"):
+            await batcher.submit({"x": np.ones((1, 2))}, 1)
+        await batcher.stop()
+
+    run(main())
+
+
+def test_full_queue_refuses_with_queue_full_error():
+    gate = threading.Event()
+
+    def blocked(inputs):
+        gate.wait(10)
+        return {"y": inputs["x"]}
+
+    async def main():
+        batcher = DynamicBatcher([blocked], max_batch_size=1, max_queue_size=3,
+                                 inline_below_s=0)
+        await batcher.start()
+        first = asyncio.create_task(batcher.submit({"x": np.ones((1, 1))}, 1))
+        await asyncio.sleep(0.05)  # the worker holds the first request
+        queued = [asyncio.create_task(batcher.submit({"x": np.ones((1, 1))}, 1))
+                  for _ in range(3)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(QueueFullError, match="queue full"):
+            await batcher.submit({"x": np.ones((1, 1))}, 1)
+        gate.set()
+        await asyncio.gather(first, *queued)
+        await batcher.stop()
+
+    run(main())
+
+
+def test_request_timeout_in_queue():
+    gate = threading.Event()
+
+    def blocked(inputs):
+        gate.wait(10)
+        return {"y": inputs["x"]}
+
+    async def main():
+        batcher = DynamicBatcher([blocked], max_batch_size=1, inline_below_s=0)
+        await batcher.start()
+        first = asyncio.create_task(batcher.submit({"x": np.ones((1, 1))}, 1))
+        await asyncio.sleep(0.05)
+        late = asyncio.create_task(batcher.submit({"x": np.ones((1, 1))}, 1, timeout_s=0.01))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await first
+        with pytest.raises(RequestTimeoutError, match="timed out"):
+            await late
+        await batcher.stop()
+
+    run(main())
+
+
+def test_several_instances_run_batches_in_parallel():
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def slow(inputs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return {"y": inputs["x"]}
+
+    async def main():
+        batcher = DynamicBatcher([slow, slow], max_batch_size=1)
+        await batcher.start()
+        await asyncio.gather(*(batcher.submit({"x": np.ones((1, 1))}, 1) for _ in range(4)))
+        await batcher.stop()
+
+    run(main())
+    assert peak[0] == 2
+
+
+def test_stop_finishes_queued_requests():
+    runner = RecordingRunner(delay_s=0.01)
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=2)
+        await batcher.start()
+        tasks = [asyncio.create_task(batcher.submit({"x": np.ones((1, 1))}, 1))
+                 for _ in range(6)]
+        await asyncio.sleep(0)
+        await batcher.stop()
+        return await asyncio.gather(*tasks)
+
+    assert len(run(main())) == 6
