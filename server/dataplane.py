@@ -132,7 +132,13 @@ class DataPlane:
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""
-        models = [self.model(name, version)] if name else self.repository.loaded()
+        if name and version:
+            models = [self.model(name, version)]
+        elif name:
+            latest = self.model(name)  # 404 / 503 when absent
+            models = [m for m in self.repository.loaded() if m.name == latest.name]
+        else:
+            models = self.repository.loaded()
         return {"model_stats": [_model_statistics(m) for m in models]}
 
     def repository_index(self, ready_only: bool = False) -> list[dict]:

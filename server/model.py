@@ -22,7 +22,7 @@ import onnx
 
 from .batcher import BatchRecord, DynamicBatcher
 from .config import ResolvedModelConfig
-from .datatypes import DATATYPE_BY_ONNX, NUMPY_BY_DATATYPE
+from .datatypes import DATATYPE_BY_NUMPY, DATATYPE_BY_ONNX, NUMPY_BY_DATATYPE
 from .errors import InvalidRequestError, ModelLoadError
 from .runtime import OrtRunner
 
@@ -134,10 +134,6 @@ class ServedModel:
 
     def check_inputs(self, inputs: dict) -> int:
         """Validate ``inputs`` against the model; returns the request's batch rows."""
-        missing = [name for name in self._input_by_name if name not in inputs]
-        if missing:
-            raise InvalidRequestError(f"inputs: missing input(s) {missing}; model "
-                                      f"{self.name!r} expects {list(self._input_by_name)}")
         rows = None
         for name, array in inputs.items():
             spec = self._input_by_name.get(name)
@@ -147,6 +143,10 @@ class ServedModel:
             _check_tensor(spec, array)
             if self.max_batch_size:
                 rows = _check_rows(name, array, rows, self.max_batch_size)
+        missing = [name for name in self._input_by_name if name not in inputs]
+        if missing:
+            raise InvalidRequestError(f"inputs: missing input(s) {missing}; model "
+                                      f"{self.name!r} expects {list(self._input_by_name)}")
         return rows or 1
 
     def check_outputs(self, names: Optional[list[str]]) -> list[str]:
@@ -202,7 +202,7 @@ def _zeros(spec: TensorSpec, rows: Optional[int]) -> np.ndarray:
 
 def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
     if array.dtype != spec.dtype:
-        given = "BYTES" if array.dtype == object else str(array.dtype)
+        given = DATATYPE_BY_NUMPY.get(array.dtype, str(array.dtype))
         raise InvalidRequestError(
             f"input {spec.name!r}: datatype {given} given, model expects {spec.datatype}"
         )
