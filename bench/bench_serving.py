@@ -1,0 +1,307 @@
+"""Serving figures, side by side in one run on loopback (issue 6's closing note).
+
+1. Server-added latency at concurrency 1 on an MLP 64-256-10 (round trip minus
+   in-process ONNX Runtime): HTTP binary, HTTP JSON, gRPC, and the plain
+   FastAPI + onnxruntime app with JSON.
+2. Throughput at concurrency 32 on that MLP vs the plain app.
+3. Throughput at concurrency 32 on mobilenet_v2 (224x224, 1000 classes) with
+   batching vs in-process ONNX Runtime at the batch size the server formed and
+   vs the plain app.
+
+Every load is bounded in time (``--seconds`` each) and targets 127.0.0.1 only::
+
+    python bench/bench_serving.py --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from flowserve.clients import GRPCClient, HTTPClient
+from flowserve.clients.perf import run_load
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def mlp_model(sizes=(64, 256, 10)) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        inits += [numpy_helper.from_array((rng.standard_normal((a, b)) / np.sqrt(a)).astype(
+            np.float32), f"w{i}"), numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}")]
+        out = "y" if i == len(sizes) - 2 else f"h{i}"
+        nodes.append(helper.make_node("Gemm", [prev, f"w{i}", f"b{i}"], [out]))
+        if out != "y":
+            nodes.append(helper.make_node("Relu", [out], [out + "r"]))
+            out += "r"
+        prev = out
+    return _model(nodes, inits, [sizes[0]], [sizes[-1]])
+
+
+def _model(nodes, inits, in_dims, out_dims) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", *in_dims])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", *out_dims])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+class _ConvBuilder:
+    """Conv (batch norm folded into weights and bias) + ReLU6, random weights."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.count = [], [], 0
+        self.rng = np.random.default_rng(0)
+
+    def conv(self, x, cin, cout, k=1, stride=1, groups=1, relu6=True):
+        self.count += 1
+        name = f"c{self.count}"
+        w = self.rng.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+        w *= np.sqrt(2.0 / (cin // groups * k * k)).astype(np.float32)
+        self.inits += [numpy_helper.from_array(w, name + "_w"),
+                       numpy_helper.from_array(np.zeros(cout, np.float32), name + "_b")]
+        self.nodes.append(helper.make_node(
+            "Conv", [x, name + "_w", name + "_b"], [name], kernel_shape=[k, k],
+            strides=[stride, stride], pads=[k // 2] * 4, group=groups))
+        if not relu6:
+            return name
+        self.nodes.append(helper.make_node("Clip", [name, "zero", "six"], [name + "_r"]))
+        return name + "_r"
+
+
+def mobilenet_v2_model() -> onnx.ModelProto:
+    """MobileNetV2 (width 1.0, ImageNet head) with random weights."""
+    b = _ConvBuilder()
+    b.inits += [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                numpy_helper.from_array(np.array(6, np.float32), "six")]
+    x, cin = b.conv("x", 3, 32, 3, 2), 32
+    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1)]
+    for expand, cout, repeats, stride in settings:
+        for i in range(repeats):
+            s = stride if i == 0 else 1
+            hidden = cin * expand
+            h = b.conv(x, cin, hidden) if expand != 1 else x
+            h = b.conv(h, hidden, hidden, 3, s, groups=hidden)
+            h = b.conv(h, hidden, cout, relu6=False)
+            if s == 1 and cin == cout:
+                b.nodes.append(helper.make_node("Add", [x, h], [h + "_add"]))
+                h += "_add"
+            x, cin = h, cout
+    x = b.conv(x, cin, 1280)
+    b.nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"]),
+                helper.make_node("Flatten", ["pool"], ["flat"])]
+    w = (b.rng.standard_normal((1280, 1000)) / np.sqrt(1280)).astype(np.float32)
+    b.inits += [numpy_helper.from_array(w, "fc_w"),
+                numpy_helper.from_array(np.zeros(1000, np.float32), "fc_b")]
+    b.nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"]))
+    return _model(b.nodes, b.inits, [3, 224, 224], [1000])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(command: list[str], ready_url: str, timeout_s: float = 120) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client, deadline = HTTPClient(ready_url, timeout_s=5), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(process.stderr.read().decode())
+        try:
+            if client.is_ready():
+                return process
+        except Exception:
+            time.sleep(0.2)
+    process.kill()
+    raise TimeoutError(f"{command} not ready")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def ort_latency_us(model: onnx.ModelProto, x: np.ndarray, seconds: float) -> float:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    times, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline and len(times) < 20000:
+        started = time.perf_counter()
+        session.run(None, {"x": x})
+        times.append(time.perf_counter() - started)
+    return float(np.median(times) * 1e6)
+
+
+def ort_rows_per_s(model: onnx.ModelProto, batch: int, seconds: float) -> float:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+    session.run(None, {"x": x})
+    runs, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        session.run(None, {"x": x})
+        runs += 1
+    return runs * batch / (time.monotonic() - started)
+
+
+def round_trip_us(call, seconds: float) -> tuple[float, float]:
+    for _ in range(50):
+        call()
+    times, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline and len(times) < 20000:
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return float(np.percentile(times, 50) * 1e6), float(np.percentile(times, 99) * 1e6)
+
+
+def plain_json_call(url: str, x: np.ndarray):
+    client = HTTPClient(url)
+    body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.reshape(-1).tolist()}]}).encode()
+    path = "/v2/models/m/infer"
+
+    def call():
+        status, _, data = client.request("POST", path, body, {"Content-Type": "application/json"})
+        assert status == 200, data
+        json.loads(data)
+
+    return call
+
+
+def load(url, model, concurrency, seconds, protocol="http", binary=True, x=None):
+    inputs = None if x is None else {"x": x}
+    report = asyncio.run(run_load(url, model, concurrency, seconds, protocol, binary,
+                                  inputs=inputs, warmup_s=0.5))
+    if report.errors:
+        raise RuntimeError(report.first_error)
+    return report
+
+
+def write_repository(root: pathlib.Path, mlp, mobilenet) -> None:
+    for name, model, config in (
+        ("mlp", mlp, {"max_batch_size": 64}),
+        ("mobilenet", mobilenet, {"max_batch_size": 32,
+                                  "dynamic_batching": {"max_queue_delay_us": 5000,
+                                                       "preferred_batch_size": [16]}}),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(model, root / name / "1" / "model.onnx")
+        (root / name / "config.json").write_text(json.dumps(config))
+    onnx.save(mlp, root.parent / "mlp.onnx")
+    onnx.save(mobilenet, root.parent / "mobilenet.onnx")
+
+
+def row(table, name, value, unit, note=""):
+    table.append((name, value, unit, note))
+    print(f"{name:<58} {value:>12,.1f} {unit:<7} {note}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each load")
+    args = parser.parse_args()
+    seconds, table = args.seconds, []
+    mlp, mobilenet = mlp_model(), mobilenet_v2_model()
+    x1 = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    image = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository(root, mlp, mobilenet)
+        http_port, grpc_port, plain_port = free_port(), free_port(), free_port()
+        http_url, grpc_addr = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+        plain_url = f"http://127.0.0.1:{plain_port}"
+        env_python = [sys.executable]
+        print(f"machine: {os.cpu_count()} cores, onnxruntime {ort.__version__}\n")
+        print(f"{'figure':<58} {'value':>12} {'unit':<7} note")
+        ort_us = ort_latency_us(mlp, x1, min(seconds, 3))
+        row(table, "MLP 64-256-10 in-process ORT, batch 1, p50", ort_us, "us")
+
+        server = start(env_python + ["-m", "flowserve.server", str(root), "--http-port",
+                                     str(http_port), "--grpc-port", str(grpc_port),
+                                     "--log-level", "warning"], http_url)
+        try:
+            http_bin, http_json = HTTPClient(http_url), HTTPClient(http_url, binary=False)
+            grpc_client = GRPCClient(grpc_addr)
+            latency = {}
+            for name, call in (
+                ("HTTP binary", lambda: http_bin.infer("mlp", {"x": x1})),
+                ("HTTP JSON", lambda: http_json.infer("mlp", {"x": x1})),
+                ("gRPC", lambda: grpc_client.infer("mlp", {"x": x1})),
+            ):
+                p50, p99 = round_trip_us(call, min(seconds, 3))
+                latency[name] = p50 - ort_us
+                row(table, f"server-added latency c=1, flowserve {name}, p50", p50 - ort_us, "us")
+                row(table, f"server-added latency c=1, flowserve {name}, p99", p99 - ort_us, "us")
+            mlp_tp = {}
+            for name, protocol, binary, url in (("HTTP binary", "http", True, http_url),
+                                                ("HTTP JSON", "http", False, http_url),
+                                                ("gRPC", "grpc", True, grpc_addr)):
+                report = load(url, "mlp", 32, seconds, protocol, binary, x1)
+                mlp_tp[name] = report.throughput
+                row(table, f"MLP throughput c=32, flowserve {name}", report.throughput, "req/s",
+                    f"p99 {report.percentile_ms(99):.2f} ms")
+            report = load(http_url, "mobilenet", 32, seconds, "http", True, image)
+            stats = http_bin.statistics("mobilenet")["model_stats"][0]
+            formed = stats["inference_count"] / max(1, stats["execution_count"])
+            mobile_tp = report.throughput
+            row(table, "mobilenet_v2 throughput c=32, flowserve HTTP binary", mobile_tp, "req/s",
+                f"avg batch formed {formed:.1f}")
+        finally:
+            stop(server)
+
+        plain = start(env_python + [str(HERE / "plain_fastapi_app.py"),
+                                    str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)],
+                      plain_url)
+        try:
+            p50, p99 = round_trip_us(plain_json_call(plain_url, x1), min(seconds, 3))
+            plain_latency = p50 - ort_us
+            row(table, "server-added latency c=1, plain FastAPI+ORT JSON, p50", plain_latency, "us")
+            row(table, "server-added latency c=1, plain FastAPI+ORT JSON, p99", p99 - ort_us, "us")
+            plain_mlp = load(plain_url, "m", 32, seconds, "http", False, x1).throughput
+            row(table, "MLP throughput c=32, plain FastAPI+ORT JSON", plain_mlp, "req/s")
+        finally:
+            stop(plain)
+        plain = start(env_python + [str(HERE / "plain_fastapi_app.py"),
+                                    str(pathlib.Path(tmp) / "mobilenet.onnx"), str(plain_port)],
+                      plain_url)
+        try:
+            plain_mobile = load(plain_url, "m", 32, seconds, "http", False, image).throughput
+            row(table, "mobilenet_v2 throughput c=32, plain FastAPI+ORT JSON", plain_mobile,
+                "req/s")
+        finally:
+            stop(plain)
+        batch = max(1, int(round(formed)))
+        in_process = ort_rows_per_s(mobilenet, batch, seconds)
+        row(table, f"mobilenet_v2 in-process ORT at batch {batch}", in_process, "img/s")
+
+    print("\nratios (goal in brackets)")
+    print(f"  HTTP binary server-added p50 {latency['HTTP binary']:.0f} us (<= 250 us); "
+          f"plain app JSON {plain_latency:.0f} us")
+    print(f"  MLP c=32 flowserve HTTP binary / plain app: {mlp_tp['HTTP binary'] / plain_mlp:.2f}x"
+          f"  (>= 2x); JSON / plain: {mlp_tp['HTTP JSON'] / plain_mlp:.2f}x; "
+          f"gRPC / plain: {mlp_tp['gRPC'] / plain_mlp:.2f}x")
+    print(f"  mobilenet_v2 flowserve / in-process ORT at batch {batch}: "
+          f"{mobile_tp / in_process:.2f}  (>= 0.85)")
+    print(f"  mobilenet_v2 flowserve / plain app: {mobile_tp / plain_mobile:.2f}x  (>= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

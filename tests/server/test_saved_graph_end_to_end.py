@@ -1,0 +1,54 @@
+"""A graph saved with the public API (``flow.save``) served and queried end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowserve.clients import GRPCClient, HTTPClient
+
+from .conftest import running_server
+
+exporter = pytest.importorskip("flowserve.exporter")
+if not hasattr(exporter, "export"):
+    pytest.skip("flowserve.exporter.export is not available yet", allow_module_level=True)
+
+
+def test_saved_directory_served_over_http_and_grpc(tmp_path):
+    import flowserve as flow
+
+    model = flow.nn.Sequential(flow.nn.Linear(4, 8), flow.nn.ReLU(), flow.nn.Linear(8, 3))
+
+    class TinyGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    graph = TinyGraph()
+    graph(flow.randn(2, 4))
+    flow.save(graph, tmp_path / "m")
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    reference = model(flow.tensor(x)).numpy()
+    with running_server(tmp_path / "m") as server:
+        name = HTTPClient(server.http_url).repository_index()[0]["name"]
+        for client in (HTTPClient(server.http_url), GRPCClient(server.grpc_address)):
+            outputs = client.infer(name, {client.model_metadata(name)["inputs"][0]["name"]: x})
+            (y,) = outputs.values()
+            scale = float(np.max(np.abs(reference)))
+            np.testing.assert_allclose(y, reference, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_corrupted_saved_directory_is_reported_naming_the_file(tmp_path, repository):
+    import shutil
+
+    repo = shutil.copytree(repository, tmp_path / "repo")
+    (repo / "saved" / "1").mkdir(parents=True)
+    (repo / "saved" / "1" / "flowserve.json").write_text("{ not json")
+    with running_server(repo) as server:
+        rows = HTTPClient(server.http_url).repository_index()
+        saved = next(r for r in rows if r["name"] == "saved")
+        assert saved["state"] == "UNAVAILABLE" and "flowserve.json" in saved["reason"]
+        assert HTTPClient(server.http_url).is_model_ready("mlp")
