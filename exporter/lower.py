@@ -22,13 +22,14 @@ def _batch_shape(shape, batch: int | None) -> list:
 
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
-             opset: int = versions.DEFAULT_OPSET) -> onnx.ModelProto:
+             opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
     constants). ``state_inputs``: state fed per call. ``state_outputs``: state whose new
     value (``ir.updates``) is returned as output ``<name>:new``. ``dynamic_batch``: dim 0 of
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
+    ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
     """
     b = Builder(opset)
     batch = ir.inputs[0].shape[0] if dynamic_batch and ir.inputs and ir.inputs[0].shape else None
@@ -41,7 +42,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.initializer(name, np.asarray(array))
     ctx = LoweringContext(ir, b, dynamic_batch)
     for node in ir.nodes:
-        lower = LOWERINGS.get(node.op)
+        lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op)
         if lower is None:
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)

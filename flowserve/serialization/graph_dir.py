@@ -43,6 +43,12 @@ def _batch(ir: GraphIR) -> int | None:
     return firsts.pop() if len(firsts) == 1 and all(v.shape for v in ir.inputs) else None
 
 
+def graph_signature(ir: GraphIR) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The input and output specs of ``ir``: dim 0 is dynamic (-1) where the inputs share it."""
+    batch = _batch(ir)
+    return _signature(ir.inputs, batch), _signature(ir.outputs, batch)
+
+
 def save_graph(graph, directory) -> None:
     from flowserve.nn.graph.inference import inference_traced
 
@@ -54,11 +60,11 @@ def save_graph(graph, directory) -> None:
         for name, t in graph._last.traced.state.items():
             arrays.setdefault(name, t.numpy())
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
-    batch = _batch(ir)
+    inputs, outputs = graph_signature(ir)
     manifest = SavedGraphManifest(
         format_version=FORMAT_VERSION, flowserve_version=flowserve.__version__, graph_name=graph.name,
         graph_class=type(graph).__name__, training=graph.training,
-        inputs=_signature(ir.inputs, batch), outputs=_signature(ir.outputs, batch),
+        inputs=inputs, outputs=outputs,
         config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})
     _write_atomically(Path(directory), manifest, graph_bytes, arrays)
 

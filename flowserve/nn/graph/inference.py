@@ -27,8 +27,9 @@ def inference_traced(graph: Graph) -> Traced:
     trace of the last top-level non-loss module it called, in eval mode, without grads."""
     compiled = graph._last
     if compiled is None:
-        raise GraphError(f"nn.Graph {graph.name} must be compiled first: call it once on sample inputs "
-                         "before saving it (flow.save traces what a call runs)")
+        raise GraphError(f"(GRAPH:{graph.name}:{type(graph).__name__}) has not been compiled; the graph must be "
+                         "compiled first. You can call the graph once on sample inputs to trigger its "
+                         "compilation (flow.save and export use what that call traced).")
     if not graph.training:
         return compiled.traced
     from flowserve.nn.modules.loss import _Loss

@@ -1,0 +1,107 @@
+"""``flowserve export DIR -o model.onnx`` and ``flowserve inspect DIR``.
+
+Errors are one line on stderr naming the file and the problem, exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from flowserve.errors import FlowserveError
+
+EXIT_ERROR = 2
+
+
+def _fail(exc: Exception) -> None:
+    message = " ".join(str(exc).split())
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def export(
+    dir: Path = typer.Argument(..., help="A saved graph directory (written by flow.save)."),  # noqa: A002
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="Where to write the ONNX model (default: DIR.onnx)."),
+    target: str = typer.Option("portable", help="portable (flowserve-domain local functions, any runtime) "
+                                                "or onnxruntime (com.microsoft fused kernels)."),
+    opset: Optional[int] = typer.Option(None, help="ONNX opset (default: the newest ONNX Runtime loads, >= 21)."),
+    no_check: bool = typer.Option(False, "--no-check",
+                                  help="Skip onnx.checker, shape inference and the parity check."),
+) -> None:
+    """Export a saved graph to ONNX with fused subgraphs, checked against flowserve."""
+    from flowserve.exporter.export import export as export_model
+
+    path = output or dir.with_name(dir.name + ".onnx")
+    try:
+        result = export_model(dir, path, target=target, opset=opset, check=not no_check)
+    except FlowserveError as exc:
+        _fail(exc)
+    typer.echo(result.report.summary())
+    typer.echo(f"wrote {path}")
+
+
+def inspect(
+    dir: Path = typer.Argument(..., help="A saved graph directory (written by flow.save)."),  # noqa: A002
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (for machines)."),
+) -> None:
+    """Print a saved graph's signature, parameters, op counts and the groups the exporter fuses."""
+    try:
+        info = describe(dir)
+    except FlowserveError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(info, indent=1))
+        return
+    typer.echo(format_table(info))
+
+
+def describe(directory) -> dict:
+    """What ``inspect`` shows, as JSON-able data."""
+    from flowserve.exporter.passes import ExportGraph, run_passes
+    from flowserve.serialization import read_graph_dir
+
+    manifest, ir, params = read_graph_dir(directory)
+    kinds = ir.state_kinds
+    weights = [params[k] for k in ir.state if kinds[k] in ("parameter", "buffer")]
+    graph = run_passes(ExportGraph.of(ir, params))
+    return {
+        "directory": str(directory), "graph": manifest.graph_name, "class": manifest.graph_class,
+        "format_version": manifest.format_version, "flowserve_version": manifest.flowserve_version,
+        "saved_training": manifest.training,
+        "inputs": [s.model_dump() for s in manifest.inputs], "outputs": [s.model_dump() for s in manifest.outputs],
+        "parameters": int(sum(int(np.prod(a.shape)) for a in weights)),
+        "parameter_bytes": int(sum(a.nbytes for a in weights)),
+        "ops": ir.op_counts(), "nodes": len(ir.nodes),
+        "fused": [g.to_json() for g in graph.groups], "nodes_after_fusion": len(graph.ir.nodes),
+    }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def format_table(info: dict) -> str:
+    lines = [f"{info['graph']} ({info['class']}), saved by flowserve {info['flowserve_version']}, "
+             f"format {info['format_version']}", "", "signature:"]
+    for kind in ("inputs", "outputs"):
+        for s in info[kind]:
+            shape = "(" + ", ".join("batch" if d == -1 and i == 0 else str(d) for i, d in enumerate(s["shape"])) + ")"
+            lines.append(f"  {kind[:-1]:<7} {s['name']:<24} {s['dtype']:<8} {shape}")
+    lines += ["", f"parameters: {info['parameters']:,} ({_size(info['parameter_bytes'])})", "",
+              f"ops ({info['nodes']} nodes):"]
+    lines += [f"  {op:<24} {n:>5}" for op, n in sorted(info["ops"].items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines += ["", f"fused groups ({len(info['fused'])}; {info['nodes']} -> {info['nodes_after_fusion']} nodes):"]
+    if not info["fused"]:
+        lines.append("  (none)")
+    lines += [f"  {g['kind']:<12} {g['scope'] or '-':<28} {' + '.join(g['ops']):<36} {g['detail']}"
+              for g in info["fused"]]
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""How each fused group (a ``fused.<Kind>`` IR node) becomes ONNX, per target.
+
+``portable``: a model-local function in the ``flowserve`` domain whose body is plain
+``ai.onnx`` (ONNX Runtime inlines it at load; ``onnx.reference`` runs it too).
+``onnxruntime``: ONNX Runtime's fused kernel (``com.microsoft``) where one exists,
+else the same function.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from flowserve.errors import ExportError
+from flowserve.exporter.functions import call_function
+from flowserve.exporter.passes import FUSED_PREFIX
+from flowserve.exporter.versions import MS_DOMAIN
+
+TARGETS = ("portable", "onnxruntime")
+ORT_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
+_EMITTERS: dict[str, Callable] = {}
+
+
+def emitter(kind: str):
+    def register(fn: Callable) -> Callable:
+        _EMITTERS[kind] = fn
+        return fn
+
+    return register
+
+
+def fused_lowerings(target: str) -> dict:
+    """Op name -> lowering for every fused kind, bound to ``target``."""
+    if target not in TARGETS:
+        raise ExportError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    return {FUSED_PREFIX + kind: _bound(fn, target) for kind, fn in _EMITTERS.items()}
+
+
+def _bound(fn: Callable, target: str) -> Callable:
+    def lower(b, node, ctx):
+        fn(b, node, ctx, target)
+
+    return lower
+
+
+# -- activations, shared by every body ---------------------------------------------------
+
+
+def activation(fb, x: str, act: str | None) -> str:
+    """``act(x)`` in plain ONNX; ``act`` is an IR activation name or None."""
+    if act is None:
+        return x
+    if act in ORT_ACTIVATIONS:
+        return fb.op1(ORT_ACTIVATIONS[act], [x])
+    if act == "gelu":
+        return fb.op1("Gelu", [x], approximate="none")
+    if act == "gelu_tanh":
+        return fb.op1("Gelu", [x], approximate="tanh")
+    if act == "silu":
+        return fb.op1("Mul", [x, fb.op1("Sigmoid", [x])])
+    raise ExportError(f"fused activation {act!r} has no ONNX form")
+
+
+def variant(kind: str, act: str | None, *extra) -> str:
+    """The function name of one body: ``Gemm_relu``, ``Conv_k3_s2_g32_relu``."""
+    parts = [kind] + [str(e) for e in extra if e not in (None, "")] + ([act] if act else [])
+    return "_".join(parts)
+
+
+def load_emitters() -> None:
+    """Import the modules that register emitters (one per fused family)."""
+    from flowserve.exporter.emit import linear, norm_act  # noqa: F401

@@ -1,0 +1,128 @@
+"""Exporter passes: rewrite an inference IR before it is lowered to ONNX.
+
+Each pass is one file with one job. A pass takes an ``ExportGraph`` (the IR, the arrays
+that will become initializers, the fused groups formed so far) and returns how many
+rewrites it made. Fusion passes replace a matched group of nodes by one node whose op
+is ``fused.<Kind>`` (see ``exporter/fused.py`` for how each kind is emitted).
+
+>>> g = ExportGraph.of(ir, arrays)          # doctest: +SKIP
+>>> run_passes(g)                            # doctest: +SKIP
+>>> [grp.kind for grp in g.groups]           # doctest: +SKIP
+['Gemm', 'Gemm']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flowserve.ir.graph import GraphIR, Node, Value
+
+FUSED_PREFIX = "fused."
+
+
+@dataclass
+class FusedGroup:
+    """One fused subgraph: its kind, where it came from, what it replaced."""
+
+    kind: str
+    scope: str
+    ops: list
+    output: str
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "scope": self.scope, "ops": self.ops, "output": self.output,
+                "detail": self.detail}
+
+
+@dataclass
+class ExportGraph:
+    """What the passes rewrite: the IR, the arrays baked as initializers, the groups."""
+
+    ir: GraphIR
+    consts: dict
+    groups: list = field(default_factory=list)
+    folded: int = 0
+
+    @classmethod
+    def of(cls, ir: GraphIR, arrays: dict) -> "ExportGraph":
+        """A private copy of ``ir`` (passes never touch the caller's graph)."""
+        copy = GraphIR.from_json(ir.to_json(), where=f"graph {ir.name}")
+        return cls(copy, {k: arrays[k] for k in copy.state})
+
+    # -- queries the patterns need ------------------------------------------------------
+
+    def producer(self, name: str) -> Node | None:
+        return self._producers.get(name)
+
+    def users(self, name: str) -> list:
+        return self._users.get(name, [])
+
+    def is_const(self, name: str) -> bool:
+        return name in self.consts
+
+    def single_use(self, name: str) -> bool:
+        """Used by exactly one node and not a graph output (so it may vanish in a fusion)."""
+        return len(self.users(name)) == 1 and name not in self.output_names
+
+    def refresh(self) -> None:
+        self._producers = self.ir.producers()
+        self._users = self.ir.consumers()
+        self.output_names = {v.name for v in self.ir.outputs}
+
+    # -- edits -----------------------------------------------------------------------
+
+    def add_const(self, name: str, array) -> str:
+        from flowserve import dtypes
+
+        self.consts[name] = array
+        value = Value(name, tuple(array.shape), dtypes.from_numpy(array.dtype).name)
+        self.ir.values[name] = value
+        self.ir.state[name] = value
+        self.ir.state_kinds[name] = "constant"
+        return name
+
+    def replace(self, old: list, new: Node, group: FusedGroup | None = None) -> None:
+        """Put ``new`` where the last of ``old`` was, and drop ``old``."""
+        drop = {id(n) for n in old}
+        last = max(i for i, n in enumerate(self.ir.nodes) if id(n) in drop)
+        nodes = []
+        for i, n in enumerate(self.ir.nodes):
+            if i == last:
+                nodes.append(new)
+            if id(n) not in drop:
+                nodes.append(n)
+        self.ir.nodes = nodes
+        if group is not None:
+            self.groups.append(group)
+        self.refresh()
+
+    def prune(self) -> None:
+        """Drop nodes whose outputs nobody reads, and state nothing reads."""
+        needed = {v.name for v in self.ir.outputs}
+        kept = []
+        for node in reversed(self.ir.nodes):
+            if any(o in needed for o in node.outputs):
+                kept.append(node)
+                needed.update(node.inputs)
+        self.ir.nodes = kept[::-1]
+        for name in [k for k in self.ir.state if k not in needed]:
+            del self.ir.state[name], self.ir.state_kinds[name]
+            self.consts.pop(name, None)
+        self.refresh()
+
+
+def fused_node(kind: str, inputs: list, outputs: list, attrs: dict, like: Node) -> Node:
+    return Node(FUSED_PREFIX + kind, list(inputs), list(outputs), dict(attrs), like.scope, like.loc)
+
+
+def run_passes(g: ExportGraph, *, fuse: bool = True) -> ExportGraph:
+    """Constant folding, then the fusion passes in order (most specific first)."""
+    from flowserve.exporter.passes.pipeline import PIPELINE
+
+    g.refresh()
+    for name, fn, is_fusion in PIPELINE:
+        if fuse or not is_fusion:
+            fn(g)
+    g.prune()
+    return g

@@ -1,0 +1,42 @@
+"""Constant folding: a node whose inputs are all constants becomes a constant.
+
+Runs the registry kernel (``flowserve.ir.interpreter``) once at export. Skipped: nodes
+that would grow the model (an output larger than its largest input, such as ``expand``),
+fused nodes, and nodes with no inputs (nothing to fold).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve.exporter.passes import FUSED_PREFIX, ExportGraph
+from flowserve.ir.interpreter import run_node
+
+
+def _foldable(g: ExportGraph, node) -> bool:
+    if node.op.startswith(FUSED_PREFIX) or not node.inputs:
+        return False
+    if not all(g.is_const(name) for name in node.inputs):
+        return False
+    if any(name in g.output_names for name in node.outputs):
+        return False
+    biggest = max(int(np.prod(g.ir.values[name].shape)) for name in node.inputs)
+    return all(int(np.prod(g.ir.values[o].shape)) <= max(biggest, 1) for o in node.outputs)
+
+
+def fold_constants(g: ExportGraph) -> int:
+    folded = []
+    for node in g.ir.nodes:
+        if not _foldable(g, node):
+            continue
+        env = {name: g.consts[name] for name in node.inputs}
+        run_node(g.ir, node, env)
+        for name in node.outputs:
+            g.add_const(name, np.ascontiguousarray(env[name]))
+        folded.append(node)
+    if folded:
+        dropped = {id(n) for n in folded}
+        g.ir.nodes = [n for n in g.ir.nodes if id(n) not in dropped]
+        g.folded += len(folded)
+        g.refresh()
+    return len(folded)

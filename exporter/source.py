@@ -1,0 +1,58 @@
+"""What can be exported: a called ``nn.Graph``, a ``flow.load``-ed graph, a saved directory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flowserve.errors import ExportError
+from flowserve.ir.graph import GraphIR
+
+
+@dataclass
+class ExportSource:
+    """The inference IR, its state arrays, its signature (``TensorSpec``s) and a name for
+    messages (the directory, or the graph's name)."""
+
+    ir: GraphIR
+    arrays: dict
+    inputs: list
+    outputs: list
+    where: str
+    name: str
+
+    @property
+    def batched(self) -> bool:
+        """Whether the signature has a dynamic batch axis (dim 0 of the inputs)."""
+        return bool(self.inputs) and all(s.shape and s.shape[0] == -1 for s in self.inputs)
+
+
+def resolve_source(source) -> ExportSource:
+    from flowserve.nn.graph.graph import Graph
+    from flowserve.nn.graph.loaded import LoadedGraph
+
+    if isinstance(source, Graph):
+        return _from_graph(source)
+    if isinstance(source, LoadedGraph):
+        m = source.manifest
+        return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name)
+    if isinstance(source, (str, Path)):
+        from flowserve.serialization import read_graph_dir
+
+        manifest, ir, params = read_graph_dir(source)
+        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name)
+    raise ExportError(f"export expected an nn.Graph, a loaded graph or a saved directory path, "
+                      f"got {type(source).__name__}")
+
+
+def _from_graph(graph) -> ExportSource:
+    from flowserve.nn.graph.inference import inference_traced
+    from flowserve.serialization.graph_dir import graph_signature
+
+    traced = inference_traced(graph)
+    arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}
+    arrays.update({k: np.asarray(v) for k, v in traced.constants.items()})
+    inputs, outputs = graph_signature(traced.ir)
+    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name)

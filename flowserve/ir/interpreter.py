@@ -1,0 +1,109 @@
+"""Run a ``GraphIR`` on numpy arrays, node by node, with the registry's kernels.
+
+This is flowserve's own execution of a graph without ONNX: the exporter checks every
+model it writes against it, so the oracle never shares code with ONNX Runtime.
+
+The IR records the shapes it was traced with. When the batch size of a call differs from
+the traced one, the attributes that spell out a full shape (``reshape``, ``expand``)
+are re-derived for the actual input, exactly as the ONNX lowering keeps them dynamic:
+leading dims that the reshape copies stay copied, a batch merged into another dim
+becomes ``-1``.
+
+>>> outs = run_ir(ir, {"x": np.ones((7, 4), np.float32)}, state_arrays)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve import dtypes
+from flowserve.errors import FlowserveError, ShapeError
+from flowserve.ir.graph import GraphIR, Node
+from flowserve.ops.registry import REGISTRY
+
+
+def run_ir(ir: GraphIR, inputs: dict, state: dict) -> dict:
+    """Output name -> array of ``ir`` on ``inputs`` (input name -> array) and ``state``
+    (state name -> array, the parameters, buffers and constants)."""
+    env: dict = {}
+    for v in ir.inputs:
+        if v.name not in inputs:
+            raise FlowserveError(f"graph {ir.name} expects input {v.name!r}, got {sorted(inputs)}")
+        env[v.name] = np.asarray(inputs[v.name])
+    for name in ir.state:
+        if name not in state:
+            raise FlowserveError(f"graph {ir.name} needs state tensor {name!r}, which was not given")
+        env[name] = np.asarray(state[name])
+    for node in ir.nodes:
+        run_node(ir, node, env)
+    return {v.name: env[v.name] for v in ir.outputs}
+
+
+def run_node(ir: GraphIR, node: Node, env: dict) -> None:
+    """Run one node's kernel on the values in ``env`` and store its outputs there."""
+    prim = REGISTRY.get(node.op)
+    if prim is None:
+        raise FlowserveError(f"op {node.op!r} (node {node.outputs[0]!r}) is not a registered primitive")
+    args = [env[name] for name in node.inputs]
+    attrs = _batch_adapted(ir, node, args)
+    try:
+        result = prim.kernel(np, *args, **attrs)
+    except FlowserveError:
+        raise
+    except Exception as exc:
+        given = ", ".join(f"{a.shape} {a.dtype}" for a in args)
+        raise FlowserveError(f"{node.op} (node {node.outputs[0]!r}, scope {node.scope!r}) failed on "
+                             f"({given}): {exc}") from exc
+    results = result if prim.multiple_results else (result,)
+    for name, array in zip(node.outputs, results):
+        env[name] = _as_dtype(np.asarray(array), ir.values[name].dtype)
+
+
+def _as_dtype(array: np.ndarray, dtype_name: str) -> np.ndarray:
+    want = dtypes.from_name(dtype_name).np
+    return array if array.dtype == want else array.astype(want)
+
+
+def _batch_adapted(ir: GraphIR, node: Node, args: list) -> dict:
+    if node.op not in ("reshape", "expand") or not args:
+        return node.attrs
+    traced = tuple(ir.values[node.inputs[0]].shape)
+    actual = tuple(args[0].shape)
+    if traced == actual:
+        return node.attrs
+    if node.op == "reshape":
+        return {**node.attrs, "shape": dynamic_reshape(traced, actual, node.attrs["shape"])}
+    return {**node.attrs, "shape": dynamic_expand(traced, actual, node.attrs["shape"])}
+
+
+def reshape_target(in_shape: tuple, out_shape) -> list[int]:
+    """The batch-independent form of a traced reshape: leading dims that match the input
+    are copied (``0``); if none are and the input's first dim was merged, it becomes -1."""
+    target = list(out_shape)
+    copied = 0
+    while copied < min(len(in_shape), len(target)) and in_shape[copied] == target[copied]:
+        target[copied] = 0
+        copied += 1
+    if in_shape and copied == 0 and target and -1 not in target and in_shape[0] != 1:
+        target[0] = -1
+    return target
+
+
+def dynamic_reshape(traced_in: tuple, actual_in: tuple, out_shape) -> list[int]:
+    """``out_shape`` (traced for input ``traced_in``) re-derived for input ``actual_in``."""
+    target = reshape_target(traced_in, out_shape)
+    resolved = [actual_in[i] if d == 0 else d for i, d in enumerate(target)]
+    if -1 not in resolved and int(np.prod(resolved)) != int(np.prod(actual_in)):
+        raise ShapeError(f"reshape expected an input of shape {traced_in} (traced), got {actual_in}: "
+                         f"the target {list(out_shape)} does not depend on the batch size")
+    return resolved
+
+
+def dynamic_expand(traced_in: tuple, actual_in: tuple, out_shape) -> list[int]:
+    """Expand target dims that equalled a (non-1) input dim follow the actual input."""
+    shape = list(out_shape)
+    offset = len(shape) - len(traced_in)
+    for j, (t, a) in enumerate(zip(traced_in, actual_in)):
+        if t != 1 and shape[offset + j] == t:
+            shape[offset + j] = a
+    return shape
