@@ -118,6 +118,8 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
         path = directory / name
         if not path.is_file():
             raise SavedGraphError(f"{path}: missing (listed in {MANIFEST})")
+        if not path.resolve().is_relative_to(directory.resolve()):
+            raise SavedGraphError(f"{path}: a link to a file outside the saved directory (refused)")
         if _sha256(path) != digest:
             raise SavedGraphError(f"{path}: checksum mismatch (the file was changed or damaged after saving)")
     graph_path = directory / GRAPH_FILE
@@ -126,11 +128,26 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
         ir_json = doc["inference"]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise SavedGraphError(f"{graph_path}: not a flowserve graph ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise SavedGraphError(f"{graph_path}: not a flowserve graph (JSON nested too deeply)") from None
     ir = GraphIR.from_json(ir_json, where=str(graph_path))
+    _check_names(ir, graph_path)
     params = read_tensors(directory / PARAMS_FILE)
     _check_state(ir, params, directory / PARAMS_FILE)
     _check_signature(manifest, ir, directory / MANIFEST)
     return manifest, ir, params
+
+
+def _check_names(ir: GraphIR, where: Path) -> None:
+    """Value names are identifiers, never paths: no ``..`` segment, no leading ``/`` or
+    ``\\``, no control characters, at most 512 characters."""
+    for name in list(ir.values) + list(ir.state):
+        parts = name.replace("\\", "/").split("/")
+        bad = (not name or len(name) > 512 or ".." in parts or name.startswith(("/", "\\"))
+               or any(ord(c) < 32 for c in name))
+        if bad:
+            raise SavedGraphError(f"{where}: tensor name {name[:80]!r} is not allowed "
+                                  "(names may not be empty, path-like or contain control characters)")
 
 
 def _check_state(ir: GraphIR, params: dict, where: Path) -> None:
