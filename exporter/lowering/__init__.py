@@ -1,4 +1,5 @@
 """ONNX lowerings, one module per op family (mirroring ``flowserve.ops``)."""
 
 from flowserve.exporter.lowering import elementwise, nn, reduce, shape  # noqa: F401
+from flowserve.exporter.lowering import indexing, math, sorting  # noqa: F401  (tensor ops)
 from flowserve.exporter.lowering.registry import LOWERINGS, LoweringContext, lowering  # noqa: F401

@@ -103,8 +103,9 @@ def mul(a, b):
 def div(a, b, rounding_mode=None):
     if rounding_mode is None:
         return E.div(*_float_operands(a, b))
-    q = E.div(*_float_operands(a, b))
-    return floor(q) if rounding_mode == "floor" else trunc(q)
+    from flowserve.ops.functional_math import rounded_div
+
+    return rounded_div(a, b, rounding_mode)
 
 
 true_divide = div
@@ -185,12 +186,15 @@ def square(x):
 
 
 def floor(x):
-    whole = trunc(x)
-    return (whole - cast(lt(x, whole), x.dtype)).detach()
+    from flowserve.ops.functional_math import floor as floor_
+
+    return floor_(x)
 
 
 def trunc(x):
-    return cast(cast(x, dtypes.int64), x.dtype)
+    from flowserve.ops.functional_math import trunc as trunc_
+
+    return trunc_(x)
 
 
 def _compare(prim):
@@ -204,7 +208,11 @@ def _compare(prim):
 eq, ne, lt, le, gt, ge = (_compare(p) for p in (E.eq, E.ne, E.lt, E.le, E.gt, E.ge))
 
 
-def where(condition, x, y):
+def where(condition, x=None, y=None):
+    if x is None and y is None:
+        from flowserve.ops.functional_index import nonzero
+
+        return nonzero(condition, as_tuple=True)
     x, y = coerce(x, y)
     return E.where(as_tensor(condition), x, y)
 
@@ -395,9 +403,9 @@ def getitem(x: Tensor, key):
     if not isinstance(key, tuple):
         key = (key,)
     if any(isinstance(k, (Tensor, list, np.ndarray)) for k in key):
-        from flowserve.ops import indexing
+        from flowserve.ops.functional_index import advanced_getitem
 
-        return indexing.advanced_getitem(x, key)
+        return advanced_getitem(x, key)
     n_real = len([k for k in key if k is not None and k is not Ellipsis])
     if n_real > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
@@ -498,3 +506,12 @@ _INTERNAL = {"scalar_tensor", "as_tensor", "coerce", "raise_dtype", "infer_shape
 __all__ = [name for name, value in list(globals().items())
            if not name.startswith("_") and callable(value) and name not in _INTERNAL
            and getattr(value, "__module__", None) == __name__]
+
+# Tensor-op breadth (math, statistics, indexing, ordering) lives in two sibling modules
+from flowserve.ops import functional_index as _functional_index  # noqa: E402
+from flowserve.ops import functional_math as _functional_math  # noqa: E402
+from flowserve.ops.functional_index import *  # noqa: E402,F401,F403
+from flowserve.ops.functional_math import *  # noqa: E402,F401,F403
+
+__all__ += [n for n in _functional_math.__all__ + _functional_index.__all__
+            if n not in ("floor", "trunc")]

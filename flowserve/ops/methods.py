@@ -24,7 +24,7 @@ def _sum(self, dim=None, keepdim=False, dtype=None):
 def _max(self, dim=None, keepdim=False):
     if dim is None:
         return F.amax(self)
-    from flowserve.ops.indexing import max_with_indices
+    from flowserve.ops.functional_index import max_with_indices
 
     return max_with_indices(self, dim, keepdim)
 
@@ -32,7 +32,7 @@ def _max(self, dim=None, keepdim=False):
 def _min(self, dim=None, keepdim=False):
     if dim is None:
         return F.amin(self)
-    from flowserve.ops.indexing import min_with_indices
+    from flowserve.ops.functional_index import min_with_indices
 
     return min_with_indices(self, dim, keepdim)
 
@@ -80,6 +80,10 @@ for _name in ("add", "sub", "mul", "div", "pow", "clamp", "exp", "log", "sqrt", 
     METHODS[_name + "_"] = _inplace(METHODS[_name])
 METHODS.update({"__iadd__": METHODS["add_"], "__isub__": METHODS["sub_"],
                 "__imul__": METHODS["mul_"], "__itruediv__": METHODS["div_"]})
+
+from flowserve.ops.tensor_methods import METHODS as _TENSOR_METHODS  # noqa: E402
+
+METHODS.update(_TENSOR_METHODS)  # indexing, math, ordering; in-place ops with PyTorch's rules
 
 PROPERTIES = {
     "T": lambda self: F.permute(self, list(range(self.ndim))[::-1]),

@@ -1,0 +1,48 @@
+"""ONNX lowerings of the elementwise-math primitives (``flowserve.ops.math``)."""
+
+from __future__ import annotations
+
+from flowserve import dtypes
+from flowserve.exporter.lowering.registry import lowering, simple
+
+for _op, _onnx in [("sin", "Sin"), ("cos", "Cos"), ("erf", "Erf"), ("floor", "Floor"), ("ceil", "Ceil"),
+                   ("round", "Round")]:
+    simple(_onnx, _op)
+simple("Mod", "fmod", fmod=1)
+
+
+def _one(b, ctx, name: str) -> str:
+    return b.const(1, dtypes.from_name(ctx.meta(name).dtype).np)
+
+
+@lowering("expm1")
+def lower_expm1(b, node, ctx):
+    b.op("Sub", [b.op1("Exp", node.inputs), _one(b, ctx, node.inputs[0])], node.outputs)
+
+
+@lowering("log1p")
+def lower_log1p(b, node, ctx):
+    b.op("Log", [b.op1("Add", [node.inputs[0], _one(b, ctx, node.inputs[0])])], node.outputs)
+
+
+def _bitwise(logical: str, bitwise: str):
+    def lower(b, node, ctx):
+        is_bool = ctx.meta(node.inputs[0]).dtype == "bool"
+        b.op(logical if is_bool else bitwise, node.inputs, node.outputs)
+
+    return lower
+
+
+lowering("bitwise_and")(_bitwise("And", "BitwiseAnd"))
+lowering("bitwise_or")(_bitwise("Or", "BitwiseOr"))
+lowering("bitwise_xor")(_bitwise("Xor", "BitwiseXor"))
+lowering("bitwise_not")(_bitwise("Not", "BitwiseNot"))
+
+
+@lowering("prod")
+def lower_prod(b, node, ctx):
+    axes = node.attrs["axes"]
+    if not axes:
+        b.op("Identity", node.inputs, node.outputs)
+        return
+    b.op("ReduceProd", [node.inputs[0], b.const(axes)], node.outputs, keepdims=int(node.attrs["keepdims"]))

@@ -1,0 +1,203 @@
+"""Tensor methods of the tensor-op breadth, and in-place variants with PyTorch's rules:
+
+- ``x.add_(y)`` computes ``x + y`` and stores it in ``x`` (a functional update through
+  ``Tensor._assign``, so it also works inside ``nn.Graph.build``);
+- the result must keep ``x``'s size (no broadcasting ``x`` up) and be castable to ``x``'s
+  dtype (a float result cannot go into an integer tensor);
+- a leaf tensor that requires grad refuses in-place updates while grad mode is on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve import dtypes
+from flowserve.errors import DTypeError, ShapeError
+from flowserve.ops import creation
+from flowserve.ops import functional as F
+from flowserve.ops import functional_index as FI
+from flowserve.ops import functional_math as FM
+
+
+def _kind(dt: dtypes.dtype) -> int:
+    return 0 if dt is dtypes.bool_ else (2 if dt.is_floating_point else 1)
+
+
+def _torch_name(dt: dtypes.dtype) -> str:
+    return {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+            "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+            "bool": "Bool"}[dt.name]
+
+
+def check_inplace(op: str, target, result) -> None:
+    """PyTorch's rules for storing ``result`` of an in-place op into ``target``."""
+    if _kind(result.dtype) > _kind(target.dtype):
+        raise DTypeError(f"{op}: result type {_torch_name(result.dtype)} can't be cast to the "
+                         f"desired output type {_torch_name(target.dtype)}")
+    if tuple(result.shape) != tuple(target.shape):
+        raise ShapeError(f"{op}: output with shape {list(target.shape)} doesn't match the "
+                         f"broadcast shape {list(result.shape)}")
+
+
+def inplace(fn, name: str):
+    """``x.name_(...)``: ``fn(x, ...)`` stored into ``x``."""
+
+    def method(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        check_inplace(name + "_", self, result)
+        return self._assign(result)
+
+    method.__name__ = name + "_"
+    return method
+
+
+def reshaping_inplace(fn, name: str):
+    """``x.unsqueeze_()`` and friends: ``x`` takes the result's size and value."""
+
+    def method(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        if self._lazy is not None:
+            self._lazy = result._lazy
+        else:
+            self._data = result._data
+            self._version += 1
+        if result.requires_grad and not self.is_leaf:
+            self._node, self._out_index = result._node, result._out_index
+        return self
+
+    method.__name__ = name + "_"
+    return method
+
+
+# -- random fills -----------------------------------------------------------------------------------
+
+
+def _random_fill(self, sample) -> object:
+    data = np.asarray(sample(tuple(self.shape))).astype(self.dtype.np)
+    return self._assign(creation._make(data, None, self.device))
+
+
+def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.normal(mean, std, shape))
+
+
+def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.uniform(a, b, shape))
+
+
+def random_(self, low: int = 0, high: int | None = None, generator=None):
+    rng = creation._rng(generator)
+    if high is None:
+        low, high = 0, low if low else 2 ** 24
+    return _random_fill(self, lambda shape: rng.integers(low, high, shape))
+
+
+def bernoulli_(self, p: float = 0.5, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.random(shape) < p)
+
+
+def fill_(self, value):
+    value = F.cast(F.as_tensor(value, like=self), self.dtype)
+    if value.ndim:
+        raise ShapeError(f"fill_ expected a number or a 0-d tensor, got size {tuple(value.shape)}")
+    return self._assign(F.expand(value, self.shape))
+
+
+# -- new_* ----------------------------------------------------------------------------------------------
+
+
+def _new(fill):
+    def method(self, *size, dtype=None, device=None, requires_grad=False):
+        return fill(F._shape_arg(size), dtype or self.dtype, device or self.device, requires_grad)
+
+    return method
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return creation.full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                         requires_grad=requires_grad)
+
+
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    return creation.tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                           requires_grad=requires_grad)
+
+
+def _setitem(self, key, value) -> None:
+    FI.setitem(self, key, value)
+
+
+def _max(self, dim=None, keepdim=False):
+    if dim is None:
+        return F.amax(self)
+    if isinstance(dim, type(self)):
+        return F.maximum(self, dim)
+    return FI.max_with_indices(self, dim, keepdim)
+
+
+def _min(self, dim=None, keepdim=False):
+    if dim is None:
+        return F.amin(self)
+    if isinstance(dim, type(self)):
+        return F.minimum(self, dim)
+    return FI.min_with_indices(self, dim, keepdim)
+
+
+METHODS = {
+    "__setitem__": _setitem, "__mod__": FM.remainder, "__rmod__": lambda s, o: FM.remainder(o, s),
+    "__floordiv__": FM.floor_divide, "__rfloordiv__": lambda s, o: FM.floor_divide(o, s),
+    "__and__": FM.bitwise_and, "__or__": FM.bitwise_or, "__xor__": FM.bitwise_xor,
+    "__rand__": FM.bitwise_and, "__ror__": FM.bitwise_or, "__rxor__": FM.bitwise_xor,
+    "__invert__": lambda s: F.logical_not(s) if s.dtype is dtypes.bool_ else FM.bitwise_not(s),
+    "max": _max, "min": _min, "normal_": normal_, "uniform_": uniform_, "random_": random_,
+    "bernoulli_": bernoulli_, "fill_": fill_, "zero_": lambda self: fill_(self, 0),
+    "new_zeros": _new(lambda s, dt, dev, rg: creation.zeros(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_ones": _new(lambda s, dt, dev, rg: creation.ones(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_empty": _new(lambda s, dt, dev, rg: creation.empty(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_full": new_full, "new_tensor": new_tensor,
+    "var": FM.var, "std": FM.std, "prod": FM.prod, "logsumexp": FM.logsumexp, "norm": FM.norm,
+    "cumsum": FI.cumsum, "topk": FI.topk, "sort": FI.sort, "argsort": FI.argsort,
+    "gather": FI.gather, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
+    "index_select": FI.index_select, "masked_fill": FI.masked_fill, "masked_select": FI.masked_select,
+    "nonzero": FI.nonzero, "narrow": FI.narrow, "split": FI.split, "chunk": FI.chunk,
+    "unbind": FI.unbind, "repeat": FI.repeat, "tile": FI.tile, "flip": FI.flip, "roll": FI.roll,
+    "take_along_dim": FI.take_along_dim, "bmm": FM.bmm, "dot": FM.dot, "outer": FM.outer,
+    "allclose": FM.allclose, "isclose": FM.isclose, "equal": FM.equal,
+    "contiguous": lambda self, memory_format=None: self,
+    "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
+    "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
+    "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
+}
+for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log10", "exp2", "floor",
+              "ceil", "round", "trunc", "frac", "isnan", "isinf", "isfinite", "logical_and",
+              "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
+    METHODS[_name] = getattr(FM, _name)
+METHODS["logical_not"] = F.logical_not
+
+_ARITHMETIC = {
+    "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
+    "neg": F.neg, "abs": F.abs, "sign": F.sign, "square": F.square, "exp": F.exp, "log": F.log,
+    "sqrt": F.sqrt, "rsqrt": F.rsqrt, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu,
+    "clamp": F.clamp, "clip": F.clamp, "maximum": F.maximum, "minimum": F.minimum,
+    "masked_fill": FI.masked_fill, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
+    "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge,
+    "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
+}
+for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
+              "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",
+              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+              "bitwise_not"):
+    _ARITHMETIC[_name] = METHODS[_name]
+for _name, _fn in _ARITHMETIC.items():
+    METHODS[_name + "_"] = inplace(_fn, _name)
+for _name, _fn in {"unsqueeze": F.unsqueeze, "squeeze": F.squeeze, "t": F.t, "transpose": F.transpose,
+                   "flatten": F.flatten}.items():
+    METHODS[_name + "_"] = reshaping_inplace(_fn, _name)
+METHODS.update({"__iadd__": METHODS["add_"], "__isub__": METHODS["sub_"], "__imul__": METHODS["mul_"],
+                "__itruediv__": METHODS["div_"], "__imod__": METHODS["remainder_"],
+                "__ifloordiv__": METHODS["floor_divide_"], "__ipow__": METHODS["pow_"],
+                "__iand__": METHODS["bitwise_and_"], "__ior__": METHODS["bitwise_or_"],
+                "__ixor__": METHODS["bitwise_xor_"]})
