@@ -37,6 +37,7 @@ from flowserve.ops.creation import (
     zeros_like,
 )
 from flowserve import autograd, nn, optim  # noqa: E402
+from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402
 
 bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool

@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from flowserve import dtypes
 from flowserve.errors import DeviceError
 
 
@@ -17,8 +18,10 @@ class device:
     def __init__(self, spec="cpu", index: int | None = None):
         if isinstance(spec, device):
             spec, index = spec.type, spec.index
+        if isinstance(spec, int) and not isinstance(spec, bool):  # flow.device(0) is cuda:0, as torch
+            spec = f"cuda:{spec}"
         kind, _, idx = str(spec).partition(":")
-        if kind not in ("cpu", "cuda"):
+        if kind not in ("cpu", "cuda") or (idx and not idx.isdigit()):
             raise DeviceError(f"expected device 'cpu' or 'cuda[:N]', got {spec!r}")
         self.type = kind
         self.index = int(idx) if idx else (index if index is not None else (0 if kind == "cuda" else None))
@@ -45,19 +48,26 @@ class device:
 CPU = device("cpu")
 
 
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 @functools.lru_cache(maxsize=1)
-def _cuda_status() -> tuple[bool, str]:
+def _cuda_status() -> tuple[bool, str, int]:
+    """``(usable, why not, device count)``, probed once."""
     try:
         import cupy  # noqa: F401
-    except Exception as exc:  # ImportError, or a CUDA library that fails to load
-        return False, f"CuPy is not installed ({type(exc).__name__}); install cupy-cuda12x to use 'cuda'"
+    except ImportError as exc:
+        return False, f"CuPy is not installed ({_one_line(exc)}); install cupy-cuda12x to use 'cuda'", 0
+    except Exception as exc:  # a CUDA library that fails to load
+        return False, f"CuPy failed to load ({type(exc).__name__}: {_one_line(exc)})", 0
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        return False, f"CuPy found no usable CUDA driver ({exc})"
+        return False, f"CuPy found no usable CUDA driver ({_one_line(exc)})", 0
     if count == 0:
-        return False, "no CUDA GPU is visible"
-    return True, ""
+        return False, "no CUDA GPU is visible", 0
+    return True, "", count
 
 
 class cuda:
@@ -69,19 +79,18 @@ class cuda:
 
     @staticmethod
     def device_count() -> int:
-        if not cuda.is_available():
-            return 0
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount()
+        return _cuda_status()[2]
 
 
 def as_device(spec) -> device:
     d = spec if isinstance(spec, device) else device(spec if spec is not None else "cpu")
     if d.type == "cuda":
-        ok, why = _cuda_status()
+        ok, why, count = _cuda_status()
         if not ok:
             raise DeviceError(f"cannot use device '{d}': {why}")
+        if d.index >= count:
+            raise DeviceError(f"cannot use device '{d}': {count} CUDA device(s) visible, "
+                              f"expected an index below {count}")
     return d
 
 
@@ -95,9 +104,16 @@ def array_module(d: device):
 
 
 def to_device_array(array, d: device):
+    """``array`` on device ``d``: a numpy array on the CPU, a CuPy array on a GPU (copied
+    only when it lives elsewhere)."""
     if d.type == "cpu":
         return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array
     import cupy
 
+    if array.dtype == dtypes.bfloat16.np:
+        raise DeviceError(f"cannot move a bfloat16 tensor to '{d}': CuPy has no bfloat16 arrays; "
+                          "use float16 or float32 on the GPU")
     with cupy.cuda.Device(d.index or 0):
+        if isinstance(array, cupy.ndarray) and array.device.id != (d.index or 0):
+            return cupy.array(array, copy=True)  # another GPU: copy onto this one
         return cupy.asarray(array)

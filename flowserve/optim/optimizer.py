@@ -4,6 +4,9 @@ Each optimizer writes its update once, as ``_update(p, g, state, group, lr)`` wi
 in-place flowserve ops. Eager ``step()`` calls it on parameters and their ``.grad``;
 ``nn.Graph`` calls the same method on lazy tensors while tracing, so the update becomes
 part of the compiled training graph (state tensors are graph state, ``lr`` an input).
+``lr`` is therefore a Python float in eager mode and a 0-d float32 tensor in a graph;
+updates are written so that either works. Counters that an update needs (Adam's bias
+correction step) are 0-d float32 state tensors updated in place, as PyTorch keeps them.
 """
 
 from __future__ import annotations
@@ -17,12 +20,31 @@ from flowserve.tensor import Tensor
 
 
 class Optimizer(ABC):
+    """Base class of the optimizers: ``param_groups``, ``state``, ``step``, ``zero_grad``.
+
+    >>> import flowserve as flow
+    >>> w = flow.nn.Parameter(flow.ones(2))
+    >>> opt = flow.optim.SGD([w], lr=0.5)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w.tolist()
+    [0.0, 0.0]
+    """
+
     defaults: dict
+
+    # state names as nn.Graph shows them (``linear.weight-m``), as OneFlow names them
+    GRAPH_STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v"}
+    # state that PyTorch's layout has no key for: kept out of state_dict(), rebuilt on load
+    PRIVATE_STATE: tuple = ()
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
         self.param_groups: list[dict] = []
         self.state: dict = {}
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
+                            f"or dicts, but got {type(params).__name__}")
         params = list(params)
         if not params:
             raise ValueError("optimizer got an empty parameter list")
@@ -31,15 +53,21 @@ class Optimizer(ABC):
             self.add_param_group(group)
 
     def add_param_group(self, group: dict) -> None:
+        """Add a group of parameters with its own options (``{"params": [...], "lr": 0.1}``)."""
         group = dict(group)
         params = group["params"]
         group["params"] = [params] if isinstance(params, Tensor) else list(params)
         for p in group["params"]:
             if not isinstance(p, Tensor) or not p.is_leaf:
-                raise ValueError("optimizer can only optimize leaf Tensors")
+                raise ValueError(f"optimizer can only optimize leaf Tensors, got {type(p).__name__}")
+        ids = [id(p) for p in group["params"]]
+        known = {id(p) for g in self.param_groups for p in g["params"]}
+        if len(set(ids)) != len(ids) or known.intersection(ids):
+            raise ValueError("some parameters appear in more than one parameter group")
         for key, value in self.defaults.items():
             group.setdefault(key, value)
-        group.setdefault("initial_lr", group["lr"])
+        if "lr" not in group:
+            raise ValueError("parameter group didn't specify a value of required optimization parameter lr")
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -48,7 +76,7 @@ class Optimizer(ABC):
                 p.grad = None if set_to_none or p.grad is None else p.grad * 0
 
     def state_of(self, p: Tensor, group: dict) -> dict:
-        """The state tensors of ``p``, created (zeros) on first use."""
+        """The state tensors of ``p``, created on first use."""
         state = self.state.get(p)
         if state is None:
             with no_grad():
@@ -58,8 +86,6 @@ class Optimizer(ABC):
 
     def _init_state(self, p: Tensor, group: dict) -> dict:
         return {}
-
-    GRAPH_STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "m", "exp_avg_sq": "v"}
 
     def graph_state_suffix(self, key: str) -> str:
         """The name nn.Graph gives a state tensor (``linear.weight-momentum``), as in OneFlow."""
@@ -71,54 +97,72 @@ class Optimizer(ABC):
 
     @no_grad()
     def step(self, closure=None):
-        loss = closure() if closure is not None else None
+        """One update of every parameter that has a gradient; returns ``closure()``'s loss."""
+        loss = None
+        if closure is not None:
+            from flowserve.autograd.grad_mode import enable_grad
+
+            with enable_grad():
+                loss = closure()
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
                     self._update(p, p.grad, self.state_of(p, group), group, group["lr"])
         return loss
 
-    # -- state dict (PyTorch's layout: params by index) ----------------------------------
+    # -- state dict (PyTorch's layout: parameters by index) ------------------------------
 
     def state_dict(self) -> dict:
-        index = {}
+        """``{"state": {index: {name: tensor}}, "param_groups": [{..., "params": [index]}]}``."""
+        index: dict = {}
         groups = []
         for group in self.param_groups:
-            ids = []
-            for p in group["params"]:
-                index.setdefault(id(p), len(index))
-                ids.append(index[id(p)])
+            ids = [index.setdefault(id(p), len(index)) for p in group["params"]]
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
-        by_id = {id(p): p for g in self.param_groups for p in g["params"]}
-        state = OrderedDict((index[i], {k: v.detach().clone() for k, v in self.state[by_id[i]].items()})
-                            for i in index if by_id[i] in self.state)
+        state = OrderedDict()
+        for group in self.param_groups:
+            for p in group["params"]:
+                own = self.state.get(p)
+                if own:
+                    state[index[id(p)]] = {k: v.detach().clone() for k, v in own.items()
+                                           if k not in self.PRIVATE_STATE}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load a ``state_dict()`` (this optimizer's or PyTorch's, tensors converted)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
-            raise FlowserveError(f"loaded state dict has {len(groups)} parameter groups, "
-                                 f"the optimizer has {len(self.param_groups)}")
-        params = [p for g in self.param_groups for p in g["params"]]
-        for mine, theirs in zip(self.param_groups, groups):
+            raise FlowserveError(f"{type(self).__name__}.load_state_dict expected {len(self.param_groups)} "
+                                 f"parameter groups, got {len(groups)}")
+        for i, (mine, theirs) in enumerate(zip(self.param_groups, groups)):
             if len(mine["params"]) != len(theirs["params"]):
-                raise FlowserveError("loaded state dict contains a parameter group that doesn't match "
-                                     "the size of optimizer's group")
+                raise FlowserveError(f"{type(self).__name__}.load_state_dict: parameter group {i} has "
+                                     f"{len(mine['params'])} parameters, the loaded one {len(theirs['params'])}")
+        params = {}
+        for mine, theirs in zip(self.param_groups, groups):
+            params.update(zip(theirs["params"], [(p, mine) for p in mine["params"]]))
             mine.update({k: v for k, v in theirs.items() if k != "params"})
         for key, values in state_dict["state"].items():
-            p = params[int(key)]
-            own = self.state_of(p, self._group_of(p))
-            for name, value in values.items():
-                if name in own:
-                    own[name].data = value.detach().to(own[name].dtype).clone()
-                else:
-                    own[name] = value.detach().clone()
+            p, group = params[int(key)]
+            self._load_param_state(p, group, values)
 
-    def _group_of(self, p: Tensor) -> dict:
-        for group in self.param_groups:
-            if any(q is p for q in group["params"]):
-                return group
-        raise KeyError("parameter is not in this optimizer")
+    def _load_param_state(self, p: Tensor, group: dict, values: dict) -> None:
+        own = self.state_of(p, group)
+        for name, value in values.items():
+            if value is None:
+                continue
+            value = value if isinstance(value, Tensor) else Tensor(value)
+            if name in own and tuple(own[name].shape) != tuple(value.shape):
+                raise FlowserveError(f"{type(self).__name__}.load_state_dict: state '{name}' expected size "
+                                     f"{tuple(own[name].shape)}, got {tuple(value.shape)}")
+            if name in own:  # keep the tensor object: nn.Graph holds it as graph state
+                own[name].data = value.detach().to(own[name].dtype).to(p.device).clone()
+            else:
+                own[name] = value.detach().to(p.device).clone()
+        self._after_load_state(own, values)
+
+    def _after_load_state(self, state: dict, loaded: dict) -> None:
+        """Rebuild ``PRIVATE_STATE`` from what was loaded."""
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -126,3 +170,28 @@ class Optimizer(ABC):
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params"]
         return "\n".join(lines + [")"])
+
+
+def lerp(start, end, weight: float):
+    """``start + weight * (end - start)``, rounded as PyTorch's ``lerp`` kernel."""
+    if weight < 0.5:
+        return start + (end - start) * weight
+    return end - (end - start) * (1 - weight)
+
+
+def addcmul(base, t1, t2, value: float = 1.0):
+    """``base + value * t1 * t2`` (PyTorch's ``addcmul`` order of operations)."""
+    return base + (t1 * value if value != 1 else t1) * t2
+
+
+def addcdiv(base, t1, t2, value=1.0):
+    """``base + value * t1 / t2`` (PyTorch's ``addcdiv`` order); ``value`` may be a tensor."""
+    return base + (t1 * value) / t2
+
+
+def check_options(name: str, lr=None, eps=None, weight_decay=None, momentum=None) -> None:
+    """PyTorch's argument checks and messages (``Invalid learning rate: -1``)."""
+    for label, value in (("learning rate", lr), ("epsilon value", eps),
+                         ("weight_decay value", weight_decay), ("momentum value", momentum)):
+        if value is not None and not isinstance(value, Tensor) and value < 0:
+            raise ValueError(f"{name}: Invalid {label}: {value}")

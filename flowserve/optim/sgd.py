@@ -1,20 +1,30 @@
-"""SGD with momentum, dampening, Nesterov and weight decay (PyTorch's update rule)."""
+"""SGD with momentum, dampening, Nesterov, weight decay and maximize (PyTorch's update rule)."""
 
 from __future__ import annotations
 
 from flowserve.ops import creation
-from flowserve.optim.optimizer import Optimizer
+from flowserve.optim.optimizer import Optimizer, check_options
 
 
 class SGD(Optimizer):
-    """``flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)``."""
+    """Stochastic gradient descent, optionally with momentum.
+
+    >>> import flowserve as flow
+    >>> model = flow.nn.Linear(4, 2)
+    >>> opt = flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+
+    ``foreach``, ``differentiable`` and ``fused`` are accepted for PyTorch compatibility;
+    flowserve has one implementation, the functional update nn.Graph also compiles.
+    """
+
+    PRIVATE_STATE = ("started",)
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError(f"SGD expected lr, momentum and weight_decay >= 0, got {lr}, {momentum}, {weight_decay}")
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False,
+                 foreach=None, differentiable: bool = False, fused=None):
+        check_options("SGD", lr=lr, weight_decay=weight_decay, momentum=momentum)
         if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
                                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
 
@@ -25,6 +35,10 @@ class SGD(Optimizer):
         if group["dampening"]:
             state["started"] = creation.zeros((), dtype=p.dtype, device=p.device)
         return state
+
+    def _after_load_state(self, state: dict, loaded: dict) -> None:
+        if "started" in state and loaded.get("momentum_buffer") is not None:
+            state["started"].fill_(1)
 
     def _update(self, p, g, state, group, lr) -> None:
         if group["maximize"]:
@@ -37,9 +51,9 @@ class SGD(Optimizer):
             if group["dampening"]:
                 # PyTorch starts the buffer at the first gradient, undamped
                 started = state["started"]
-                buf.copy_(buf * momentum + g * (1 - group["dampening"] * started))
+                buf.copy_(buf * momentum + g * (1 - started * group["dampening"]))
                 started.fill_(1)
             else:
                 buf.copy_(buf * momentum + g)
             g = g + buf * momentum if group["nesterov"] else buf
-        p.copy_(p - g * lr)
+        p.copy_(p + g * (-lr))

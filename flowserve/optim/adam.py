@@ -1,0 +1,84 @@
+"""Adam (with AMSGrad) and AdamW: PyTorch's update rule, written once for eager and graph."""
+
+from __future__ import annotations
+
+from flowserve import dtypes
+from flowserve.ops import creation
+from flowserve.ops import functional as F
+from flowserve.optim.optimizer import Optimizer, addcdiv, addcmul, check_options, lerp
+
+
+def bias_corrections(step, beta1: float, beta2: float):
+    """``(1 - beta1**step, sqrt(1 - beta2**step))`` computed in float64 from the step tensor."""
+    step64 = F.cast(step, dtypes.float64)
+    return 1 - beta1**step64, F.sqrt(1 - beta2**step64)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), optionally AMSGrad; ``decoupled_weight_decay=True`` is AdamW.
+
+    >>> import flowserve as flow
+    >>> model = flow.nn.Linear(4, 2)
+    >>> opt = flow.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), amsgrad=True)
+
+    State per parameter, as PyTorch: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
+    and ``max_exp_avg_sq`` with AMSGrad; nn.Graph names them ``<param>-step``,
+    ``<param>-m``, ``<param>-v`` and ``<param>-max_exp_avg_sq``. ``foreach``, ``fused``,
+    ``capturable`` and ``differentiable`` are accepted for PyTorch compatibility.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 decoupled_weight_decay: bool = False, foreach=None, capturable: bool = False,
+                 differentiable: bool = False, fused=None):
+        name = "AdamW" if decoupled_weight_decay and type(self) is AdamW else type(self).__name__
+        check_options(name, lr=lr, eps=eps, weight_decay=weight_decay)
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"{name}: Invalid beta parameter at index {i}: {beta}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad, maximize=maximize,
+                                      decoupled_weight_decay=decoupled_weight_decay))
+
+    def _init_state(self, p, group) -> dict:
+        state = {"step": creation.zeros((), dtype=dtypes.float32, device=p.device),
+                 "exp_avg": creation.zeros_like(p), "exp_avg_sq": creation.zeros_like(p)}
+        if group["amsgrad"]:
+            state["max_exp_avg_sq"] = creation.zeros_like(p)
+        return state
+
+    def _update(self, p, g, state, group, lr) -> None:
+        beta1, beta2 = group["betas"]
+        weight_decay = group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        step = state["step"]
+        step.copy_(step + 1)
+        if weight_decay and group["decoupled_weight_decay"]:
+            p.copy_(p * (1 - lr * weight_decay))
+        elif weight_decay:
+            g = g + p * weight_decay
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
+        exp_avg_sq.copy_(addcmul(exp_avg_sq * beta2, g, g, 1 - beta2))
+        correction1, correction2_sqrt = bias_corrections(step, beta1, beta2)
+        second = exp_avg_sq
+        if group["amsgrad"]:
+            second = state["max_exp_avg_sq"]
+            second.copy_(F.maximum(second, exp_avg_sq))
+        denom = F.sqrt(second) / correction2_sqrt + group["eps"]
+        p.copy_(addcdiv(p, exp_avg, denom, -(lr / correction1)))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter); ``weight_decay`` defaults to 1e-2.
+
+    >>> import flowserve as flow
+    >>> opt = flow.optim.AdamW(flow.nn.Linear(4, 2).parameters(), lr=1e-3, weight_decay=0.05)
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
+                 foreach=None, capturable: bool = False, differentiable: bool = False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         decoupled_weight_decay=True)
