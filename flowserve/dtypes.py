@@ -55,6 +55,9 @@ def from_name(name: str) -> dtype:
 
 
 def from_numpy(np_dtype) -> dtype:
+    found = _BY_NP.get(np_dtype)
+    if found is not None:
+        return found
     try:
         return _BY_NP[np.dtype(np_dtype)]
     except KeyError:

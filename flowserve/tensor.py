@@ -64,10 +64,19 @@ class Tensor:
 
     @classmethod
     def _wrap(cls, data, device=CPU) -> "Tensor":
+        """A tensor over ``data`` (the hot path of every eager op: kept minimal)."""
         t = object.__new__(Tensor)
-        if device.type == "cpu" and type(data) is not np.ndarray:
+        if type(data) is not np.ndarray and device.type == "cpu":
             data = np.asarray(data)
-        t._set(data, None, device)
+        t._data = data
+        t._lazy = None
+        t._dtype = dtypes.from_numpy(data.dtype)
+        t._device = device
+        t._requires_grad = False
+        t._node = None
+        t._out_index = 0
+        t.grad = None
+        t._version = 0
         return t
 
     @classmethod

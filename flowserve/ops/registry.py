@@ -127,30 +127,39 @@ def bind(prim: Primitive, inputs: tuple, attrs: dict):
         outputs = _run_eager(prim, inputs, attrs)
     if STATE.grad_enabled and prim.differentiable:
         for t in inputs:
-            if t.requires_grad:
+            if t._requires_grad:
                 _record_tape(prim, inputs, outputs, attrs)
                 break
     return outputs if prim.multiple_results else outputs[0]
 
 
 def _run_eager(prim: Primitive, inputs: tuple, attrs: dict) -> tuple:
-    from flowserve.tensor import Tensor
-
     device = inputs[0]._device if inputs else None
-    for t in inputs[1:]:
-        if t._device != device:
+    for t in inputs:
+        if t._device is not device and t._device != device:
             raise FlowserveError(
                 f"{prim.name} expected all tensors on one device, got {device} and {t._device}")
-    xp = device.xp if device is not None else None
     try:
-        result = prim.kernel(xp, *[t._data for t in inputs], **attrs)
+        result = prim.kernel(device.xp if device is not None else None, *[t._data for t in inputs], **attrs)
     except FlowserveError:
         raise
     except Exception as exc:
         explain_failure(prim, inputs, attrs, exc)
+    wrap = _tensor_class()._wrap
     if not prim.multiple_results:
-        result = (result,)
-    return tuple(Tensor._wrap(r, device) for r in result)
+        return (wrap(result, device),)
+    return tuple(wrap(r, device) for r in result)
+
+
+_TENSOR = []
+
+
+def _tensor_class():
+    if not _TENSOR:
+        from flowserve.tensor import Tensor
+
+        _TENSOR.append(Tensor)
+    return _TENSOR[0]
 
 
 def explain_failure(prim: Primitive, inputs, attrs, exc: Exception):
