@@ -168,6 +168,10 @@ class MultiStepLR(LRScheduler):
         factor = self.gamma ** self.milestones[self.last_epoch]
         return [lr * factor for lr in _group_lrs(self.optimizer)]
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.milestones = Counter(self.milestones)  # a plain dict after flow.save / flow.load
+
     def _get_closed_form_lr(self) -> list:
         milestones = sorted(self.milestones.elements())
         return [base * self.gamma ** bisect_right(milestones, self.last_epoch) for base in self.base_lrs]

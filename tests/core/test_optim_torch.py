@@ -262,3 +262,12 @@ def test_resuming_without_initial_lr_is_refused():
     opt = flow.optim.SGD(make_pair()[0].parameters(), lr=0.1)
     with pytest.raises(KeyError, match="initial_lr"):
         flow.optim.lr_scheduler.StepLR(opt, step_size=2, last_epoch=3)
+
+
+def test_multistep_state_dict_survives_plain_dicts():
+    opt = flow.optim.SGD(make_pair()[0].parameters(), lr=0.1)
+    sched = flow.optim.lr_scheduler.MultiStepLR(opt, milestones=[2, 4])
+    sd = {**sched.state_dict(), "milestones": dict(sched.milestones)}  # as JSON-like storage gives it back
+    sched.load_state_dict(sd)
+    sched.step(5)
+    assert sched.get_last_lr() == pytest.approx([0.1 * 0.1**2])
