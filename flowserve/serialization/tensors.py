@@ -25,7 +25,7 @@ def write_tensors(path: Path, arrays: dict) -> None:
     """Write ``arrays`` (name -> numpy array) to a safetensors file and fsync it."""
     stored, kinds = {}, {}
     for name, a in arrays.items():
-        a = np.ascontiguousarray(a)
+        a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d
         kinds[name] = dtypes.from_numpy(a.dtype).name
         stored[name] = a.view(np.uint16) if kinds[name] == "bfloat16" else a
     data = st_save(stored, metadata={_DTYPES_KEY: json.dumps(kinds)})
