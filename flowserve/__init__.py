@@ -36,6 +36,7 @@ from flowserve.ops.creation import (
     zeros,
     zeros_like,
 )
+from flowserve.ops.creation import empty_like, randint_like  # noqa: E402
 from flowserve import autograd, nn, optim  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402

@@ -119,6 +119,9 @@ def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, generator=None):
+    """Integers in ``[low, high)``: ``flow.randint(0, 10, (2, 3))`` or ``flow.randint(10, (2, 3))``."""
+    if isinstance(high, (tuple, list)):
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
     data = _rng(generator).integers(low, high, size=_size((size,)), dtype=np.int64)
@@ -170,3 +173,12 @@ def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
 def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
     return full(tuple(t.shape), fill_value, dtype=dtype or t.dtype, device=device or t.device,
                 requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return _like(empty, t, dtype, device, requires_grad)
+
+
+def randint_like(t, low, high=None, dtype=None, device=None, generator=None):
+    return randint(low, high, tuple(t.shape), dtype=dtype or t.dtype, device=device or t.device,
+                   generator=generator)

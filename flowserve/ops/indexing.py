@@ -25,8 +25,10 @@ def _along_axis_meta(op: str, x: Meta, index: Meta, axis: int) -> None:
             fail_shape(op, f"index size <= input size {n} in dim {d}", f"index {tuple(index.shape)}")
 
 
-def _open_grid(xp, index, axis: int) -> tuple:
+def _open_grid(xp, index, axis: int, ndim: int) -> tuple:
     """numpy index tuple that addresses ``index``'s entries along ``axis`` of a tensor."""
+    if index.ndim != ndim:
+        raise ValueError("index and input differ in rank")  # the shape rule then explains
     grid = []
     for d, n in enumerate(index.shape):
         if d == axis:
@@ -52,7 +54,7 @@ def _gather_vjp(ctx, g):
 @primitive("gather", shape=_gather_meta, vjp=_gather_vjp)
 def gather(xp, x, index, axis: int):
     """``out[i][j] = x[index[i][j]][j]`` for axis 0 (PyTorch's ``gather``)."""
-    return x[_open_grid(xp, index, axis)]
+    return x[_open_grid(xp, index, axis, x.ndim)]
 
 
 def _scatter_meta(op: str):
@@ -78,8 +80,10 @@ def _scatter_vjp(ctx, g):
 @primitive("scatter", shape=_scatter_meta("scatter"), vjp=_scatter_vjp)
 def scatter(xp, x, index, src, axis: int):
     """``out = x`` with ``out[index[i][j]][j] = src[i][j]`` for axis 0."""
+    if src.shape != index.shape:
+        raise ValueError("src and index differ in shape")  # the shape rule then explains
     out = x.copy()
-    out[_open_grid(xp, index, axis)] = src
+    out[_open_grid(xp, index, axis, x.ndim)] = src
     return out
 
 
@@ -92,8 +96,16 @@ def _scatter_add_vjp(ctx, g):
 @primitive("scatter_add", shape=_scatter_meta("scatter_add"), vjp=_scatter_add_vjp)
 def scatter_add(xp, x, index, src, axis: int):
     """``out = x`` with ``out[index[i][j]][j] += src[i][j]`` for axis 0 (repeats add up)."""
+    if src.shape != index.shape:
+        raise ValueError("src and index differ in shape")
     out = x.copy()
-    xp.add.at(out, _open_grid(xp, index, axis), src)
+    grid = _open_grid(xp, index, axis, x.ndim)
+    if xp.__name__ == "numpy":
+        xp.add.at(out, grid, src)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(out, grid, src)
     return out
 
 

@@ -29,6 +29,8 @@ def _topk_vjp(ctx, g_values, g_indices=None):
 def topk(xp, x, k: int, axis: int, largest: bool):
     """The ``k`` largest (or smallest) entries along ``axis``, sorted; ties keep the lower
     index first (stable, as ONNX TopK)."""
+    if not 0 <= k <= x.shape[axis]:
+        raise ValueError("k out of range")  # the shape rule then explains
     keys = x
     if largest:
         if x.dtype.kind in "bu":
