@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from flowserve.errors import ExportError
-from flowserve.exporter.functions import call_function
 from flowserve.exporter.passes import FUSED_PREFIX
+from flowserve.exporter.passes.act_match import clip_bounds
 from flowserve.exporter.versions import MS_DOMAIN
 
 TARGETS = ("portable", "onnxruntime")
@@ -57,7 +59,27 @@ def activation(fb, x: str, act: str | None) -> str:
         return fb.op1("Gelu", [x], approximate="tanh")
     if act == "silu":
         return fb.op1("Mul", [x, fb.op1("Sigmoid", [x])])
+    if act.startswith("clip:"):
+        lo, hi = clip_bounds(act)
+        return fb.op1("Clip", [x, fb.const(lo, np.float32), fb.const(hi, np.float32)])
     raise ExportError(f"fused activation {act!r} has no ONNX form")
+
+
+def ort_activation(b, y: str, act: str | None, out: str) -> None:
+    """``out = act(y)`` with ONNX Runtime's kernels (``com.microsoft`` where they are faster)."""
+    if act == "silu":
+        b.op("QuickGelu", [y], [out], domain=MS_DOMAIN, alpha=1.0)
+    elif act == "gelu":
+        b.op("Gelu", [y], [out], domain=MS_DOMAIN)
+    elif act == "gelu_tanh":
+        b.op("FastGelu", [y], [out], domain=MS_DOMAIN)
+    elif act is None:
+        b.op("Identity", [y], [out])
+    elif act in ORT_ACTIVATIONS:
+        b.op(ORT_ACTIVATIONS[act], [y], [out])
+    else:
+        lo, hi = clip_bounds(act)
+        b.op("Clip", [y, b.const(lo, np.float32), b.const(hi, np.float32)], [out])
 
 
 def variant(kind: str, act: str | None, *extra) -> str:
@@ -68,4 +90,4 @@ def variant(kind: str, act: str | None, *extra) -> str:
 
 def load_emitters() -> None:
     """Import the modules that register emitters (one per fused family)."""
-    from flowserve.exporter.emit import linear, norm_act  # noqa: F401
+    from flowserve.exporter.emit import attention, conv, linear, norm_act  # noqa: F401

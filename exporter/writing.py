@@ -13,7 +13,10 @@ EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT  # models larger than this keep weights
 
 
 def needs_external_data(model: onnx.ModelProto) -> bool:
-    return model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    """Whether the model is over the threshold (its initializers alone decide, cheaply)."""
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    return size > EXTERNAL_DATA_THRESHOLD or (size > EXTERNAL_DATA_THRESHOLD // 2
+                                               and model.ByteSize() > EXTERNAL_DATA_THRESHOLD)
 
 
 def write_model(model: onnx.ModelProto, path: Path) -> str | None:

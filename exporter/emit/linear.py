@@ -7,7 +7,7 @@ gelu_tanh, silu).
 
 from __future__ import annotations
 
-from flowserve.exporter.fused import ORT_ACTIVATIONS, activation, emitter, variant
+from flowserve.exporter.fused import ORT_ACTIVATIONS, activation, emitter, ort_activation, variant
 from flowserve.exporter.functions import call_function
 from flowserve.exporter.versions import MS_DOMAIN
 
@@ -39,16 +39,10 @@ def _ort_bias_act(b, y: str, bias: str | None, act, out: str) -> None:
     if act == "gelu_tanh":
         b.op("FastGelu", [y] + ([bias] if bias else []), [out], domain=MS_DOMAIN)
         return
-    if bias is not None:
-        y = b.op1("Add", [y, bias])
-    if act == "silu":
-        b.op("QuickGelu", [y], [out], domain=MS_DOMAIN, alpha=1.0)
-    elif act == "gelu":
-        b.op("Gelu", [y], [out], domain=MS_DOMAIN)
-    elif act is None:
-        b.op("Identity", [y], [out])
-    else:
-        b.op(ORT_ACTIVATIONS[act], [y], [out])
+    if act is None and bias is not None:
+        b.op("Add", [y, bias], [out])
+        return
+    ort_activation(b, b.op1("Add", [y, bias]) if bias is not None else y, act, out)
 
 
 @emitter("Gemm")

@@ -60,7 +60,7 @@ def forward_cone(g: ExportGraph, x: str) -> list:
     return cone
 
 
-def _sub_cone(g: ExportGraph, cone: list, y: str):
+def sub_cone(g: ExportGraph, cone: list, y: str):
     """The nodes of ``cone`` that ``y`` depends on, if nothing outside reads their inside."""
     by_out = {o: n for n in cone for o in n.outputs}
     needed, todo = [], [y]
@@ -98,7 +98,7 @@ def _identify(g: ExportGraph, x: str, nodes: list, y: str):
 def _fuse_from(g: ExportGraph, x: str, kinds: tuple) -> bool:
     cone = forward_cone(g, x)
     for y in [o for n in reversed(cone) for o in n.outputs]:
-        nodes = _sub_cone(g, cone, y)
+        nodes = sub_cone(g, cone, y)
         if not nodes or tuple(g.ir.values[y].shape) != tuple(g.ir.values[x].shape):
             continue
         found = _identify(g, x, nodes, y)

@@ -1,6 +1,8 @@
 """Constant folding: a node whose inputs are all constants becomes a constant.
 
-Runs the registry kernel (``flowserve.ir.interpreter``) once at export. Skipped: nodes
+Runs the registry kernel (``flowserve.ir.interpreter``) once at export. Eval-mode
+BatchNorm's ``rsqrt(running_var + eps) * weight`` becomes one per-channel constant here,
+which the conv pass then folds into the convolution. Skipped: nodes
 that would grow the model (an output larger than its largest input, such as ``expand``),
 fused nodes, and nodes with no inputs (nothing to fold).
 """
@@ -13,8 +15,10 @@ from flowserve.exporter.passes import FUSED_PREFIX, ExportGraph
 from flowserve.ir.interpreter import run_node
 
 
-def _foldable(g: ExportGraph, node) -> bool:
+def _foldable(g: ExportGraph, node, keep_layout: bool) -> bool:
     if node.op.startswith(FUSED_PREFIX) or not node.inputs:
+        return False
+    if keep_layout and node.op == "permute" and g.ir.state_kinds.get(node.inputs[0]) == "parameter":
         return False
     if not all(g.is_const(name) for name in node.inputs):
         return False
@@ -24,10 +28,16 @@ def _foldable(g: ExportGraph, node) -> bool:
     return all(int(np.prod(g.ir.values[o].shape)) <= max(biggest, 1) for o in node.outputs)
 
 
-def fold_constants(g: ExportGraph) -> int:
+def fold_constants_early(g: ExportGraph) -> int:
+    """Fold before fusion, but keep transposes of parameters for the Gemm pass to absorb
+    (so the initializer keeps the parameter's ``state_dict`` name)."""
+    return fold_constants(g, keep_layout=True)
+
+
+def fold_constants(g: ExportGraph, keep_layout: bool = False) -> int:
     folded = []
     for node in g.ir.nodes:
-        if not _foldable(g, node):
+        if not _foldable(g, node, keep_layout):
             continue
         env = {name: g.consts[name] for name in node.inputs}
         run_node(g.ir, node, env)

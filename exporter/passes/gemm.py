@@ -7,8 +7,7 @@
 from __future__ import annotations
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
-
-ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid"}
+from flowserve.exporter.passes.act_match import activation_after
 
 
 def _weight(g: ExportGraph, name: str):
@@ -37,20 +36,6 @@ def _bias(g: ExportGraph, y: str, n_out: int):
     return add, other
 
 
-def activation_after(g: ExportGraph, y: str):
-    """(node, act name) when ``y``'s only user is an activation a fused kernel can absorb."""
-    if not g.single_use(y):
-        return None
-    (user,) = g.users(y)
-    if user.op in ACTIVATIONS:
-        return user, ACTIVATIONS[user.op]
-    if user.op == "fused.Gelu":
-        return user, "gelu_tanh" if user.attrs.get("approximate") == "tanh" else "gelu"
-    if user.op == "fused.SiLU":
-        return user, "silu"
-    return None
-
-
 def fuse_one(g: ExportGraph, matmul) -> bool:
     x, right = matmul.inputs
     found = _weight(g, right)
@@ -67,8 +52,8 @@ def fuse_one(g: ExportGraph, matmul) -> bool:
         y = bias[0].outputs[0]
     act = activation_after(g, y)
     if act is not None:
-        nodes.append(act[0])
-        y = act[0].outputs[0]
+        nodes.extend(act[0])
+        y = act[0][-1].outputs[0]
     if len(nodes) == 1:
         return False
     kind = "Gemm" if len(g.ir.values[x].shape) == 2 else "MatMulBias"
