@@ -223,6 +223,10 @@ def nonzero(input, as_tuple: bool = False):  # noqa: A002
     return F.stack(found, 1) if input.ndim else F.as_tensor(np.zeros((int(input.item() != 0), 0), np.int64))
 
 
+def argwhere(input):  # noqa: A002
+    return nonzero(input)
+
+
 # -- pieces and repeats ----------------------------------------------------------------------------
 
 
@@ -306,6 +310,25 @@ def roll(input, shifts, dims=None):  # noqa: A002
         order = (np.arange(n) - s) % max(n, 1)
         input = I.take(input, F.as_tensor(order.astype(np.int64)), axis=axis)
     return input
+
+
+def _triangle(input, diagonal: int, upper: bool):
+    if input.ndim < 2:
+        fail_shape("triu" if upper else "tril", "an input of at least 2 dims", tuple(input.shape))
+    rows, cols = input.shape[-2:]
+    offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    keep = offset >= diagonal if upper else offset <= diagonal
+    zero = F.scalar_tensor(0, input.dtype, input.device)
+    return E.where(F.as_tensor(keep), input, zero)
+
+
+def tril(input, diagonal: int = 0):  # noqa: A002
+    """Entries on and below the ``diagonal``-th diagonal of the last two dims; zeros above."""
+    return _triangle(input, diagonal, upper=False)
+
+
+def triu(input, diagonal: int = 0):  # noqa: A002
+    return _triangle(input, diagonal, upper=True)
 
 
 # -- ordering --------------------------------------------------------------------------------------

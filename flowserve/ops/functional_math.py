@@ -287,6 +287,42 @@ def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     return F.pow(F.sum(F.pow(magnitude, float(p)), dim, keepdim), 1.0 / float(p))
 
 
+# -- reductions named like builtins (exported as flow.max, flow.min, flow.any, flow.all) ---------
+
+
+def max_(input, dim=None, keepdim=False):  # noqa: A002 - PyTorch's argument names
+    """``flow.max(x)``, ``flow.max(x, dim)`` (values and indices) or ``flow.max(x, other)``."""
+    if dim is None:
+        return F.amax(input)
+    if hasattr(dim, "_dtype"):
+        return F.maximum(input, dim)
+    from flowserve.ops.functional_index import max_with_indices
+
+    return max_with_indices(input, dim, keepdim)
+
+
+def min_(input, dim=None, keepdim=False):  # noqa: A002
+    if dim is None:
+        return F.amin(input)
+    if hasattr(dim, "_dtype"):
+        return F.minimum(input, dim)
+    from flowserve.ops.functional_index import min_with_indices
+
+    return min_with_indices(input, dim, keepdim)
+
+
+def any_(input, dim=None, keepdim=False):  # noqa: A002
+    """Whether any entry (along ``dim``) is non-zero."""
+    hits = F.sum(F.cast(F.ne(input, 0), dtypes.int64), dim, keepdim)
+    return F.gt(hits, 0)
+
+
+def all_(input, dim=None, keepdim=False):  # noqa: A002
+    """Whether every entry (along ``dim``) is non-zero."""
+    misses = F.sum(F.cast(F.eq(input, 0), dtypes.int64), dim, keepdim)
+    return F.eq(misses, 0)
+
+
 # -- products of matrices ----------------------------------------------------------------------------
 
 
@@ -346,6 +382,17 @@ def equal(a, b) -> bool:
     return bool(F.ne(a, b).sum().item() == 0)
 
 
+def is_tensor(obj) -> bool:
+    from flowserve.tensor import Tensor
+
+    return isinstance(obj, Tensor)
+
+
+def numel(input) -> int:  # noqa: A002
+    return input.numel()
+
+
 __all__ = [name for name, value in list(globals().items())
-           if not name.startswith("_") and callable(value) and name != "rounded_div"
+           if not name.startswith("_") and callable(value) and not name.endswith("_")
+           and name != "rounded_div"
            and getattr(value, "__module__", None) == __name__]

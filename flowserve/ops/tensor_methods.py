@@ -130,29 +130,13 @@ def _setitem(self, key, value) -> None:
     FI.setitem(self, key, value)
 
 
-def _max(self, dim=None, keepdim=False):
-    if dim is None:
-        return F.amax(self)
-    if isinstance(dim, type(self)):
-        return F.maximum(self, dim)
-    return FI.max_with_indices(self, dim, keepdim)
-
-
-def _min(self, dim=None, keepdim=False):
-    if dim is None:
-        return F.amin(self)
-    if isinstance(dim, type(self)):
-        return F.minimum(self, dim)
-    return FI.min_with_indices(self, dim, keepdim)
-
-
 METHODS = {
     "__setitem__": _setitem, "__mod__": FM.remainder, "__rmod__": lambda s, o: FM.remainder(o, s),
     "__floordiv__": FM.floor_divide, "__rfloordiv__": lambda s, o: FM.floor_divide(o, s),
     "__and__": FM.bitwise_and, "__or__": FM.bitwise_or, "__xor__": FM.bitwise_xor,
     "__rand__": FM.bitwise_and, "__ror__": FM.bitwise_or, "__rxor__": FM.bitwise_xor,
     "__invert__": lambda s: F.logical_not(s) if s.dtype is dtypes.bool_ else FM.bitwise_not(s),
-    "max": _max, "min": _min, "normal_": normal_, "uniform_": uniform_, "random_": random_,
+    "max": FM.max_, "min": FM.min_, "normal_": normal_, "uniform_": uniform_, "random_": random_,
     "bernoulli_": bernoulli_, "fill_": fill_, "zero_": lambda self: fill_(self, 0),
     "new_zeros": _new(lambda s, dt, dev, rg: creation.zeros(s, dtype=dt, device=dev, requires_grad=rg)),
     "new_ones": _new(lambda s, dt, dev, rg: creation.ones(s, dtype=dt, device=dev, requires_grad=rg)),
@@ -170,6 +154,7 @@ METHODS = {
     "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
     "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
     "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
+    "any": FM.any_, "all": FM.all_, "tril": FI.tril, "triu": FI.triu, "argwhere": FI.argwhere,
 }
 for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log10", "exp2", "floor",
               "ceil", "round", "trunc", "frac", "isnan", "isinf", "isfinite", "logical_and",
@@ -185,6 +170,7 @@ _ARITHMETIC = {
     "masked_fill": FI.masked_fill, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
     "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge,
     "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
+    "tril": FI.tril, "triu": FI.triu,
 }
 for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
               "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",
