@@ -53,16 +53,28 @@ def activation(fb, x: str, act: str | None) -> str:
         return x
     if act in ORT_ACTIVATIONS:
         return fb.op1(ORT_ACTIVATIONS[act], [x])
-    if act == "gelu":
-        return fb.op1("Gelu", [x], approximate="none")
-    if act == "gelu_tanh":
-        return fb.op1("Gelu", [x], approximate="tanh")
+    if act in ("gelu", "gelu_tanh"):
+        return _gelu(fb, x, act == "gelu_tanh")
     if act == "silu":
         return fb.op1("Mul", [x, fb.op1("Sigmoid", [x])])
     if act.startswith("clip:"):
         lo, hi = clip_bounds(act)
         return fb.op1("Clip", [x, fb.const(lo, np.float32), fb.const(hi, np.float32)])
     raise ExportError(f"fused activation {act!r} has no ONNX form")
+
+
+def _gelu(fb, x: str, tanh: bool) -> str:
+    """GELU in opset-13 primitives (``onnx.reference`` lacks a ``Gelu`` kernel; ONNX Runtime
+    fuses this pattern back into its Gelu/FastGelu)."""
+    f32 = np.float32
+    if tanh:
+        cube = fb.op1("Mul", [fb.op1("Mul", [x, x]), x])
+        inner = fb.op1("Add", [x, fb.op1("Mul", [cube, fb.const(0.044715, f32)])])
+        core = fb.op1("Tanh", [fb.op1("Mul", [inner, fb.const(np.sqrt(2.0 / np.pi), f32)])])
+    else:
+        core = fb.op1("Erf", [fb.op1("Mul", [x, fb.const(1.0 / np.sqrt(2.0), f32)])])
+    half_x = fb.op1("Mul", [x, fb.const(0.5, f32)])
+    return fb.op1("Mul", [half_x, fb.op1("Add", [core, fb.const(1.0, f32)])])
 
 
 def ort_activation(b, y: str, act: str | None, out: str) -> None:

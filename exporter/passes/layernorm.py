@@ -72,7 +72,7 @@ def _identify(g: ExportGraph, x: str, nodes: list, y: str):
     consts = {i for n in nodes for i in n.inputs if g.is_const(i)}
     scalars = sorted({float(np.asarray(g.consts[c]).ravel()[0]) for n in nodes if n.op == "add"
                       for c in n.inputs if c in consts and g.consts[c].size == 1} | {0.0})
-    vectors = [None] + sorted(c for c in consts if g.consts[c].size > 1)
+    vectors = sorted(c for c in consts if g.consts[c].size > 1) + [None]  # prefer the model's own
     tol = 1e-2 if v.dtype == "float16" else 1e-4
     for eps, w, b in itertools.product(scalars, vectors, vectors):
         if w is not None and w == b:

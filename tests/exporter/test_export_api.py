@@ -33,7 +33,7 @@ def test_export_dir_runs_in_onnxruntime_at_any_batch(saved, tmp_path, target):
     session = create_session(str(result.path), device="cpu")
     for batch in (1, 7):
         x = np.random.default_rng(batch).standard_normal((batch, 6)).astype(np.float32)
-        assert_close(session.run(None, {"x_0": x})[0], model(flow.tensor(x)).numpy())
+        assert_close(session.run(None, {session.get_inputs()[0].name: x})[0], model(flow.tensor(x)).numpy())
     report = result.report
     assert report.fused_counts() == {"Gemm": 3}
     assert report.nodes_before > report.nodes_after == 3
@@ -114,3 +114,16 @@ def test_cli_errors_are_one_line_exit_2(tmp_path):
     done = _cli("export", str(tmp_path / "missing"))
     assert done.exit_code == 2 and "missing" in done.output and "Traceback" not in done.output
     assert len(done.output.strip().splitlines()) == 1
+
+
+def test_large_models_get_external_data(saved, tmp_path, monkeypatch):
+    from flowserve.exporter import writing
+
+    monkeypatch.setattr(writing, "EXTERNAL_DATA_THRESHOLD", 1000)
+    result = export(saved[0], tmp_path / "big.onnx", target="onnxruntime")
+    assert result.report.external_data == "big.onnx.data" and (tmp_path / "big.onnx.data").is_file()
+    stored = onnx.load(str(tmp_path / "big.onnx"), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    session = create_session(str(tmp_path / "big.onnx"), device="cpu")
+    x = {session.get_inputs()[0].name: np.ones((4, 6), np.float32)}
+    assert session.run(None, x)[0].shape == (4, 3)
