@@ -24,7 +24,7 @@ from flowserve.ops import elementwise as E
 from flowserve.ops import functional as F
 from flowserve.ops import indexing as I
 from flowserve.ops import sorting as S
-from flowserve.ops.registry import STATE, fail_shape, normalize_axis
+from flowserve.ops.registry import fail_shape, normalize_axis
 from flowserve.tensor import Tensor
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
@@ -41,7 +41,7 @@ def _is_bool_index(k) -> bool:
 
 def _mask_indices(mask) -> list:
     """The int64 index tensors of a boolean mask's True entries (eager only: the count is data)."""
-    if isinstance(mask, Tensor) and (mask.is_lazy or STATE.trace is not None):
+    if isinstance(mask, Tensor) and mask.is_lazy:
         raise GraphError(
             f"indexing with a boolean mask (size={tuple(mask.shape)}) gives a data-dependent shape, "
             "which nn.Graph cannot trace; use flow.where(mask, x, y) or x.masked_fill(mask, v)")
@@ -74,7 +74,8 @@ def _wrap_index(index: Tensor, size: int, dim: int) -> Tensor:
     if index.dtype.is_floating_point or index.dtype is dtypes.bool_:
         raise IndexError(f"tensors used as indices must be long, int or bool, got {index.dtype}")
     if not index.is_lazy and index.numel():
-        lo, hi = int(index.min().item()), int(index.max().item())
+        values = index.numpy()
+        lo, hi = int(values.min()), int(values.max())
         if lo < -size or hi >= size:
             raise IndexError(f"index {hi if hi >= size else lo} is out of bounds for dimension {dim} with size {size}")
     index = F.cast(index, dtypes.int64)

@@ -267,12 +267,19 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else F.squeeze(out, axes) if axes else out
 
 
+def _safe_sqrt(s):
+    """sqrt whose gradient at 0 is 0 (as PyTorch's norm), not inf * 0 = nan."""
+    is_zero = E.eq(s, F.scalar_tensor(0, s.dtype, s.device))
+    one = F.scalar_tensor(1, s.dtype, s.device)
+    return E.where(is_zero, F.scalar_tensor(0, s.dtype, s.device), F.sqrt(E.where(is_zero, one, s)))
+
+
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     """Vector norms over ``dim`` (all entries by default): p = 2/"fro", 1, inf, -inf, 0
     or any other number, as ``torch.norm``."""
     x = F._floatify(F.cast(x, dtype) if dtype is not None else x)
     if p == "fro" or p == 2:
-        return F.sqrt(F.sum(x * x, dim, keepdim))
+        return _safe_sqrt(F.sum(x * x, dim, keepdim))
     if isinstance(p, str):
         raise ValueError(f"norm expected p in 'fro', or a number, got {p!r}")
     magnitude = F.abs(x)

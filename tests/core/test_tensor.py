@@ -224,3 +224,42 @@ def test_boolean_mask_setitem_in_a_graph_is_a_where():
 
     x = flow.randn(3, 4)
     np.testing.assert_allclose(Clip()(x).numpy(), np.maximum(x.numpy(), 0), rtol=1e-6)
+
+
+class Scorer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(flow.tensor(np.random.default_rng(2).standard_normal((5, 6)).astype(np.float32)))
+
+    def forward(self, x, idx):
+        h = x @ self.weight
+        h[:, 0] = h[:, 1] * 0.5
+        picked = h.gather(1, idx) + h[:, [5, 2]].cumsum(1)
+        top = h.topk(3, dim=1).values
+        return picked.sum() + top.logsumexp(1).sum() + h.sort(1, descending=True).values[:, 0].sum() \
+            + h.norm(dim=1).sum() + h.prod(1).sum() + flow.erf(h).sum()
+
+
+class ScorerTrain(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.1))
+
+    def build(self, x, idx):
+        loss = self.model(x, idx)
+        loss.backward()
+        return loss
+
+
+def test_gradients_of_tensor_ops_in_a_training_graph_match_eager():
+    x = flow.tensor(np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32))
+    idx = flow.tensor(np.random.default_rng(4).integers(0, 6, (4, 2)))
+    eager, graph_model = Scorer(), Scorer()
+    opt = flow.optim.SGD(eager.parameters(), lr=0.1)
+    loss = eager(x, idx)
+    loss.backward()
+    opt.step()
+    graph_loss = ScorerTrain(graph_model)(x, idx)
+    np.testing.assert_allclose(graph_loss.numpy(), loss.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(graph_model.weight.numpy(), eager.weight.numpy(), rtol=1e-5, atol=1e-6)

@@ -115,6 +115,7 @@ CASES = [
     ("norm_1_dim", lambda m, x: m.norm(x, p=1, dim=1), [away((3, 4))]),
     ("norm_inf", lambda m, x: m.norm(x, p=float("inf"), dim=0), [(3, 4)]),
     ("norm_3", lambda m, x: x.norm(p=3, dim=-1, keepdim=True), [(3, 4)]),
+    ("norm_zero_row", lambda m, x: (x * m.tensor([[0.0], [1.0]])).norm(dim=1), [(2, 3)]),
     ("norm_fro", lambda m, x: m.norm(x, "fro", dim=(0, 1)), [(3, 4)]),
     ("cumsum", lambda m, x: x.cumsum(1), [(3, 4)]),
     ("cumsum_int", lambda m, x: m.cumsum(x, 0), [typed((5,), np.int32)]),
