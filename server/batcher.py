@@ -8,7 +8,14 @@ oldest arrived for the batch to reach the preferred size, runs the batch in
 its own thread, and splits the outputs back by the recorded row counts. A
 failure is set on every future of the batch. A single instance whose batches
 take less than ``inline_below_s`` runs them on the event loop itself: a thread
-hop costs more than such a batch (~100 µs)::
+hop costs more than such a batch (~100 µs).
+
+A request that finds the model idle (nothing queued, the instance free, no
+other request in the last ``direct_after_idle_s``) while the batcher would not
+wait for company anyway (no queue delay, or already the preferred size) runs at
+once on the event loop, without the queue and worker hand-off: it would have
+formed a batch of its own. Under load requests arrive closer together than that
+and go through the queue, where they merge::
 
     batcher = DynamicBatcher([runner.run], max_batch_size=64, max_queue_delay_s=0.0005)
     await batcher.start()
@@ -59,7 +66,7 @@ class DynamicBatcher:
     def __init__(self, runners: list[RunBatch], *, max_batch_size: int,
                  max_queue_delay_s: float = 0.0, preferred_batch_sizes: tuple = (),
                  max_queue_size: int = 1024, on_batch: Callable[[BatchRecord], None] = None,
-                 inline_below_s: float = 0.0005):
+                 inline_below_s: float = 0.0005, direct_after_idle_s: float = 0.0001):
         self._runners = list(runners)
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
@@ -73,6 +80,9 @@ class DynamicBatcher:
         self._closing = False
         self._inline_below_s = inline_below_s if len(self._runners) == 1 else 0.0
         self._compute_ema_s = float("inf")
+        self._direct_after_idle_s = direct_after_idle_s
+        self._last_arrival = float("-inf")
+        self._idle_workers = 0
 
     @property
     def queued(self) -> int:
@@ -106,6 +116,9 @@ class DynamicBatcher:
                 f"queue full: {self.max_queue_size} requests waiting; retry later"
             )
         now = time.monotonic()
+        last_arrival, self._last_arrival = self._last_arrival, now
+        if self._runs_direct(rows, now - last_arrival):
+            return self._run_direct(inputs, rows)
         signature = tuple((name, array.shape[1:], array.dtype.str) for name, array in inputs.items())
         pending = _Pending(
             inputs, rows, signature, asyncio.get_running_loop().create_future(), now,
@@ -114,6 +127,24 @@ class DynamicBatcher:
         self._queue.append(pending)
         self._wakeup.set()
         return await pending.future
+
+    def _runs_direct(self, rows: int, idle_s: float) -> bool:
+        return (
+            not self._queue
+            and self._idle_workers == len(self._runners)
+            and self._compute_ema_s < self._inline_below_s
+            and idle_s >= self._direct_after_idle_s
+            and (self.max_queue_delay_s <= 0 or rows >= self._target)
+        )
+
+    def _run_direct(self, inputs: dict, rows: int) -> dict:
+        """Run a lone request on the loop now: a batch of one, without the queue."""
+        started = time.monotonic()
+        outputs, error = _run_guarded(self._runners[0], [inputs])
+        self._record(rows, 1, [0.0], started, error is not None)
+        if error is not None:
+            raise error
+        return outputs
 
     async def _work(self, runner: RunBatch, executor) -> None:
         while True:
@@ -133,7 +164,11 @@ class DynamicBatcher:
             if self._closing:
                 return None
             self._wakeup.clear()
-            await self._wakeup.wait()
+            self._idle_workers += 1
+            try:
+                await self._wakeup.wait()
+            finally:
+                self._idle_workers -= 1
 
     def _should_wait(self) -> bool:
         if self.max_queue_delay_s <= 0:
@@ -182,29 +217,45 @@ class DynamicBatcher:
     async def _execute(self, runner: RunBatch, executor, batch: list[_Pending]) -> None:
         started = time.monotonic()
         queue_s = [started - p.enqueued for p in batch]
-        loop = asyncio.get_running_loop()
-        failed = True
-        try:
-            inputs = _concatenate([p.inputs for p in batch])
-            if self._compute_ema_s < self._inline_below_s:
-                outputs = runner(inputs)
-            else:
-                outputs = await loop.run_in_executor(executor, runner, inputs)
-            for pending, part in zip(batch, _split(outputs, [p.rows for p in batch])):
-                _settle(pending.future, result=part)
-            failed = False
-        except ServerError as exc:
-            for pending in batch:
-                _settle(pending.future, exc=exc)
-        except Exception as exc:  # a runner bug must not hang its requests
-            error = InferenceFailedError(f"batch failed: {type(exc).__name__}: {exc}")
+        requests = [p.inputs for p in batch]
+        if self._compute_ema_s < self._inline_below_s:
+            outputs, error = _run_guarded(runner, requests)
+        else:
+            loop = asyncio.get_running_loop()
+            outputs, error = await loop.run_in_executor(executor, _run_guarded, runner, requests)
+        if error is None:
+            try:
+                parts = _split(outputs, [p.rows for p in batch])
+            except ServerError as exc:
+                error = exc
+        if error is not None:
             for pending in batch:
                 _settle(pending.future, exc=error)
-        rows = sum(p.rows for p in batch)
+        else:
+            for pending, part in zip(batch, parts):
+                _settle(pending.future, result=part)
+        self._record(sum(p.rows for p in batch), len(batch), queue_s, started, error is not None)
+
+    def _record(self, rows: int, requests: int, queue_s: list, started: float,
+                failed: bool) -> None:
         compute_s = time.monotonic() - started
         ema = self._compute_ema_s
         self._compute_ema_s = compute_s if ema == float("inf") else 0.9 * ema + 0.1 * compute_s
-        self._on_batch(BatchRecord(rows, len(batch), queue_s, compute_s, failed))
+        self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed))
+
+
+def _run_guarded(runner: RunBatch, requests: list[dict]) -> tuple[Optional[dict],
+                                                                   Optional[ServerError]]:
+    """``(outputs, None)`` of the merged ``requests``, or ``(None, error)``.
+
+    A runner bug must not hang its requests: every exception becomes an error.
+    """
+    try:
+        return runner(_concatenate(requests)), None
+    except ServerError as exc:
+        return None, exc
+    except Exception as exc:
+        return None, InferenceFailedError(f"batch failed: {type(exc).__name__}: {exc}")
 
 
 def _concatenate(requests: list[dict]) -> dict:

@@ -29,6 +29,8 @@ from .errors import (
 )
 from .http_codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
 
+_HEADER_LENGTH_KEY = HEADER_LENGTH.encode()
+
 log = logging.getLogger("flowserve.server")
 
 JSON = "application/json"
@@ -44,7 +46,20 @@ def _error(message: str, status: int) -> Response:
     return _json({"error": message}, status)
 
 
+def _error_body(exc: ServerError) -> bytes:
+    return json.dumps({"error": str(exc)}, separators=(",", ":")).encode()
+
+
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+_JSON_HEADERS = [(b"content-type", JSON.encode())]
+_BINARY_HEADERS = [(b"content-type", b"application/octet-stream")]
+
+
+async def _send_body(send, status: int, headers: list, body: bytes) -> None:
+    """One complete response as two ASGI messages (no Response object per request)."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": headers + [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class FrontDoor:
@@ -65,23 +80,25 @@ class FrontDoor:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = scope["path"]
+        match = INFER_PATH.match(path) if scope["method"] == "POST" else None
         headers = dict(scope["headers"])
         try:
-            self._guard(scope, headers)
-            match = INFER_PATH.match(scope["path"]) if scope["method"] == "POST" else None
+            self._guard(path, headers)
             if match is None:
                 return await self.app(scope, self._limited(receive), send)
             body = await self._read_body(receive)
-            response = await self._infer(body, headers, *match.groups(default=""))
+            status, response_headers, payload = await self._infer(
+                body, headers, *match.groups(default=""))
         except ServerError as exc:
-            response = _error(str(exc), exc.status)
+            status, response_headers, payload = exc.status, _JSON_HEADERS, _error_body(exc)
         except Exception:
-            log.exception("unexpected error on %s", scope["path"])
-            response = _error("internal error", 500)
-        await response(scope, receive, send)
+            log.exception("unexpected error on %s", path)
+            status, response_headers, payload = 500, _JSON_HEADERS, b'{"error":"internal error"}'
+        await _send_body(send, status, response_headers, payload)
 
-    def _guard(self, scope, headers: dict) -> None:
-        if self.expected and scope["path"] not in OPEN_PATHS:
+    def _guard(self, path: str, headers: dict) -> None:
+        if self.expected and path not in OPEN_PATHS:
             if headers.get(b"authorization") != self.expected:
                 raise UnauthorizedError("authorization: missing or wrong bearer token")
         length = headers.get(b"content-length")
@@ -103,16 +120,15 @@ class FrontDoor:
             more = message.get("more_body", False)
         return b"".join(chunks)
 
-    async def _infer(self, body: bytes, headers: dict, model: str, version: str) -> Response:
-        header_length = headers.get(HEADER_LENGTH.encode())
+    async def _infer(self, body: bytes, headers: dict, model: str, version: str):
+        header_length = headers.get(_HEADER_LENGTH_KEY)
         request, wishes = decode_infer_request(
             body, header_length.decode("latin-1") if header_length is not None else None,
             model, version)
         payload, json_length = encode_infer_response(await self.plane.infer(request), wishes)
         if json_length is None:
-            return Response(payload, media_type=JSON)
-        return Response(payload, media_type="application/octet-stream",
-                        headers={"Inference-Header-Content-Length": str(json_length)})
+            return 200, _JSON_HEADERS, payload
+        return 200, _BINARY_HEADERS + [(_HEADER_LENGTH_KEY, str(json_length).encode())], payload
 
     def _limited(self, receive):
         seen = 0
