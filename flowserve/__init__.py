@@ -40,6 +40,7 @@ from flowserve.ops.creation import empty_like, randint_like  # noqa: E402
 from flowserve.ops.functional_math import all_ as all, any_ as any, max_ as max, min_ as min  # noqa: E402,A001
 from flowserve.ops.functional_math import is_tensor, numel  # noqa: E402
 from flowserve import autograd, nn, optim  # noqa: E402
+from flowserve import amp  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402
 

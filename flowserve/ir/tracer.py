@@ -16,19 +16,42 @@ import numpy as np
 from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ops.registry import STATE, Meta, infer_meta
+from flowserve.tensor import Tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def user_location() -> str:
-    """``file:line`` of the innermost frame outside flowserve (the user's code)."""
+def user_location(depth: int = 1) -> str:
+    """``file:line`` of the innermost frame outside flowserve (the user's code); with
+    ``depth`` > 1, up to that many user frames, innermost first, one per line."""
     frame = sys._getframe(2)
-    while frame is not None:
+    found: list[str] = []
+    while frame is not None and len(found) < depth:
         path = frame.f_code.co_filename
         if not os.path.abspath(path).startswith(_PACKAGE_DIR):
-            return f"{path}:{frame.f_lineno}"
+            found.append(f"{path}:{frame.f_lineno}")
         frame = frame.f_back
-    return ""
+    return "\n".join(found)
+
+
+class LazyTensor(Tensor):
+    """A tensor inside ``nn.Graph.build``: ``backward()`` seeds the gradient with the
+    tracer's loss scale (gradient accumulation's ``1/n``, a grad scaler's scale)."""
+
+    __slots__ = ()
+
+    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+        from flowserve.autograd.engine import backward
+
+        tracer = STATE.trace
+        scale = tracer.loss_scale if tracer is not None else None
+        if gradient is None and scale is not None:
+            from flowserve.ops import functional as F
+
+            gradient = F.expand(F.cast(scale, self.dtype), self.shape)
+        if tracer is not None:
+            tracer.losses.append(self)
+        backward(self, gradient)
 
 
 class Tracer:
@@ -48,6 +71,13 @@ class Tracer:
         self.lifted: tuple = ()
         self._keepalive: list = []  # lifted eager tensors stay alive so their ids stay unique
         self._counter = 0
+        self.loss_scale = None  # lazy 0-d tensor multiplying the seed of backward()
+        self.losses: list = []  # tensors backward() was called on
+        self.forward_values: set = set()  # values computed by forward ops (not backward/update)
+        self.on_op = None  # callback(node) after each recorded op (nn.Graph.debug)
+        self.on_unregistered_module = None  # callback(module) for a module the graph does not hold
+        self.stack_depth = 1  # user frames recorded per op (debug's max_py_stack_depth)
+        self._unregistered_depth = 0
 
     def __enter__(self) -> "Tracer":
         if STATE.trace is not None:
@@ -70,6 +100,7 @@ class Tracer:
         from flowserve.tensor import Tensor
 
         t = Tensor._from_lazy(value, self.device or _cpu())
+        t.__class__ = LazyTensor
         t._requires_grad = requires_grad
         return t
 
@@ -120,8 +151,13 @@ class Tracer:
         outs = []
         for meta in metas:
             outs.append(self.ir.add_value(Value(self.fresh_name(prim.name), tuple(meta.shape), meta.dtype.name)))
-        self.ir.nodes.append(Node(prim.name, [t._lazy.name for t in lazies], [v.name for v in outs],
-                                  dict(attrs), self.scope[-1] if self.scope else "", user_location()))
+        node = Node(prim.name, [t._lazy.name for t in lazies], [v.name for v in outs],
+                    dict(attrs), self.scope[-1] if self.scope else "", user_location(self.stack_depth))
+        self.ir.nodes.append(node)
+        if STATE.grad_enabled:
+            self.forward_values.update(node.outputs)
+        if self.on_op is not None:
+            self.on_op(node)
         return tuple(self._lazy(v) for v in outs)
 
     def assign(self, target, new) -> None:
@@ -154,7 +190,13 @@ class Tracer:
     def call_module(self, module, args, kwargs):
         name = self.module_names.get(id(module))
         if name is None:
-            return module.forward(*args, **kwargs)
+            if self._unregistered_depth == 0 and self.on_unregistered_module is not None:
+                self.on_unregistered_module(module)
+            self._unregistered_depth += 1
+            try:
+                return module.forward(*args, **kwargs)
+            finally:
+                self._unregistered_depth -= 1
         self.scope.append(name)
         try:
             if self.on_module_call is not None:

@@ -1,10 +1,16 @@
 """A compiled signature of an ``nn.Graph``: its ONNX Runtime session and state plumbing.
 
 Training graphs take parameters and optimizer state as inputs and return their new
-values, which are written back into the eager tensors after each call, so the eager
-module always holds the graph's values. Inference graphs carry parameters as
-initializers (ONNX Runtime folds and re-lays them out) and are rebuilt when a parameter
-changes in eager mode.
+values. The session is persistent and IO-bound: every state tensor has two host buffers
+used in turn (ping-pong) — the call reads the current one and ONNX Runtime writes the
+new value straight into the other, which the eager tensor then holds. No state is
+copied per call, and the eager module always holds the graph's values (as in OneFlow,
+an array taken with ``.numpy()`` from a graph-updated parameter is a view of such a
+buffer; copy it to keep it beyond the next call). User outputs rotate through
+``config.set_outputs_buffer_size(n)`` sets of buffers per shape and are copied out.
+
+Inference graphs carry parameters as initializers (ONNX Runtime folds and re-lays them
+out) and are rebuilt when a parameter changes in eager mode (version counters).
 """
 
 from __future__ import annotations
@@ -17,57 +23,160 @@ from flowserve.nn.graph.trace import Traced
 from flowserve.tensor import Tensor
 
 
-def _versions(state: dict) -> tuple:
-    return tuple(t._version for t in state.values())
+def _versions(state: dict, skip=()) -> tuple:
+    return tuple((id(t._data), t._version) for k, t in state.items() if k not in skip)
 
 
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
-                 dynamic_batch: bool = False):
+                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None):
         self.traced = traced
         self.training = training
         self.options = options or {}
         self.dynamic_batch = dynamic_batch
+        self.key = key
+        self.batch = batch
         self.output_names = [v.name for v in traced.ir.outputs]
         self.update_names = list(traced.ir.updates)
+        self._buffers: dict = {}  # state name -> [buffer A, buffer B]
+        self._out_ring: list = []
+        self._out_index = 0
+        self.peak_memory = None
         self._build_session()
 
-    def _build_session(self) -> None:
+    def _lower(self, fed: list, baked: dict):
         from flowserve.exporter.lower import lower_ir
+        from flowserve.nn.graph.passes import lowering_ir
+
+        ir, lowerings = lowering_ir(self.traced.ir, self.options)
+        kwargs = {"lowerings": lowerings} if lowerings else {}
+        return lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
+                        dynamic_batch=self.dynamic_batch, **kwargs)
+
+    def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session
 
-        ir, state = self.traced.ir, self.traced.state
+        state = self.traced.state
         if self.training:
+            ir = self.traced.ir
             fed = [k for k in ir.state if ir.state_kinds[k] != "constant"]
             baked = dict(self.traced.constants)
         else:
-            fed = list(self.traced.system_feeds)
-            baked = {**self.traced.constants, **{k: t.numpy() for k, t in state.items()}}
+            fed = list(self.traced.system_feeds) + self.update_names  # buffers a build updates
+            baked = {**self.traced.constants,
+                     **{k: t.numpy() for k, t in state.items() if k not in self.update_names}}
         self.fed_state = fed
-        self.model = lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                              dynamic_batch=self.dynamic_batch)
-        self.session = create_session(self.model, graph_mode=True, options=self.options)
-        self.versions = _versions(state)
+        try:
+            self.model = self._lower(fed, baked)
+            self.session = create_session(self.model, graph_mode=True, options=self.options)
+        except Exception:
+            if not self.dynamic_batch:
+                raise
+            self.dynamic_batch = False  # some lowering needs the static batch size
+            self.model = self._lower(fed, baked)
+            self.session = create_session(self.model, graph_mode=True, options=self.options)
+        self.versions = _versions(state, self.update_names)
+        self._out_ring = []
+
+    # -- running ------------------------------------------------------------------------------
 
     def run(self, inputs: list) -> list[Tensor]:
-        ir, state = self.traced.ir, self.traced.state
-        if not self.training and _versions(state) != self.versions:
+        state = self.traced.state
+        if not self.training and _versions(state, self.update_names) != self.versions:
             self._build_session()  # a parameter changed in eager mode since compilation
-        feeds = {v.name: _host(t) for v, t in zip(ir.inputs, inputs)}
+        binding = self.session.io_binding()
+        for v, t in zip(self.traced.ir.inputs, inputs):
+            binding.bind_cpu_input(v.name, _host(t))
         for name in self.fed_state:
             feed = self.traced.system_feeds.get(name)
-            feeds[name] = feed() if feed is not None else _host(state[name])
-        results = self.session.run(None, feeds)
-        n = len(self.output_names)
-        for name, array in zip(self.update_names, results[n:]):
+            binding.bind_cpu_input(name, feed() if feed is not None else _host(state[name]))
+        new_state = self._bind_state_outputs(binding)
+        outs = self._bind_user_outputs(binding, inputs)
+        self.session.run_with_iobinding(binding)
+        for name, array in new_state.items():
             target = state[name]
             target._data = to_device_array(array, target.device)
             target._version += 1
         device = inputs[0].device if inputs else CPU
-        return [Tensor._wrap(to_device_array(r, device), device) for r in results[:n]]
+        return [Tensor._wrap(to_device_array(out.copy(), device), device) for out in outs]
+
+    def _bind_state_outputs(self, binding) -> dict:
+        """Bind each updated state's output to the buffer its tensor does not hold now."""
+        from onnxruntime import OrtValue
+
+        new = {}
+        for name in self.update_names:
+            current = self.traced.state[name]._data
+            pair = self._buffers.get(name)
+            if pair is None or not any(current is b for b in pair):
+                pair = [current, np.empty_like(current)] if isinstance(current, np.ndarray) and \
+                    current.flags.c_contiguous else [np.empty_like(current), np.empty_like(current)]
+                self._buffers[name] = pair
+            target = pair[1] if current is pair[0] else pair[0]
+            binding.bind_ortvalue_output(name + ":new", OrtValue.ortvalue_from_numpy(target))
+            new[name] = target
+        return new
+
+    def _bind_user_outputs(self, binding, inputs) -> list:
+        """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
+        the shapes stay the same (outputs are copied out after the run)."""
+        from onnxruntime import OrtValue
+
+        shapes = self._output_shapes(inputs)
+        size = self.options.get("outputs_buffer_size", 2)
+        if len(self._out_ring) != size or any(s is None for s in shapes):
+            self._out_ring = [None] * size
+        self._out_index = (self._out_index + 1) % size
+        ring = self._out_ring[self._out_index]
+        if ring is None or [a.shape for a in ring] != shapes or any(s is None for s in shapes):
+            ring = [np.empty(s, dtype=_np_dtype(v.dtype)) if s is not None else None
+                    for s, v in zip(shapes, self.traced.ir.outputs)]
+            self._out_ring[self._out_index] = ring
+        arrays = []
+        for v, array in zip(self.traced.ir.outputs, ring):
+            if array is None:
+                binding.bind_output(v.name)
+            else:
+                binding.bind_ortvalue_output(v.name, OrtValue.ortvalue_from_numpy(array))
+            arrays.append(array)
+        if any(a is None for a in arrays):
+            return _Deferred(binding, arrays)
+        return arrays
+
+    def _output_shapes(self, inputs) -> list:
+        """Output shapes for these inputs: the traced ones, dim 0 following the batch."""
+        batch = inputs[0].shape[0] if inputs and inputs[0].ndim else None
+        shapes = []
+        for v in self.traced.ir.outputs:
+            shape = tuple(v.shape)
+            if self.dynamic_batch and self.batch is not None and shape and shape[0] == self.batch:
+                if batch != self.batch:
+                    shapes.append(None)  # let the runtime size it
+                    continue
+            shapes.append(shape)
+        return shapes
+
+
+class _Deferred(list):
+    """Outputs some of which the runtime allocates: fetched after the run."""
+
+    def __init__(self, binding, arrays):
+        super().__init__()
+        self.binding, self.arrays = binding, arrays
+
+    def __iter__(self):
+        fetched = self.binding.copy_outputs_to_cpu()
+        return iter([a if a is not None else fetched[i] for i, a in enumerate(self.arrays)])
+
+
+def _np_dtype(name: str):
+    from flowserve import dtypes
+
+    return dtypes.from_name(name).np
 
 
 def _host(t: Tensor) -> np.ndarray:
     if t._lazy is not None:
         raise GraphError("a lazy tensor was passed to a compiled graph")
-    return t.numpy()
+    data = t.numpy()
+    return data if data.flags.c_contiguous else np.ascontiguousarray(data)

@@ -1,28 +1,72 @@
-"""``GraphConfig``: the options of one nn.Graph (``graph.config``)."""
+"""``GraphConfig``: the options of one nn.Graph (``graph.config``), each one doing work:
+
+- ``enable_amp``: the AMP pass (``flowserve.ir.passes.amp``) runs matmuls/convolutions in
+  float16/bfloat16 with float32 master weights; a grad scaler scales the loss;
+- ``set_gradient_accumulation_steps(n)``: one call runs ``n`` micro-batches split from
+  dim 0, accumulating gradients (loss scaled by ``1/n``), then updates once;
+- ``allow_fuse_model_update_ops``: one flat update per parameter group;
+- ``allow_fuse_add_to_output``: an add into a matmul/conv output becomes its bias/output;
+- ``allow_fuse_cast_scale``: cast round trips and cast+scale chains collapse;
+- ``enable_straighten_algorithm`` / ``enable_compress_memory``: the runtime's execution
+  order and memory planning (``flowserve.exporter.runtime.session_options``);
+- ``enable_cudnn_conv_heuristic_search_algo``: the CUDA provider's conv algorithm search;
+- ``enable_zero`` (and ``GraphModule.set_stage``): validated and recorded in the IR
+  (on one device they change no result);
+- ``set_outputs_buffer_size``: how many output buffers calls rotate through.
+"""
 
 from __future__ import annotations
 
+STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")
+
 
 class GraphConfig:
-    """Options of an ``nn.Graph``, set in its ``__init__`` (``self.config.enable_amp(True)``)."""
+    """Options of an ``nn.Graph``, set in its ``__init__`` (``self.config.enable_amp(True)``).
+
+    >>> import flowserve as flow
+    >>> config = flow.nn.graph.GraphConfig()
+    >>> config.set_gradient_accumulation_steps(4)
+    >>> config
+    GraphConfig(training=False, gradient_accumulation_steps=4, )
+    """
 
     def __init__(self):
-        self.training = False
+        self._training = False
         self.options: dict = {}
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    def _train(self, mode: bool = True) -> None:
+        self._training = bool(mode)
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.options.get("gradient_accumulation_steps", 1)
+
+    @property
+    def outputs_buffer_size(self) -> int:
+        return self.options.get("outputs_buffer_size", 2)
 
     def _set(self, key: str, value) -> None:
         self.options[key] = value
 
     def enable_amp(self, mode: bool = True, *, dtype=None) -> None:
+        """Mixed precision: compute-bound ops in ``dtype`` (float16 default, or bfloat16)."""
         from flowserve import dtypes
 
+        name = dtypes.as_dtype(dtype).name if dtype is not None else "float16"
+        if name not in ("float16", "bfloat16"):
+            raise ValueError(f"enable_amp expects dtype flowserve.float16 or flowserve.bfloat16, got {name}")
         self._set("amp", bool(mode))
-        self._set("amp_dtype", dtypes.as_dtype(dtype).name if dtype is not None else "float16")
+        self._set("amp_dtype", name)
 
     def set_gradient_accumulation_steps(self, value: int) -> None:
-        if int(value) < 1:
-            raise ValueError(f"gradient accumulation steps must be >= 1, got {value}")
-        self._set("gradient_accumulation_steps", int(value))
+        """Accumulate gradients over ``value`` micro-batches (split from dim 0) per call."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"gradient accumulation steps must be an int >= 1, got {value!r}")
+        self._set("gradient_accumulation_steps", value)
 
     def allow_fuse_model_update_ops(self, mode: bool = True) -> None:
         self._set("fuse_model_update_ops", bool(mode))
@@ -37,6 +81,10 @@ class GraphConfig:
         self._set("cudnn_conv_heuristic_search_algo", bool(mode))
 
     def enable_straighten_algorithm(self, mode: str = "MemoryFirst") -> None:
+        """Execution order of the graph's ops: ``"SpeedFirst"``, ``"MemoryFirst"`` (default),
+        ``"OverlapCpuGpu"``, ``"DelayShortGpu"`` or ``"Disable"``."""
+        if mode not in STRAIGHTEN_MODES:
+            raise ValueError(f"enable_straighten_algorithm expects one of {STRAIGHTEN_MODES}, got {mode!r}")
         self._set("straighten_algorithm", mode)
 
     def enable_compress_memory(self, mode: bool = True) -> None:
@@ -44,15 +92,21 @@ class GraphConfig:
 
     def enable_zero(self, mode: bool = True, *, stage: int = 1, shard_min_size: int = 1024,
                     shard_restore_level: int = 1) -> None:
+        """ZeRO redundancy optimizer settings (recorded; one device shards nothing)."""
         if stage not in (1, 2, 3):
-            raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
+            raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage!r}")
+        if not isinstance(shard_min_size, int) or shard_min_size < 1:
+            raise ValueError(f"ZeRO shard_min_size must be a positive int, got {shard_min_size!r}")
+        if shard_restore_level not in (0, 1, 2):
+            raise ValueError(f"ZeRO shard_restore_level must be 0, 1 or 2, got {shard_restore_level!r}")
         self._set("zero", {"enabled": bool(mode), "stage": stage, "shard_min_size": shard_min_size,
                            "shard_restore_level": shard_restore_level})
 
     def set_outputs_buffer_size(self, value: int = 2) -> None:
-        if int(value) < 1:
-            raise ValueError(f"outputs buffer size must be >= 1, got {value}")
-        self._set("outputs_buffer_size", int(value))
+        """Number of output buffers the graph's calls rotate through (default 2)."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"outputs buffer size must be an int >= 1, got {value!r}")
+        self._set("outputs_buffer_size", value)
 
     def __repr__(self) -> str:
         items = "".join(f"{k}={v}, " for k, v in [("training", self.training)] + sorted(self.options.items()))

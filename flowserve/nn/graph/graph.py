@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
+import warnings
 from collections import OrderedDict, defaultdict
 
 from flowserve.errors import GraphError
+from flowserve.nn.graph import signature as sig
 from flowserve.nn.graph.config import GraphConfig
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.module import Module
@@ -32,16 +35,16 @@ class Graph:
     _child_init_cnt: dict = defaultdict(int)
 
     def __init__(self):
+        """Initializes internal Graph states. It MUST be called in ``__init__`` of a subclass."""
         cls = type(self)
         object.__setattr__(self, "_name", f"{cls.__name__}_{Graph._child_init_cnt[cls.__name__]}")
         Graph._child_init_cnt[cls.__name__] += 1
-        object.__setattr__(self, "config", GraphConfig())
-        object.__setattr__(self, "_modules", OrderedDict())
-        object.__setattr__(self, "_optimizers", [])
-        object.__setattr__(self, "_compiled", {})
-        object.__setattr__(self, "_last", None)
-        object.__setattr__(self, "_debug_level", -1)
-        object.__setattr__(self, "_train_step", creation.zeros((), dtype="int64"))
+        for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_optimizers", []),
+                            ("_grad_scaler", None), ("_compiled", None), ("_cache", None), ("_last", None),
+                            ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
+                            ("_warned_modules", set()),
+                            ("_train_step", creation.zeros((), dtype="int64"))]:
+            object.__setattr__(self, name, value)
 
     # -- attributes (OneFlow's rules) ------------------------------------------------------
 
@@ -66,12 +69,14 @@ class Graph:
             raise AttributeError(
                 "Base class nn.Graph has not been initialized, please call super().__init__() in "
                 "subclass of nn.Graph before assigning any attribute.")
+        if not isinstance(name, str):
+            raise TypeError(f"module name should be a string. Got {type(name)}")
+        if name in self.__dict__ or (hasattr(type(self), name) and name not in self._modules):
+            raise KeyError(f"attribute '{name}' already exists")
         if "." in name:
             raise KeyError(f'module name can\'t contain ".", got: {name}')
         if name == "":
             raise KeyError('module name can\'t be empty string ""')
-        if name in self.__dict__ and name not in self._modules:
-            raise KeyError(f"attribute '{name}' already exists")
         self._modules[name] = ProxyModule(module, name)
 
     def __getattr__(self, name: str):
@@ -90,36 +95,122 @@ class Graph:
                 names.setdefault(id(m), sub)
         return names
 
+    def _graph_modules(self) -> dict:
+        """Full module name -> its GraphModule options, for every registered module."""
+        out = {}
+        for attr, proxy in self._modules.items():
+            for sub, m in proxy.to(Module).named_modules(prefix=attr):
+                out.setdefault(sub, proxy._graph_module_of(sub, m))
+        return out
+
     # -- public API --------------------------------------------------------------------------
 
     @property
     def name(self) -> str:
+        """Name auto-generated for this graph: ``ClassName_N``, N counting per class."""
         return self._name
 
     @property
     def training(self) -> bool:
-        return bool(self._optimizers)
+        """In training mode if the graph has an optimizer."""
+        return self.config.training
+
+    @property
+    def is_compiled(self) -> bool:
+        """Whether this graph has been called (traced and compiled) yet."""
+        return self._last is not None
 
     def build(self, *args, **kwargs):
-        raise GraphError(f"nn.Graph subclass {type(self).__name__} must define build()")
+        """The ``build()`` method must be overridden to define the computation of the graph."""
+        raise NotImplementedError("nn.Graph.build() method must be overridden when subclassing the nn.Graph.")
 
-    def add_optimizer(self, optim, *, lr_sch=None) -> None:
-        if lr_sch is not None and getattr(lr_sch, "optimizer", None) is not optim:
-            raise ValueError("lr_scheduler's optimizer must be the same optimizer in add_optimizer.")
+    def add_optimizer(self, optim, *, lr_sch=None, is_sparse: bool = False) -> None:
+        """Add an optimizer, and optionally its learning rate scheduler, to the graph.
+
+        The compiled training step then runs the optimizer's update after ``loss.backward()``
+        in ``build()``; the scheduler steps after each call."""
+        from flowserve.optim.optimizer import Optimizer
+
+        if optim is None:
+            raise GraphError("optimizer cannot be None")
+        if not isinstance(optim, Optimizer):
+            raise GraphError(f"optimizer must be an instance of Optimizer, got {type(optim).__name__}")
+        if lr_sch is not None:
+            if not hasattr(lr_sch, "step") or not hasattr(lr_sch, "optimizer"):
+                raise GraphError(f"lr_sch must be a learning rate scheduler, got {type(lr_sch).__name__}")
+            if lr_sch.optimizer is not optim:
+                raise GraphError("lr_scheduler's optimizer must be the same optimizer in add_optimizer.")
+        if self.is_compiled:
+            raise GraphError(f"nn.Graph {self.name}: add_optimizer must be called before the first call")
         self._optimizers.append((optim, lr_sch))
-        self.config.training = True
+        self.config._train(True)
 
-    def debug(self, v_level: int = 0, *, ranks=None, max_py_stack_depth: int = 2) -> None:
-        object.__setattr__(self, "_debug_level", int(v_level))
+    def set_grad_scaler(self, grad_scaler=None) -> None:
+        """Set the GradScaler (or StaticGradScaler) for gradient and loss scaling."""
+        from flowserve.amp import GradScaler, StaticGradScaler
+
+        if not isinstance(grad_scaler, (GradScaler, StaticGradScaler)):
+            raise GraphError("set_grad_scaler expects a flowserve.amp.GradScaler or StaticGradScaler, "
+                             f"got {type(grad_scaler).__name__}")
+        object.__setattr__(self, "_grad_scaler", grad_scaler)
+
+    def state_dict(self, destination=None) -> OrderedDict:
+        """A dictionary containing the whole state of the graph: its modules' state dicts
+        under their attribute names, optimizer states, ``System-Train-TrainStep``."""
+        from flowserve.nn.graph.state import graph_state_dict
+
+        return graph_state_dict(self, destination)
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+        """Copy module states and other graph states from ``state_dict`` into this graph
+        (only before the first call of the graph)."""
+        from flowserve.nn.graph.state import load_graph_state_dict
+
+        load_graph_state_dict(self, state_dict, strict)
+
+    def debug(self, v_level: int = 0, *, ranks=None, max_py_stack_depth: int = 2,
+              only_user_py_stack: bool = True, op_repr_with_py_stack: bool = False) -> None:
+        """Open (``v_level`` 0..3) or close (-1) the debug mode of the graph: what it prints
+        while it builds and compiles at the first call (see ``flowserve.nn.graph.debug``)."""
+        from flowserve.nn.graph.debug import DebugPrinter
+
+        if not isinstance(v_level, int):
+            raise GraphError(f"v_level must be an int, got {type(v_level).__name__}")
+        if v_level < -1:
+            raise GraphError("The min verbose debug info level is -1.")
+        if v_level > 3:
+            raise GraphError("The max verbose debug info level is 3.")
+        if not isinstance(max_py_stack_depth, int) or max_py_stack_depth < 0:
+            raise GraphError("The min max stack depth is 0.")
+        rank_list = [0] if ranks is None else [ranks] if isinstance(ranks, int) else ranks
+        if not isinstance(rank_list, list):
+            raise ValueError("ranks must be int or List[int].")
+        on = v_level >= 0 and (-1 in rank_list or 0 in rank_list)
+        object.__setattr__(self, "_debug", DebugPrinter(self, v_level, max_py_stack_depth) if on else None)
+
+    @staticmethod
+    def with_dynamic_input_shape(*, size: int = 10, enable_shared: bool = True):
+        """Decorate a graph's ``__init__`` to compile and cache one graph per input
+        signature (at most ``size``), all sharing the same parameters."""
+
+        def decorate(init):
+            @functools.wraps(init)
+            def wrapped(self, *args, **kwargs):
+                init(self, *args, **kwargs)
+                object.__setattr__(self, "_cache", sig.SignatureCache(size))
+
+            return wrapped
+
+        return decorate
+
+    # -- calling ------------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
+        """Run the graph: the first call traces ``build()`` and compiles it, later calls
+        run the compiled graph. Inputs and outputs may nest tuples, lists, dicts and None."""
         args = tuple(_as_tensor_arg(a) for a in args)
         leaves, spec = flatten((args, kwargs))
-        key = (repr(spec), tuple((tuple(t.shape), t.dtype.name) for t in leaves))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compile(args, kwargs)
-            self._compiled[key] = compiled
+        compiled = self._compiled_for(args, kwargs, leaves, spec)
         object.__setattr__(self, "_last", compiled)
         outputs = compiled.run(leaves)
         if self.training:
@@ -128,31 +219,96 @@ class Graph:
                     sched.step()
         return unflatten(compiled.traced.out_spec, outputs)
 
-    def _compile(self, args, kwargs):
+    def _compiled_for(self, args, kwargs, leaves, spec):
+        key = sig.signature(leaves, spec)
+        if self._cache is not None:
+            compiled = self._cache.get(key)
+            if compiled is None:
+                compiled = self._compile(args, kwargs, leaves)
+                self._cache.put(key, compiled)
+            return compiled
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compile(args, kwargs, leaves)
+            object.__setattr__(self, "_compiled", compiled)
+        elif key != compiled.key and not self._batch_compatible(compiled, key, args, kwargs, leaves):
+            raise sig.static_input_error(self, self._input_names, compiled.key, key)
+        return compiled
+
+    def _batch_compatible(self, compiled, key, args, kwargs, leaves) -> bool:
+        """Same signature up to dim 0, and the graph is batch-polymorphic (checked once
+        per batch size by tracing at it)."""
+        batch = sig.batch_size(leaves)
+        if not compiled.dynamic_batch or batch is None or key[0] != compiled.key[0]:
+            return False
+        if any(es[1:] != gs[1:] or ed != gd for (es, ed), (gs, gd) in zip(compiled.key[1], key[1])):
+            return False
+        if batch not in self._batch_verdicts:
+            from flowserve.nn.graph.trace import trace_build
+
+            other = self._traced_quietly(trace_build, args, kwargs)
+            ok = sig.batch_polymorphic(compiled.traced, compiled.batch, other, batch)
+            self._batch_verdicts[batch] = ok
+            self._log(0, f"batch size {batch} {'runs' if ok else 'cannot run'} on the graph compiled for "
+                         f"batch size {compiled.batch}")
+        return self._batch_verdicts[batch]
+
+    def _traced_quietly(self, trace_build, args, kwargs):
+        """A trace that leaves no trace: optimizer states and scaler untouched."""
+        debug = self._debug
+        object.__setattr__(self, "_debug", None)
+        try:
+            return trace_build(self, args, kwargs)
+        finally:
+            object.__setattr__(self, "_debug", debug)
+
+    def _compile(self, args, kwargs, leaves):
         from flowserve.nn.graph.compiled import CompiledGraph
         from flowserve.nn.graph.trace import trace_build
 
         start = time.perf_counter()
         self._log(0, "start building graph.")
         traced = trace_build(self, args, kwargs)
-        self._log(0, f"end building graph ({time.perf_counter() - start:.3f}s).")
-        self._log(0, "start compiling plan and init graph runtime.")
-        compiled = CompiledGraph(traced, self.training, self.config.options)
-        self._log(0, f"end compiling plan and init graph runtime ({time.perf_counter() - start:.3f}s).")
+        object.__setattr__(self, "_input_names", [v.name for v in traced.ir.inputs])
+        self._log(0, f"building graph Done! Cost time: {time.perf_counter() - start:.2f}s.")
+        start = time.perf_counter()
+        self._log(0, "start building plan.")
+        batch = sig.batch_size(leaves) if self._cache is None else None
+        compiled = CompiledGraph(traced, self.training, self.config.options, dynamic_batch=batch is not None,
+                                 key=sig.signature(leaves, traced.in_spec), batch=batch, graph=self)
+        self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s.")
         return compiled
 
+    # -- hooks used by the tracer -------------------------------------------------------------
+
     def _on_build_start(self, tracer) -> None:
-        pass
+        tracer.on_unregistered_module = self._warn_unregistered
+        if self._debug is not None:
+            self._debug.attach(tracer)
+            tracer.stack_depth = max(1, self._debug.max_py_stack_depth)
+
+    def _warn_unregistered(self, module) -> None:
+        if id(module) in self._warned_modules:
+            return
+        self._warned_modules.add(id(module))
+        warnings.warn(
+            f"nn.Graph {self.name}: module {type(module).__name__} is called in build() but is not an "
+            "attribute of the graph; its parameters and buffers become constants of the graph (not "
+            "trained, not in state_dict()). Assign it in __init__ (self.name = module) to register it.",
+            UserWarning, stacklevel=2)
+
+    def _after_trace(self, ir, tracer) -> None:
+        from flowserve.nn.graph.passes import run_graph_passes
+
+        run_graph_passes(self, ir, tracer)
 
     def _log(self, level: int, message: str) -> None:
-        if self._debug_level >= level:
-            print(f"(GRAPH:{self.name}:{type(self).__name__}) {message}")
-
-    @property
-    def is_compiled(self) -> bool:
-        return self._last is not None
+        if self._debug is not None:
+            self._debug.log(level, message)
 
     def __repr__(self) -> str:
+        """The graph structure: GRAPH / CONFIG / MODULE / PARAMETER / BUFFER lines, plus
+        INPUT / OUTPUT lines (of the graph and of each module) after the first call."""
         from flowserve.nn.graph.printing import graph_repr
 
         return graph_repr(self)

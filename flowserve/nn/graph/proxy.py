@@ -1,41 +1,91 @@
-"""Module proxies: what ``graph.model`` is once a module is added to an ``nn.Graph``."""
+"""Module proxies: what ``graph.model`` is once a module is added to an ``nn.Graph``.
+
+``graph.model`` is a ``ProxyModule``: calls, attributes and indexing reach the module,
+submodules come back as proxies (``graph.model.features``), and ``.to(GraphModule)``
+gives the graph options of that module, ``.to(nn.Module)`` the module itself.
+"""
 
 from __future__ import annotations
 
 
 class GraphModule:
-    """The graph options of one module: ``graph.model.to(GraphModule).set_stage(0)``."""
+    """The graph options of one module: ``graph.model.to(GraphModule).set_stage(0)``,
+    ``graph.model.layer1.to(GraphModule).activation_checkpointing = True``."""
 
     def __init__(self, name: str, module):
         self.name = name
         self.module = module
         self.stage_id = None
         self.placement = None
-        self.activation_checkpointing = False
+        self._activation_checkpointing = False
 
     def set_stage(self, stage_id: int, placement=None) -> None:
-        if not isinstance(stage_id, int) or stage_id < 0:
-            raise ValueError(f"stage_id must be a non-negative int, got {stage_id!r}")
-        self.stage_id, self.placement = stage_id, placement
+        """Set the pipeline stage id (and placement) of this module. On one device stages
+        change no result; they are validated, recorded in the IR and shown by ``repr``."""
+        if isinstance(stage_id, bool) or not isinstance(stage_id, int) or stage_id < 0:
+            raise ValueError(f"set_stage of module {self.name!r} expects a non-negative int stage_id, "
+                             f"got {stage_id!r}")
+        self.stage_id, self.placement = stage_id, _placement_name(placement, self.name)
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Whether the module's forward is recomputed in backward instead of keeping its
+        activations (lower peak memory, same results)."""
+        return self._activation_checkpointing
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, mode: bool) -> None:
+        if not isinstance(mode, bool):
+            raise TypeError(f"activation_checkpointing of module {self.name!r} must be a bool, got {mode!r}")
+        self._activation_checkpointing = mode
+
+    def options(self) -> dict:
+        """The non-default options (what the IR records and repr shows)."""
+        out = {}
+        if self.stage_id is not None:
+            out["stage_id"] = self.stage_id
+            out["placement"] = self.placement
+        if self._activation_checkpointing:
+            out["activation_checkpointing"] = True
+        return out
 
     def __repr__(self) -> str:
-        return f"GraphModule(name={self.name!r}, stage_id={self.stage_id}, " \
-               f"activation_checkpointing={self.activation_checkpointing})"
+        return f"(GraphModule:{self.name}:{', '.join(f'{k}={v}' for k, v in self.options().items())})"
+
+
+def _placement_name(placement, module: str):
+    from flowserve.device import as_device
+
+    if placement is None:
+        return None
+    if isinstance(placement, (list, tuple)) and all(isinstance(r, int) and r >= 0 for r in placement):
+        return list(placement)
+    try:
+        return str(as_device(placement))
+    except Exception:
+        raise ValueError(f"set_stage of module {module!r} expects a placement that is a device "
+                         f"('cpu', 'cuda:0') or a list of ranks, got {placement!r}") from None
 
 
 class ProxyModule:
     """Wraps a module registered on a graph; knows its full name; calls go to the module."""
 
-    def __init__(self, module, name: str):
+    def __init__(self, module, name: str, options: dict | None = None):
         object.__setattr__(self, "_oneflow_internal_origin", module)
-        object.__setattr__(self, "_graph_module", GraphModule(name, module))
         object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_options", {} if options is None else options)  # shared by the tree
+
+    def _graph_module_of(self, name: str, module) -> GraphModule:
+        options = self._options
+        if name not in options:
+            options[name] = GraphModule(name, module)
+        return options[name]
 
     def to(self, kind):
         from flowserve.nn.module import Module
 
         if kind is GraphModule:
-            return self._graph_module
+            return self._graph_module_of(self._name, self._oneflow_internal_origin)
         if isinstance(kind, type) and issubclass(kind, Module):
             return self._oneflow_internal_origin
         raise TypeError(f"ProxyModule.to expects nn.Module or nn.graph.GraphModule, got {kind!r}")
@@ -43,19 +93,38 @@ class ProxyModule:
     def __call__(self, *args, **kwargs):
         return self._oneflow_internal_origin(*args, **kwargs)
 
-    def __getattr__(self, name: str):
-        value = getattr(self._oneflow_internal_origin, name)
+    def _wrap(self, value, name: str):
         from flowserve.nn.module import Module
 
         if isinstance(value, Module):
-            return ProxyModule(value, f"{self._name}.{name}")
+            return ProxyModule(value, f"{self._name}.{name}", self._options)
         return value
+
+    def __getattr__(self, name: str):
+        return self._wrap(getattr(self._oneflow_internal_origin, name), name)
 
     def __setattr__(self, name: str, value) -> None:
         setattr(self._oneflow_internal_origin, name, value)
 
     def __getitem__(self, index):
-        return self._oneflow_internal_origin[index]
+        module = self._oneflow_internal_origin
+        value = module[index]
+        if isinstance(index, int):
+            key = list(module._modules)[index]
+            return self._wrap(value, key)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._oneflow_internal_origin)
+
+    def __iter__(self):
+        return iter(self._oneflow_internal_origin)
+
+    def state_dict(self, *args, **kwargs):
+        raise TypeError(
+            f"graph.{self._name} is a proxy of the module inside nn.Graph, not an nn.Module: save the "
+            f"graph's state with graph.state_dict(), or the module's with graph.{self._name}"
+            ".to(nn.Module).state_dict()")
 
     def __repr__(self) -> str:
         return repr(self._oneflow_internal_origin)

@@ -1,4 +1,5 @@
-"""Tracing ``build()`` into a ``GraphIR``: inputs, state, optimizer updates, outputs."""
+"""Tracing ``build()`` into a ``GraphIR``: inputs, state, micro-batches, loss scaling,
+optimizer updates, outputs, then the graph passes the config asks for."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
-from flowserve.tensor import Tensor
+from flowserve.nn.graph.update import apply_optimizers
+from flowserve.ops import functional as F
 from flowserve.utils.tree import flatten, leaf_names, unflatten
 
 TRAIN_STEP = "System-Train-TrainStep"
+LOSS_SCALE = "System-Train-LossScale"
 
 
 @dataclass
@@ -37,9 +40,7 @@ def input_names(build, leaves_count: int, spec) -> list[str]:
     names, used = [], set()
     for i, s in enumerate(args_spec):
         base = params[i].name if i < len(params) else f"input_{i}"
-        sub = leaf_names(s, base)
-        if s[0] != "leaf":
-            sub = [f"{base}.{j}" for j in range(len(sub))]
+        sub = [base] if s[0] == "leaf" else [f"{base}.{j}" for j in range(len(leaf_names(s, base)))]
         names += sub
     for k, s in spec[1][1][1]:
         names += [k] if s[0] == "leaf" else [f"{k}.{j}" for j in range(len(leaf_names(s)))]
@@ -65,30 +66,51 @@ def register_state(tracer: Tracer, graph) -> None:
                 tracer.add_state(name, b, "buffer")
 
 
-def apply_optimizers(tracer: Tracer, graph, system_feeds: dict) -> None:
-    names = {id(t): n for n, t in tracer.state_eager.items()}
-    for oi, (opt, _sched) in enumerate(graph._optimizers):
-        for gi, group in enumerate(opt.param_groups):
-            lr_name = f"System-Optimizer-{oi}-Group-{gi}-LearningRate"
-            lr = tracer.add_state(lr_name, Tensor._wrap(_f32(group["lr"])), "system")
-            system_feeds[lr_name] = (lambda g=group: _f32(g["lr"]))
-            for p in group["params"]:
-                lazy_p = tracer.lazy_of(p)
-                if lazy_p is None:
-                    raise GraphError("an optimizer added to the graph updates a parameter that no module "
-                                     "of the graph holds")
-                if lazy_p.grad is None:
-                    continue
-                state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
-                         for k, v in opt.state_of(p, group).items()}
-                with no_grad():
-                    opt._update(lazy_p, lazy_p.grad, state, group, lr)
+def _scaler_state(tracer: Tracer, graph) -> dict:
+    """Register the grad scaler's state; the loss scale becomes the backward seed."""
+    scaler = graph._grad_scaler
+    if scaler is None:
+        return {}
+    lazy = {}
+    for key, tensor in scaler.graph_state().items():
+        name = LOSS_SCALE if key == "scale" else f"{LOSS_SCALE}-{key}"
+        lazy[key] = tracer.add_state(name, tensor, "system")
+    if "scale" not in lazy:
+        lazy["scale"] = tracer.lift(scaler._scale)
+    return lazy
 
 
-def _f32(x):
-    import numpy as np
+def _micro_batches(inputs: list, steps: int, names: list[str]) -> list[list]:
+    if steps == 1:
+        return [inputs]
+    for t, name in zip(inputs, names):
+        if t.ndim == 0 or t.shape[0] % steps:
+            raise GraphError(
+                f"gradient accumulation over {steps} micro-batches splits every input along dim 0, "
+                f"but input {name!r} has size {tuple(t.shape)}")
+    sizes = [t.shape[0] // steps for t in inputs]
+    return [[F.slice_axis(t, 0, i * n, (i + 1) * n) for t, n in zip(inputs, sizes)] for i in range(steps)]
 
-    return np.asarray(x, dtype=np.float32)
+
+def _run_build(graph, tracer: Tracer, lazy_inputs: list, spec, names: list[str], steps: int):
+    """Run build() once per micro-batch; outputs of several micro-batches are stacked."""
+    results, out_spec = [], None
+    for micro in _micro_batches(lazy_inputs, steps, names):
+        lazy_args, lazy_kwargs = unflatten(spec, micro)
+        out = graph.build(*lazy_args, **lazy_kwargs)
+        leaves, out_spec = flatten(out)
+        results.append(leaves)
+    if steps == 1:
+        return results[0], out_spec
+    return [F.stack(list(group)) for group in zip(*results)], out_spec
+
+
+def _loss_scale(graph, scaler_state: dict, steps: int):
+    """The backward seed: the grad scaler's scale, times ``1/steps`` for accumulation."""
+    scale = scaler_state.get("scale")
+    if steps > 1:
+        scale = scale * (1.0 / steps) if scale is not None else F.scalar_tensor(1.0 / steps, _f32_dtype(), _cpu())
+    return scale
 
 
 def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None) -> Traced:
@@ -96,24 +118,39 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     names = names or input_names(graph.build, len(leaves), spec)
     tracer = Tracer(graph.name)
     tracer.module_names = graph._module_names()
+    graph._on_build_start(tracer)
+    steps = graph.config.gradient_accumulation_steps if graph.training else 1
     system_feeds: dict = {}
     with tracer, set_grad_enabled(graph.training):
         lazy_inputs = [tracer.add_input(n, t.meta) for n, t in zip(names, leaves)]
         register_state(tracer, graph)
-        lazy_args, lazy_kwargs = unflatten(spec, lazy_inputs)
-        graph._on_build_start(tracer)
-        out = graph.build(*lazy_args, **lazy_kwargs)
+        scaler_state = _scaler_state(tracer, graph) if graph.training else {}
+        tracer.loss_scale = _loss_scale(graph, scaler_state, steps)
+        out_leaves, out_spec = _run_build(graph, tracer, lazy_inputs, spec, names, steps)
         if graph.training:
-            apply_optimizers(tracer, graph, system_feeds)
+            apply_optimizers(tracer, graph, system_feeds, scaler_state)
             step = tracer.add_state(TRAIN_STEP, graph._train_step, "system")
             with no_grad():
                 step.copy_(step + 1)
-        out_leaves, out_spec = flatten(out)
         out_leaves = [tracer.lift(t) for t in out_leaves]
     ir = tracer.ir
     ir.updates = tracer.state_updates()
     name_outputs(ir, [t._lazy.name for t in out_leaves], leaf_names(out_spec))
     eliminate_dead_code(ir)
+    graph._after_trace(ir, tracer)
     state = {k: v for k, v in tracer.state_eager.items() if k in ir.state}
     constants = {k: v for k, v in tracer.constants.items() if k in ir.state}
     return Traced(ir, constants, state, system_feeds, spec, out_spec, tracer.module_calls)
+
+
+def _f32_dtype():
+    from flowserve import dtypes
+
+    return dtypes.float32
+
+
+def _cpu():
+    from flowserve.device import CPU
+
+    return CPU
+

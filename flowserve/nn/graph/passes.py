@@ -1,0 +1,61 @@
+"""Which IR passes a graph's config and its modules' options ask for, in order.
+
+On the traced IR (what a graph saves): activation checkpointing, AMP casts, cast
+fusion, and the stage/ZeRO records. On the private copy graph mode lowers: the
+add-to-output fusion, whose fused node has a graph-mode lowering.
+"""
+
+from __future__ import annotations
+
+from flowserve.ir.graph import GraphIR
+from flowserve.ir.passes import eliminate_dead_code
+from flowserve.ir.passes.amp import amp_cast
+from flowserve.ir.passes.checkpointing import checkpoint_activations
+from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
+
+
+def _native_low_precision(dtype: str) -> bool:
+    """float16 kernels exist on every ONNX Runtime provider; bfloat16 ones only on CUDA."""
+    if dtype == "float16":
+        return True
+    from flowserve.exporter.runtime import cuda_usable
+
+    return cuda_usable()
+
+
+def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
+    """Rewrite ``ir`` in place as ``graph.config`` asks; returns the passes that changed it."""
+    options = graph.config.options
+    applied = []
+    modules = graph._graph_modules()
+    scopes = [name for name, gm in modules.items() if gm.activation_checkpointing]
+    if graph.training and scopes:
+        if checkpoint_activations(ir, scopes, tracer.forward_values)[1]:
+            applied.append("activation_checkpointing")
+    if options.get("amp"):
+        dtype = options.get("amp_dtype", "float16")
+        if amp_cast(ir, dtype, native=_native_low_precision(dtype))[1]:
+            applied.append(f"amp({dtype})")
+    if options.get("fuse_cast_scale") and fuse_cast_scale(ir)[1]:
+        applied.append("fuse_cast_scale")
+    stages = {name: gm.options() for name, gm in modules.items() if gm.stage_id is not None}
+    if stages:
+        ir.attrs["stages"] = stages
+    if options.get("zero"):
+        ir.attrs["zero"] = dict(options["zero"])
+    eliminate_dead_code(ir)
+    ir.attrs["passes"] = applied
+    graph._log(1, f"graph passes applied: {', '.join(applied) or 'none'}")
+    return applied
+
+
+def lowering_ir(ir: GraphIR, options: dict) -> tuple[GraphIR, dict]:
+    """The IR graph mode lowers (a private copy when a graph-mode fusion applies) and the
+    extra lowerings its fused nodes need."""
+    if not options.get("fuse_add_to_output"):
+        return ir, {}
+    from flowserve.ir.passes.fuse_add_to_output import LOWERINGS, fuse_add_to_output
+
+    copy = GraphIR.from_json(ir.to_json(), where=f"graph {ir.name}")
+    copy, changed = fuse_add_to_output(copy)
+    return (copy, dict(LOWERINGS)) if changed else (ir, {})

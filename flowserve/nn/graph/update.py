@@ -1,0 +1,87 @@
+"""The optimizer part of a training graph: unscale, check, and update every parameter.
+
+Each optimizer's functional ``_update`` runs on lazy tensors, so the update becomes ops
+of the graph; learning rates are fed per call (schedulers change them between calls).
+With a grad scaler, gradients are divided by the loss scale, and when any of them is
+inf/nan every parameter and optimizer state keeps its old value (``where``) and the
+scaler's update shrinks the scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve.amp.grad_scaler import found_non_finite
+from flowserve.autograd.grad_mode import no_grad
+from flowserve.errors import GraphError
+from flowserve.ir.passes.fuse_model_update import fused_update
+from flowserve.ops import functional as F
+from flowserve.tensor import Tensor
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def _gradients(tracer, graph, scaler_state: dict) -> list:
+    """``(optimizer, group, lr, [(param, lazy param, gradient)])`` per parameter group."""
+    work = []
+    for oi, (opt, _sched) in enumerate(graph._optimizers):
+        for gi, group in enumerate(opt.param_groups):
+            lr_name = f"System-Optimizer-{oi}-Group-{gi}-LearningRate"
+            lr = tracer.add_state(lr_name, Tensor._wrap(_f32(group["lr"])), "system")
+            items = []
+            for p in group["params"]:
+                lazy_p = tracer.lazy_of(p)
+                if lazy_p is None:
+                    raise GraphError(f"an optimizer added to nn.Graph {graph.name} updates a parameter "
+                                     f"of size {tuple(p.shape)} that no module of the graph holds")
+                if lazy_p.grad is None:
+                    continue
+                g = lazy_p.grad
+                if "scale" in scaler_state:
+                    g = g / scaler_state["scale"]
+                items.append((p, lazy_p, g))
+            work.append((opt, group, lr, lr_name, items))
+    return work
+
+
+def _snapshot(tensors: list) -> list:
+    return [(t, t._lazy) for t in tensors]
+
+
+def _keep_old_if(found_inf, snapshot: list, tracer) -> None:
+    """Where ``found_inf``, every tensor of ``snapshot`` takes back its old value."""
+    for t, old in snapshot:
+        if t._lazy is not old:
+            t.copy_(F.where(found_inf, tracer._lazy(old), t._alias()))
+
+
+def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> None:
+    names = {id(t): n for n, t in tracer.state_eager.items()}
+    fuse = graph.config.options.get("fuse_model_update_ops", False)
+    with no_grad():
+        work = _gradients(tracer, graph, scaler_state)
+        found_inf = None
+        if graph._grad_scaler is not None and graph._grad_scaler.dynamic:
+            found_inf = found_non_finite([g for *_, items in work for _, _, g in items])
+        touched = []
+        for opt, group, lr, lr_name, items in work:
+            system_feeds[lr_name] = (lambda g=group: _f32(g["lr"]))
+            states = []
+            for p, lazy_p, _ in items:
+                state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
+                         for k, v in opt.state_of(p, group).items()}
+                states.append(state)
+                touched += [lazy_p, *state.values()]
+            snapshot = _snapshot(touched) if found_inf is not None else []
+            if fuse and len(items) > 1:
+                fused_update(opt, group, lr, [(lp, g) for _, lp, g in items], states)
+            else:
+                for (_, lazy_p, g), state in zip(items, states):
+                    opt._update(lazy_p, g, state, group, lr)
+            if found_inf is not None:
+                _keep_old_if(found_inf, snapshot, tracer)
+            touched = []
+        if found_inf is not None:
+            graph._grad_scaler.graph_update(found_inf, scaler_state)

@@ -1,0 +1,102 @@
+"""Mixed precision in nn.Graph: casts by the AMP pass, float32 master weights, dynamic
+loss scaling inside the compiled step (skip on inf/nan, shrink, grow)."""
+
+import numpy as np
+import pytest
+
+import flowserve as flow
+import flowserve.nn as nn
+from flowserve.amp import GradScaler, StaticGradScaler
+from tests.graph.helpers import TrainGraph, assert_close, data, mlp
+
+
+def small_convnet(seed: int = 0) -> nn.Module:
+    flow.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+
+
+def image_data(batch: int = 4):
+    rng = np.random.default_rng(0)
+    return (flow.tensor(rng.standard_normal((batch, 3, 8, 8)).astype(np.float32)),
+            flow.tensor(rng.integers(0, 10, size=batch).astype(np.int64)))
+
+
+def _losses(model_fn, x, y, amp_dtype=None, scaler=None, steps: int = 5):
+    model = model_fn()
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    if amp_dtype is not None:
+        graph.config.enable_amp(True, dtype=amp_dtype)
+    if scaler is not None:
+        graph.set_grad_scaler(scaler)
+    return np.array([float(graph(x, y).numpy()) for _ in range(steps)]), graph, model
+
+
+@pytest.mark.parametrize("dtype", [flow.float16, flow.bfloat16])
+def test_amp_trains_like_float32(dtype):
+    x, y = image_data()
+    reference, _, _ = _losses(small_convnet, x, y)
+    losses, graph, model = _losses(small_convnet, x, y, dtype, GradScaler(init_scale=1024.0))
+    np.testing.assert_allclose(losses, reference, atol=2e-2)
+    ir = graph._last.traced.ir
+    assert ir.attrs["amp"]["dtype"] == dtype.name
+    low = {v.dtype for v in ir.values.values()}
+    assert dtype.name in low  # values really pass through the low-precision dtype
+    assert all(p.dtype == flow.float32 for p in model.parameters())  # float32 master weights
+
+
+def test_float16_compute_is_native_and_bfloat16_is_rounded_on_cpu():
+    x, y = data()
+    _, graph16, _ = _losses(mlp, x, y, flow.float16, steps=1)
+    matmuls = [n for n in graph16._last.traced.ir.nodes if n.op == "matmul"]
+    assert all(graph16._last.traced.ir.values[i].dtype == "float16" for n in matmuls for i in n.inputs)
+    _, graph_bf, _ = _losses(mlp, x, y, flow.bfloat16, steps=1)
+    ir = graph_bf._last.traced.ir
+    assert ir.attrs["amp"] == {"dtype": "bfloat16", "native": False}
+    rounded = {n.inputs[0] for n in ir.nodes if n.op == "cast" and n.attrs["dtype"] == "float32"}
+    producers = ir.producers()
+    for n in (n for n in ir.nodes if n.op == "matmul"):
+        assert all(producers[i].op == "cast" and producers[i].inputs[0] in ir.values
+                   and ir.values[producers[i].inputs[0]].dtype == "bfloat16" for i in n.inputs), n
+    assert rounded
+
+
+def test_injected_inf_skips_the_step_and_halves_the_scale():
+    scaler = GradScaler(init_scale=64.0, growth_interval=2)
+    x, y = data()
+    model = mlp()
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    graph.set_grad_scaler(scaler)
+    graph(x, y)
+    assert scaler.get_scale() == 64.0
+    before = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    momentum = graph.state_dict()["model.0.weight-momentum"].numpy().copy()
+    bad = x.numpy().copy()
+    bad[0, 0] = np.inf
+    loss = graph(flow.tensor(bad), y)
+    assert not np.isfinite(loss.numpy())
+    assert scaler.get_scale() == 32.0  # halved
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k], err_msg=f"{k} changed on a skipped step")
+    np.testing.assert_array_equal(graph.state_dict()["model.0.weight-momentum"].numpy(), momentum)
+    graph(x, y)
+    graph(x, y)
+    assert scaler.get_scale() == 64.0  # grown back after growth_interval good steps
+    assert int(graph.state_dict()["System-Train-TrainStep"].numpy()) == 4
+
+
+def test_scaled_training_equals_unscaled():
+    x, y = data()
+    plain, _, plain_model = _losses(mlp, x, y)
+    scaled, _, scaled_model = _losses(mlp, x, y, scaler=StaticGradScaler(256.0))
+    assert_close(scaled, plain)
+    for a, b in zip(scaled_model.parameters(), plain_model.parameters()):
+        assert_close(a.numpy(), b.numpy())
+
+
+def test_set_grad_scaler_checks_its_argument():
+    graph = TrainGraph(mlp(), flow.optim.SGD(mlp().parameters(), lr=0.1))
+    with pytest.raises(flow.errors.GraphError, match="GradScaler"):
+        graph.set_grad_scaler(2.0)
