@@ -296,3 +296,39 @@ def test_unary_result_dtypes_match_torch(op):
             continue
         fa, ta = _pair(name, (3,))
         assert fns[op](flow, fa).dtype.name == str(fns[op](torch, ta).dtype).replace("torch.", ""), name
+
+
+# -- ops on every dtype ------------------------------------------------------------------------------
+
+DTYPE_OPS = [
+    ("add_mul", lambda m, a, b: a + b * 2, DTYPES[1:]),
+    ("compare_where", lambda m, a, b: m.where(a > b, a, b), DTYPES[1:]),
+    ("sum_dim", lambda m, a, b: a.sum(0), DTYPES),
+    ("cumsum", lambda m, a, b: a.cumsum(1), DTYPES[1:]),
+    ("max_dim", lambda m, a, b: a.max(1), DTYPES[1:]),
+    ("sort", lambda m, a, b: m.sort(a, dim=1, stable=True), DTYPES[1:]),
+    ("topk_values", lambda m, a, b: a.topk(2, 1).values, DTYPES[1:]),  # tied indices may differ
+    ("gather", lambda m, a, b: a.gather(1, m.tensor([[0, 2], [1, 1], [3, 0]])), DTYPES),
+    ("index", lambda m, a, b: a[m.tensor([2, 0]), 1:], DTYPES),
+    ("cat_stack", lambda m, a, b: m.stack([a, b]).flip(0), DTYPES),
+    ("clamp", lambda m, a, b: a.clamp(-1, 2), DTYPES[2:]),
+    ("floor_div_mod", lambda m, a, b: (a // 3, a % 3), DTYPES[1:]),
+    ("abs_neg", lambda m, a, b: (-a).abs(), DTYPES[2:]),
+    ("masked_fill", lambda m, a, b: a.masked_fill(a > 0, 1), DTYPES),
+    ("float_math", lambda m, a, b: (m.erf(a), m.sin(a), a.exp()), ["float16", "bfloat16", "float64"]),
+    ("int_to_float_math", lambda m, a, b: (m.erf(a), m.sqrt(a.abs())), ["uint8", "int8", "int32", "int64"]),
+]
+
+
+@pytest.mark.parametrize("fn,names", [pytest.param(fn, names, id=op) for op, fn, names in DTYPE_OPS])
+def test_ops_on_every_dtype_match_torch(fn, names):
+    data = np.random.default_rng(5).integers(-3, 4, (2, 3, 4)).astype(np.float64)
+    for name in names:
+        fa, fb = (flow.tensor(d, dtype=getattr(flow, name)) for d in data[:, :3, :])
+        ta, tb = (torch.tensor(d).to(getattr(torch, name)) for d in data[:, :3, :])
+        got, ref = _leaves(fn(flow, fa, fb)), _leaves(fn(torch, ta, tb))
+        for g, r in zip(got, ref):
+            assert g.dtype.name == str(r.dtype).replace("torch.", ""), f"{name}: {g.dtype} vs {r.dtype}"
+            tol = 1e-2 if r.dtype in (torch.float16, torch.bfloat16) else 1e-6
+            np.testing.assert_allclose(np.asarray(g.numpy(), np.float64), r.to(torch.float64).numpy(),
+                                       rtol=tol, atol=tol, err_msg=name)
