@@ -18,7 +18,6 @@ import numpy as np
 from flowserve.errors import GraphError
 
 BATCH_AWARE_OPS = ("reshape",)  # lowerings that compute the batch dim at run time
-_B = "<batch>"
 
 
 def signature(leaves: list, spec) -> tuple:
@@ -50,20 +49,22 @@ def static_input_error(graph, names: list[str], expected: tuple, given: tuple) -
                       f"got {given[0]}")
 
 
-def _norm(x, batch: int):
-    if isinstance(x, bool):
-        return x
-    if isinstance(x, int):
-        return _B if x == batch else x
-    if isinstance(x, (list, tuple)):
-        return [_norm(v, batch) for v in x]
-    if isinstance(x, dict):
-        return {k: _norm(v, batch) for k, v in x.items()}
-    return x
+def _match(a, b, ba: int, bb: int) -> bool:
+    """``a`` (traced at batch ``ba``) equals ``b`` (at ``bb``) where every int that
+    differs is the batch size of its trace."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b or (a == ba and b == bb)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_match(x, y, ba, bb) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_match(a[k], b[k], ba, bb) for k in a)
+    return a == b
 
 
 def _same_constant(a: np.ndarray, b: np.ndarray, ba: int, bb: int) -> bool:
-    if _norm(list(a.shape), ba) != _norm(list(b.shape), bb):
+    if not _match(list(a.shape), list(b.shape), ba, bb):
         return False
     if a.shape == b.shape:
         return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
@@ -81,18 +82,18 @@ def batch_polymorphic(first, ba: int, other, bb: int) -> bool:
     for n1, n2 in zip(ir1.nodes, ir2.nodes):
         if n1.op != n2.op or n1.inputs != n2.inputs or n1.outputs != n2.outputs:
             return False
-        if _norm(n1.attrs, ba) != _norm(n2.attrs, bb):
+        if not _match(n1.attrs, n2.attrs, ba, bb):
             return False
         if n1.attrs != n2.attrs and n1.op not in BATCH_AWARE_OPS:
             return False
     for name, v1 in ir1.values.items():
         v2 = ir2.values.get(name)
-        if v2 is None or v1.dtype != v2.dtype or _norm(list(v1.shape), ba) != _norm(list(v2.shape), bb):
+        if v2 is None or v1.dtype != v2.dtype or not _match(list(v1.shape), list(v2.shape), ba, bb):
             return False
     for name, k in ir1.state_kinds.items():
         if k != "constant" and ir1.state[name].shape != ir2.state[name].shape:
             return False
-    return all(_same_constant(np.asarray(c), np.asarray(other.constants[n]), ba, bb)
+    return all(n in other.constants and _same_constant(np.asarray(c), np.asarray(other.constants[n]), ba, bb)
                for n, c in first.constants.items())
 
 
