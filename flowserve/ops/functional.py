@@ -185,18 +185,6 @@ def square(x):
     return mul(x, x)
 
 
-def floor(x):
-    from flowserve.ops.functional_math import floor as floor_
-
-    return floor_(x)
-
-
-def trunc(x):
-    from flowserve.ops.functional_math import trunc as trunc_
-
-    return trunc_(x)
-
-
 def _compare(prim):
     def fn(a, b):
         return prim(*coerce(a, b))
@@ -513,5 +501,4 @@ from flowserve.ops import functional_math as _functional_math  # noqa: E402
 from flowserve.ops.functional_index import *  # noqa: E402,F401,F403
 from flowserve.ops.functional_math import *  # noqa: E402,F401,F403
 
-__all__ += [n for n in _functional_math.__all__ + _functional_index.__all__
-            if n not in ("floor", "trunc")]
+__all__ += _functional_math.__all__ + _functional_index.__all__
