@@ -201,6 +201,35 @@ def index_select(input, dim: int, index):  # noqa: A002
     return I.take(input, _wrap_index(F.reshape(index, [-1]), input.shape[axis], axis), axis=axis)
 
 
+def _along(index, dim: int, shape) -> Tensor:
+    """A 1-d index along ``dim``, expanded to ``shape`` for the along-axis primitives."""
+    view = [1] * len(shape)
+    view[dim] = index.shape[0] if index.ndim else 1
+    return F.expand(F.reshape(F.cast(index, dtypes.int64), view), shape)
+
+
+def index_add(input, dim: int, index, source, alpha=1):  # noqa: A002
+    """``input`` with ``alpha * source[i]`` added to slice ``index[i]`` along ``dim``."""
+    axis = normalize_axis("index_add", dim, input.ndim)
+    source = F.cast(source if alpha == 1 else F.mul(source, alpha), input.dtype)
+    wrapped = _wrap_index(F.reshape(index, [-1]), input.shape[axis], axis)
+    return I.scatter_add(input, _along(wrapped, axis, source.shape), source, axis=axis)
+
+
+def index_copy(input, dim: int, index, source):  # noqa: A002
+    axis = normalize_axis("index_copy", dim, input.ndim)
+    wrapped = _wrap_index(F.reshape(index, [-1]), input.shape[axis], axis)
+    return I.scatter(input, _along(wrapped, axis, source.shape), F.cast(source, input.dtype), axis=axis)
+
+
+def index_fill(input, dim: int, index, value):  # noqa: A002
+    axis = normalize_axis("index_fill", dim, input.ndim)
+    shape = list(input.shape)
+    shape[axis] = index.numel()
+    value = F.expand(F.cast(F.as_tensor(value, like=input), input.dtype), shape)
+    return index_copy(input, axis, index, value)
+
+
 def masked_fill(input, mask, value):  # noqa: A002
     """``input`` with ``value`` where ``mask`` is True (``value`` takes input's dtype)."""
     if F.as_tensor(mask).dtype is not dtypes.bool_:

@@ -154,6 +154,7 @@ METHODS = {
     "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
     "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
     "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
+    "index_add": FI.index_add, "index_copy": FI.index_copy, "index_fill": FI.index_fill,
     "any": FM.any_, "all": FM.all_, "tril": FI.tril, "triu": FI.triu, "argwhere": FI.argwhere,
 }
 for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log10", "exp2", "floor",
@@ -170,7 +171,8 @@ _ARITHMETIC = {
     "masked_fill": FI.masked_fill, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
     "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge,
     "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
-    "tril": FI.tril, "triu": FI.triu,
+    "tril": FI.tril, "triu": FI.triu, "index_add": FI.index_add, "index_copy": FI.index_copy,
+    "index_fill": FI.index_fill,
 }
 for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
               "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",
