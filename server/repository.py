@@ -10,7 +10,7 @@ Names that come from requests are only ever looked up among the folders the
 repository lists; they never become paths, so ``../`` reaches nothing::
 
     repository = ModelRepository(settings)
-    await repository.load_all()          # failures are recorded, not raised
+    await repository.load_all()          # a repository records failures; a single model raises
     model = repository.get("mlp")        # latest ready version
 """
 
@@ -74,13 +74,16 @@ class ModelRepository:
         return self.path.stem
 
     async def load_all(self) -> None:
-        """Load every model; a model that fails is marked UNAVAILABLE with the reason."""
+        """Load every model; in a repository a model that fails is marked UNAVAILABLE with the
+        reason and the others still serve, while a single model that fails raises."""
         if not self.path.exists():
             raise ModelLoadError(f"{self.path}: no such file or directory")
         for name in self.model_names():
             try:
                 await self.load(name)
             except ModelLoadError as exc:
+                if not self.is_repository:
+                    raise  # serving one model that cannot load: nothing to serve, say why and stop
                 log.warning("model %s failed to load: %s", name, exc)
 
     async def load(self, name: str) -> None:
