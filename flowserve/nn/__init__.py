@@ -1,6 +1,7 @@
 """``flowserve.nn``: modules, functional forms, initialisers and ``nn.Graph``."""
 
 from flowserve.nn import functional, init  # noqa: F401
+from flowserve.nn import utils  # noqa: F401
 from flowserve.nn.module import Module  # noqa: F401
 from flowserve.nn.modules import *  # noqa: F401,F403
 from flowserve.nn.parameter import Parameter  # noqa: F401

@@ -1,84 +1,202 @@
-"""``flowserve.nn.functional``: the functional forms of the nn modules."""
+"""``flowserve.nn.functional``: the functional forms of the nn modules, with PyTorch's
+signatures.
+
+>>> import flowserve as flow
+>>> import flowserve.nn.functional as F
+>>> x = flow.randn(2, 3, 8, 8)
+>>> F.conv2d(x, flow.randn(4, 3, 3, 3), padding="same").shape
+flowserve.Size([2, 4, 8, 8])
+>>> F.max_pool2d(x, 2).shape
+flowserve.Size([2, 3, 4, 4])
+"""
 
 from __future__ import annotations
 
-from flowserve.ops import functional as F
-from flowserve.ops.functional import log_softmax, one_hot, relu, sigmoid, softmax, tanh  # noqa: F401
+import numpy as _np
+
+from flowserve.ops import conv as _conv
+from flowserve.ops import creation as _creation
+from flowserve.ops import functional as _F
+from flowserve.ops import pool as _pool
+from flowserve.ops.activation import (  # noqa: F401
+    dropout as _dropout,
+    elu,
+    gelu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    relu6,
+    silu,
+    softplus,
+)
+from flowserve.ops.attention import scaled_dot_product_attention  # noqa: F401
+from flowserve.ops.functional import one_hot, relu, sigmoid, tanh  # noqa: F401
+from flowserve.ops.loss import (  # noqa: F401
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from flowserve.ops.norm import group_norm, layer_norm  # noqa: F401
+from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.registry import fail_shape
 
 
 def linear(x, weight, bias=None):
     """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
-    if x.shape[-1] != weight.shape[-1]:
+    if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         fail_shape("linear", f"input (..., {weight.shape[-1]})", f"{tuple(x.shape)}")
-    out = F.matmul(x, F.t(weight))
+    out = _F.matmul(x, _F.t(weight))
     return out + bias if bias is not None else out
 
 
-def _reduce(loss, reduction: str, op: str):
-    if reduction == "mean":
-        return F.mean(loss)
-    if reduction == "sum":
-        return F.sum(loss)
-    if reduction == "none":
-        return loss
-    raise ValueError(f"{op} expected reduction 'mean', 'sum' or 'none', got {reduction!r}")
-
-
-def _same_shape(op: str, input, target) -> None:
-    if tuple(input.shape) != tuple(target.shape):
-        fail_shape(op, f"target of the input's size {tuple(input.shape)}", tuple(target.shape))
-
-
-def mse_loss(input, target, reduction: str = "mean"):
-    _same_shape("mse_loss", input, target)
-    diff = input - target
-    return _reduce(diff * diff, reduction, "mse_loss")
-
-
-def l1_loss(input, target, reduction: str = "mean"):
-    _same_shape("l1_loss", input, target)
-    return _reduce(F.abs(input - target), reduction, "l1_loss")
-
-
-def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
-    """Negative log likelihood of class indices ``target`` (N,) under log-probs ``input`` (N, C)."""
-    if input.ndim < 2:
-        fail_shape("nll_loss", "input (N, C, ...)", tuple(input.shape))
-    if target.dtype.is_floating_point:
-        fail_shape("nll_loss", "class indices of an integer dtype as target", f"{target.dtype}")
-    expected = (input.shape[0],) + tuple(input.shape[2:])
-    if tuple(target.shape) != expected:
-        fail_shape("nll_loss", f"target of size {expected}", tuple(target.shape))
-    classes = input.shape[1]
-    logp = F.permute(input, [0] + list(range(2, input.ndim)) + [1]) if input.ndim > 2 else input
-    valid = F.ne(target, ignore_index)
-    safe_target = F.where(valid, target, 0)
-    hot = one_hot(safe_target, classes, dtype=input.dtype)
-    w = hot if weight is None else hot * weight
-    w = w * F.cast(F.unsqueeze(valid, -1), input.dtype)
-    picked = -F.sum(logp * w, -1)
-    if reduction == "mean":
-        return F.sum(picked) / F.sum(w)
-    return _reduce(picked, reduction, "nll_loss")
-
-
-def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0):
-    """Softmax cross entropy with class indices, as ``torch.nn.functional.cross_entropy``."""
-    logp = log_softmax(input, 1 if input.ndim > 1 else 0)
-    if target.dtype.is_floating_point:  # class probabilities
-        return _reduce(-F.sum(logp * target, 1), reduction, "cross_entropy")
-    loss = nll_loss(logp, target, weight, ignore_index, reduction)
-    if label_smoothing > 0:
-        smooth = -F.mean(logp, 1)
-        loss = (1 - label_smoothing) * loss + label_smoothing * _reduce(smooth, reduction, "cross_entropy")
-    return loss
-
-
 def flatten(x, start_dim: int = 1, end_dim: int = -1):
-    return F.flatten(x, start_dim, end_dim)
+    return _F.flatten(x, start_dim, end_dim)
 
 
-__all__ = ["linear", "mse_loss", "l1_loss", "nll_loss", "cross_entropy", "flatten", "relu",
-           "sigmoid", "tanh", "softmax", "log_softmax", "one_hot"]
+def softmax(x, dim: int | None = None, dtype=None):
+    x = _F.cast(x, dtype) if dtype is not None else x
+    return _F.softmax(x, -1 if dim is None else dim)
+
+
+def log_softmax(x, dim: int | None = None, dtype=None):
+    x = _F.cast(x, dtype) if dtype is not None else x
+    return _F.log_softmax(x, -1 if dim is None else dim)
+
+
+def dropout(x, p: float = 0.5, training: bool = True, inplace: bool = False):
+    """Zero elements with probability ``p`` while training (see ``flowserve.ops.dropout`` for
+    where the masks come from in eager and graph mode)."""
+    out = _dropout(x, p, training)
+    return x._assign(out) if inplace and out is not x else out
+
+
+# -- convolution and pooling ----------------------------------------------------------------
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):  # noqa: A002
+    return _conv.conv_nd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):  # noqa: A002
+    return _conv.conv_nd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,  # noqa: A002
+                     groups: int = 1, dilation=1):
+    return _conv.conv_transpose_nd(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                   1, "conv_transpose1d")
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,  # noqa: A002
+                     groups: int = 1, dilation=1):
+    return _conv.conv_transpose_nd(input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                   2, "conv_transpose2d")
+
+
+def _pool_args(kernel_size, stride, padding, dilation, where: str):
+    kernel = _conv.tuple_arg(kernel_size, 2, "kernel_size", where)
+    stride = kernel if stride is None or stride == [] else _conv.tuple_arg(stride, 2, "stride", where)
+    return kernel, stride, _conv.tuple_arg(padding, 2, "padding", where), _conv.tuple_arg(dilation, 2, "dilation", where)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
+               return_indices: bool = False, where: str = "max_pool2d"):
+    """Max over (kh, kw) windows; with ``return_indices``, PyTorch's per-plane flat indices."""
+    if input.ndim != 4:
+        fail_shape(where, "input (N, C, H, W)", tuple(input.shape))
+    kernel, stride, pads, dilation = _pool_args(kernel_size, stride, padding, dilation, where)
+    values, indices = _pool.max_pool2d(input, kernel=kernel, stride=stride, pads=pads, dilation=dilation,
+                                       ceil_mode=bool(ceil_mode))
+    if not return_indices:
+        return values
+    n, c, h, w = input.shape
+    offsets = _np.arange(n * c, dtype=_np.int64).reshape(n, c, 1, 1) * (h * w)
+    return values, indices - _creation.tensor(offsets, device=input.device)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
+               return_indices: bool = False):
+    if input.ndim != 3:
+        fail_shape("max_pool1d", "input (N, C, L)", tuple(input.shape))
+    one = lambda v: (1, v if isinstance(v, int) else v[0])  # noqa: E731
+    out = max_pool2d(_F.unsqueeze(input, 2), one(kernel_size), None if stride is None else one(stride),
+                     (0, padding if isinstance(padding, int) else padding[0]), one(dilation), ceil_mode,
+                     return_indices, "max_pool1d")
+    if return_indices:
+        return _F.squeeze(out[0], 2), _F.squeeze(out[1], 2)
+    return _F.squeeze(out, 2)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
+               count_include_pad: bool = True, divisor_override=None):
+    kernel, stride, pads, _ = _pool_args(kernel_size, stride, padding, 1, "avg_pool2d")
+    return _pool.avg_pool2d(input, kernel, stride, pads, ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+    return _pool.adaptive_avg_pool2d(input, output_size)
+
+
+def interpolate(input, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):  # noqa: A002
+    return _pool.interpolate(input, size, scale_factor, mode, align_corners)
+
+
+upsample = interpolate
+
+
+# -- normalisation, embedding ----------------------------------------------------------------
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training: bool = False,  # noqa: A002
+               momentum: float = 0.1, eps: float = 1e-5):
+    return _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def embedding(input, weight, padding_idx=None):  # noqa: A002
+    """Rows of ``weight`` picked by integer ``input``; rows at ``padding_idx`` get no gradient."""
+    from flowserve.ops import indexing
+
+    if weight.ndim != 2:
+        fail_shape("embedding", "a weight (num_embeddings, embedding_dim)", tuple(weight.shape))
+    out = indexing.take(weight, input, axis=0)
+    if padding_idx is None:
+        return out
+    if padding_idx < 0:
+        padding_idx += weight.shape[0]
+    is_pad = _F.unsqueeze(_F.eq(input, padding_idx), -1)
+    return _F.where(is_pad, out.detach(), out)
+
+
+# -- attention ------------------------------------------------------------------------------
+
+
+def multi_head_attention_forward(query, key, value, num_heads: int, in_proj_weight, in_proj_bias,
+                                 out_proj_weight, out_proj_bias, key_padding_mask=None,
+                                 need_weights: bool = True, attn_mask=None, dropout_p: float = 0.0,
+                                 average_attn_weights: bool = True, batch_first: bool = False):
+    """Multi-head attention with packed (3E, E) input projections, as PyTorch's function of this
+    name (``batch_first`` says whether inputs are (N, L, E) or (L, N, E))."""
+    from flowserve.ops.attention import multi_head_attention
+
+    e = query.shape[-1]
+    ws = [_F.getitem(in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
+    bs = [None] * 3 if in_proj_bias is None else [_F.getitem(in_proj_bias, slice(i * e, (i + 1) * e))
+                                                  for i in range(3)]
+    if not batch_first:
+        query, key, value = (_F.transpose(t, 0, 1) for t in (query, key, value))
+    out, weights = multi_head_attention(query, key, value, num_heads, (ws[0], bs[0]), (ws[1], bs[1]),
+                                        (ws[2], bs[2]), (out_proj_weight, out_proj_bias), attn_mask,
+                                        key_padding_mask, need_weights, average_attn_weights, dropout_p)
+    return (out if batch_first else _F.transpose(out, 0, 1)), weights
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "fail_shape")]

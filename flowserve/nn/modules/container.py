@@ -100,3 +100,85 @@ class ModuleDict(Module):
 
     def items(self):
         return self._modules.items()
+
+
+class ParameterList(Module):
+    """Parameters held in a list, registered as ``0``, ``1``, ... (PyTorch's keys)."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        for v in values or []:
+            self.append(v)
+
+    def _as_parameter(self, value):
+        from flowserve.nn.parameter import Parameter
+
+        return value if isinstance(value, Parameter) else Parameter(value)
+
+    def __getitem__(self, index):
+        items = list(self._parameters.values())
+        return ParameterList(items[index]) if isinstance(index, slice) else items[index]
+
+    def __setitem__(self, index: int, value) -> None:
+        key = list(self._parameters)[index]
+        self.register_parameter(key, self._as_parameter(value))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters.values())
+
+    def append(self, value) -> "ParameterList":
+        self.register_parameter(str(len(self)), self._as_parameter(value))
+        return self
+
+    def extend(self, values) -> "ParameterList":
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self) -> str:
+        return "\n".join(f"({i}): Parameter containing: [size {tuple(p.shape)}]" for i, p in enumerate(self))
+
+
+class ParameterDict(Module):
+    """Parameters held by name."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        for name, value in (parameters or {}).items():
+            self[name] = value
+
+    def __getitem__(self, key: str):
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value) -> None:
+        from flowserve.nn.parameter import Parameter
+
+        self.register_parameter(key, value if isinstance(value, Parameter) else Parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self):
+        return iter(self._parameters)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
+
+    def update(self, parameters) -> None:
+        for name, value in dict(parameters).items():
+            self[name] = value

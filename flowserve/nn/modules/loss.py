@@ -1,4 +1,4 @@
-"""Loss modules."""
+"""Loss modules (PyTorch's constructors, buffers and reductions)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ class _Loss(Module):
         self.reduction = reduction
 
 
+class _WeightedLoss(_Loss):
+    def __init__(self, weight=None, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+
 class MSELoss(_Loss):
     def forward(self, input, target):
         return F.mse_loss(input, target, self.reduction)
@@ -24,23 +30,65 @@ class L1Loss(_Loss):
         return F.l1_loss(input, target, self.reduction)
 
 
-class NLLLoss(_Loss):
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+class SmoothL1Loss(_Loss):
+    def __init__(self, reduction: str = "mean", beta: float = 1.0):
         super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, input, target):
+        return F.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Loss):
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, input, target):
+        return F.huber_loss(input, target, self.reduction, self.delta)
+
+
+class NLLLoss(_WeightedLoss):
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__(weight, reduction)
         self.ignore_index = ignore_index
-        self.register_buffer("weight", weight)
 
     def forward(self, input, target):
         return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
 
 
-class CrossEntropyLoss(_Loss):
+class CrossEntropyLoss(_WeightedLoss):
+    """Softmax cross entropy: class indices (with ``ignore_index``) or class probabilities,
+    class ``weight`` and ``label_smoothing``, as ``torch.nn.CrossEntropyLoss``."""
+
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0):
-        super().__init__(reduction)
+        super().__init__(weight, reduction)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
-        self.register_buffer("weight", weight)
 
     def forward(self, input, target):
         return F.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
                                self.label_smoothing)
+
+
+class BCELoss(_WeightedLoss):
+    def forward(self, input, target):
+        return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, input, target):
+        return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, reduction: str = "mean", log_target: bool = False):
+        super().__init__(reduction if reduction != "batchmean" else "mean")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input, target):
+        return F.kl_div(input, target, self.reduction, self.log_target)

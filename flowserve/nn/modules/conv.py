@@ -1,0 +1,121 @@
+"""Convolution modules: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (PyTorch's
+parameters, initialisation and ``repr``)."""
+
+from __future__ import annotations
+
+import math
+
+from flowserve.nn import init
+from flowserve.nn.module import Module
+from flowserve.nn.parameter import Parameter
+from flowserve.ops import conv as C
+from flowserve.ops import creation
+
+
+class _ConvNd(Module):
+    _dims = 2
+    _transposed = False
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", output_padding=0,
+                 device=None, dtype=None):
+        super().__init__()
+        name, r = type(self).__name__, self._dims
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name} expected in_channels and out_channels divisible by groups, "
+                             f"got {in_channels}, {out_channels} and groups={groups}")
+        if padding_mode != "zeros":
+            raise ValueError(f"{name} expected padding_mode 'zeros', got {padding_mode!r}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = tuple(C.tuple_arg(kernel_size, r, "kernel_size", name))
+        self.stride = tuple(C.tuple_arg(stride, r, "stride", name))
+        self.dilation = tuple(C.tuple_arg(dilation, r, "dilation", name))
+        self.padding = padding if isinstance(padding, str) else tuple(C.tuple_arg(padding, r, "padding", name))
+        self.output_padding = tuple(C.tuple_arg(output_padding, r, "output_padding", name))
+        self.padding_mode = padding_mode
+        if self._transposed:
+            shape = (in_channels, out_channels // groups, *self.kernel_size)
+        else:
+            shape = (out_channels, in_channels // groups, *self.kernel_size)
+        self.weight = Parameter(creation.empty(*shape, device=device, dtype=dtype))
+        self.bias = Parameter(creation.empty(out_channels, device=device, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        r = self._dims
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * r:
+            s += f", padding={self.padding!r}" if isinstance(self.padding, str) else f", padding={self.padding}"
+        if self.dilation != (1,) * r:
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * r:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """1-D convolution over (N, C, L): ``nn.Conv1d(16, 33, 3, stride=2)``."""
+
+    _dims = 1
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device=device, dtype=dtype)
+
+    def forward(self, x):
+        return C.conv_nd(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                         1, type(self).__name__)
+
+
+class Conv2d(_ConvNd):
+    """2-D convolution over (N, C, H, W), as ``torch.nn.Conv2d``.
+
+    >>> import flowserve as flow
+    >>> conv = flow.nn.Conv2d(3, 8, 3, padding=1, groups=1, bias=False)
+    >>> conv(flow.randn(2, 3, 32, 32)).shape
+    flowserve.Size([2, 8, 32, 32])
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device=device, dtype=dtype)
+
+    def forward(self, x):
+        return C.conv_nd(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                         2, type(self).__name__)
+
+
+class _ConvTransposeNd(_ConvNd):
+    _transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups=1, bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        if isinstance(padding, str):
+            raise ValueError(f"{type(self).__name__} expected padding as ints, got {padding!r}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, output_padding, device, dtype)
+
+    def forward(self, x):
+        return C.conv_transpose_nd(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                   self.groups, self.dilation, self._dims, type(self).__name__)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-D convolution (the gradient of Conv2d), as ``torch.nn.ConvTranspose2d``."""

@@ -1,0 +1,26 @@
+"""Dropout (active in training mode only)."""
+
+from __future__ import annotations
+
+from flowserve.nn import functional as F
+from flowserve.nn.module import Module
+
+
+class Dropout(Module):
+    """Zero elements with probability ``p`` in training mode, scaling the rest by ``1/(1-p)``.
+
+    Eagerly the masks come from ``flow.manual_seed``'s generator; in a compiled nn.Graph
+    from ONNX Runtime's, so eager and graph training runs drop different elements.
+    """
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"

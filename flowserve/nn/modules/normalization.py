@@ -1,0 +1,122 @@
+"""Normalisation modules: BatchNorm1d/2d, LayerNorm, GroupNorm (PyTorch's parameters, buffers,
+running-statistics rules and state_dict keys)."""
+
+from __future__ import annotations
+
+from flowserve import dtypes
+from flowserve.nn import init
+from flowserve.nn.module import Module
+from flowserve.nn.parameter import Parameter
+from flowserve.ops import creation
+from flowserve.ops import functional as F
+from flowserve.ops import norm as N
+from flowserve.ops.registry import fail_shape
+
+
+class _BatchNorm(Module):
+    _input_dims: tuple = ()
+    _input_text = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(creation.ones(num_features, device=device, dtype=dtype))
+            self.bias = Parameter(creation.zeros(num_features, device=device, dtype=dtype))
+        else:
+            self.weight = self.bias = None
+        if track_running_stats:
+            self.register_buffer("running_mean", creation.zeros(num_features, device=device, dtype=dtype))
+            self.register_buffer("running_var", creation.ones(num_features, device=device, dtype=dtype))
+            self.register_buffer("num_batches_tracked", creation.zeros((), dtype=dtypes.int64, device=device))
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, x):
+        name = type(self).__name__
+        if x.ndim not in self._input_dims or x.shape[1] != self.num_features:
+            fail_shape(name, self._input_text.format(c=self.num_features), tuple(x.shape))
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average
+                factor = 1.0 / F.cast(self.num_batches_tracked, x.dtype)
+        use_batch_stats = self.training or self.running_mean is None
+        track = not self.training or self.track_running_stats
+        return N.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+                            self.weight, self.bias, use_batch_stats, factor, self.eps, op=name)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation over (N, C) or (N, C, L)."""
+
+    _input_dims = (2, 3)
+    _input_text = "input (N, {c}) or (N, {c}, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation over (N, C, H, W), as ``torch.nn.BatchNorm2d``.
+
+    >>> import flowserve as flow
+    >>> bn = flow.nn.BatchNorm2d(4)
+    >>> bn(flow.randn(2, 4, 5, 5)).shape, int(bn.num_batches_tracked)
+    (flowserve.Size([2, 4, 5, 5]), 1)
+    """
+
+    _input_dims = (4,)
+    _input_text = "input (N, {c}, H, W)"
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps, self.elementwise_affine = shape, eps, elementwise_affine
+        self.weight = Parameter(creation.ones(*shape, device=device, dtype=dtype)) if elementwise_affine else None
+        self.bias = Parameter(creation.zeros(*shape, device=device, dtype=dtype)) \
+            if elementwise_affine and bias else None
+
+    def forward(self, x):
+        return N.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GroupNorm(Module):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm expected num_channels divisible by num_groups, "
+                             f"got {num_channels} and {num_groups}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self.weight = Parameter(creation.ones(num_channels, device=device, dtype=dtype)) if affine else None
+        self.bias = Parameter(creation.zeros(num_channels, device=device, dtype=dtype)) if affine else None
+
+    def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            fail_shape("GroupNorm", f"input (N, {self.num_channels}, ...)", tuple(x.shape))
+        return N.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

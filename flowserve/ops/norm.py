@@ -1,0 +1,101 @@
+"""Normalisation layers as composites of primitives (no gradient or lowering of their own).
+
+``batch_norm`` in training mode normalises with the batch's statistics and updates the
+running statistics in place (``copy_``, which records a state update inside
+``nn.Graph.build``), with PyTorch's unbiased running variance. ONNX's own training-mode
+BatchNormalization keeps a biased running variance, which is one reason these are written
+with primitives.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flowserve.autograd.grad_mode import no_grad
+from flowserve.ops import functional as F
+from flowserve.ops.registry import fail_shape
+
+
+def _channel_shape(x) -> list:
+    return [1, x.shape[1]] + [1] * (x.ndim - 2)
+
+
+def _update_running(running, batch_value, momentum) -> None:
+    with no_grad():
+        running.copy_(running * (1 - momentum) + batch_value * momentum)
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: bool = False,
+               momentum=0.1, eps: float = 1e-5, op: str = "batch_norm"):
+    """Batch normalisation over all dims but the channel dim 1, as ``torch.nn.functional.batch_norm``.
+
+    ``momentum`` may be a tensor (the cumulative average of ``BatchNorm(momentum=None)``).
+    """
+    if x.ndim < 2:
+        fail_shape(op, "input (N, C, ...)", tuple(x.shape))
+    c = x.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and tuple(t.shape) != (c,):
+            fail_shape(op, f"{name} of size ({c},) for input {tuple(x.shape)}", tuple(t.shape))
+    shape = _channel_shape(x)
+    if training:
+        count = x.numel() // c
+        if count <= 1:
+            raise ValueError(f"{op} expected more than 1 value per channel when training, "
+                             f"got input size {tuple(x.shape)}")
+        axes = [0] + list(range(2, x.ndim))
+        mean = F.mean(x, axes, keepdim=True)
+        centered = x - mean
+        var = F.mean(centered * centered, axes, keepdim=True)
+        scale = F.rsqrt(var + eps)
+        if weight is not None:
+            scale = scale * F.reshape(weight, shape)
+        y = centered * scale
+        if running_mean is not None:
+            _update_running(running_mean, F.reshape(mean, [c]).detach(), momentum)
+        if running_var is not None:
+            _update_running(running_var, F.reshape(var, [c]).detach() * (count / (count - 1)), momentum)
+        return y + F.reshape(bias, shape) if bias is not None else y
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{op} in eval mode needs running_mean and running_var")
+    scale = F.rsqrt(running_var + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    return x * F.reshape(scale, shape) + F.reshape(shift, shape)
+
+
+def _normalize_last(x, axes: list, eps: float):
+    mean = F.mean(x, axes, keepdim=True)
+    centered = x - mean
+    var = F.mean(centered * centered, axes, keepdim=True)
+    return centered * F.rsqrt(var + eps)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise over the trailing ``normalized_shape`` dims, as ``torch.nn.functional.layer_norm``."""
+    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    k = len(normalized_shape)
+    if tuple(x.shape[x.ndim - k:]) != normalized_shape or x.ndim < k:
+        fail_shape("layer_norm", f"input (*, {', '.join(map(str, normalized_shape))})", tuple(x.shape))
+    y = _normalize_last(x, list(range(x.ndim - k, x.ndim)), eps)
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise channel groups per sample, as ``torch.nn.functional.group_norm``."""
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        fail_shape("group_norm", f"input (N, C, ...) with C divisible by num_groups={num_groups}",
+                   tuple(x.shape))
+    n, c = x.shape[:2]
+    grouped = F.reshape(x, (n, num_groups, math.prod(x.shape[1:]) // num_groups))
+    y = F.reshape(_normalize_last(grouped, [2], eps), x.shape)
+    shape = _channel_shape(x)
+    if weight is not None:
+        y = y * F.reshape(weight, shape)
+    return y + F.reshape(bias, shape) if bias is not None else y

@@ -1,0 +1,227 @@
+"""Pooling and resampling.
+
+Primitives: ``max_pool2d`` (values and the flat index of each maximum, ONNX ``MaxPool``'s
+convention: positions in the whole input, ``[0, N*C*H*W)``) and ``max_pool2d_backward``
+(the gradient scattered back to those positions; ONNX ``ScatterElements`` with
+``reduction="add"``).
+
+Composites (no gradient or lowering of their own): ``avg_pool2d`` is a depthwise
+convolution with a ones kernel divided by PyTorch's window sizes; ``adaptive_avg_pool2d``
+is a mean, a reshape-and-mean, or two matrix products with averaging matrices;
+``interpolate`` (nearest, bilinear) is two matrix products with interpolation matrices,
+or a broadcast for integer nearest scales.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flowserve import dtypes
+from flowserve.ops import conv as C
+from flowserve.ops.registry import Meta, fail_shape, primitive
+
+
+def pool_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """PyTorch's output size; with ``ceil_mode`` the last window must start inside the input."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _max_pool_meta(x: Meta, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+    if x.ndim != 4:
+        fail_shape("max_pool2d", "input (N, C, H, W)", tuple(x.shape))
+    if any(p > k // 2 for p, k in zip(pads, kernel)):
+        fail_shape("max_pool2d", "padding at most half the kernel size", f"padding {pads}, kernel {kernel}")
+    out = [pool_out_size(x.shape[2 + i], kernel[i], stride[i], pads[i], dilation[i], ceil_mode) for i in range(2)]
+    if min(out) < 1:
+        fail_shape("max_pool2d", "an input at least as large as the (dilated) kernel",
+                   f"input {tuple(x.shape)}, kernel {kernel}")
+    shape = (x.shape[0], x.shape[1], *out)
+    return Meta(shape, x.dtype), Meta(shape, dtypes.int64)
+
+
+def _max_pool_vjp(ctx, g, g_indices=None):
+    x = ctx.inputs[0]
+    return (max_pool2d_backward(g, ctx.outputs[1], shape=list(x.shape)),)
+
+
+def _lowest(xp, dtype):
+    return -xp.inf if dtype.kind == "f" else xp.iinfo(dtype).min
+
+
+@primitive("max_pool2d", shape=_max_pool_meta, vjp=_max_pool_vjp, multiple_results=True)
+def max_pool2d(xp, x, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+    n, c, h, w = x.shape
+    out = [pool_out_size(x.shape[2 + i], kernel[i], stride[i], pads[i], dilation[i], ceil_mode) for i in range(2)]
+    ends = [max(0, (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1 - x.shape[2 + i] - pads[i])
+            for i in range(2)]
+    padded = xp.pad(x, ((0, 0), (0, 0), (pads[0], ends[0]), (pads[1], ends[1])),
+                    constant_values=_lowest(xp, x.dtype))
+    win = C._windows(xp, padded, kernel, stride, [0, 0, 0, 0], dilation)[:, :, :out[0], :out[1]]
+    best = win[:, :, :, :, 0, 0].copy()
+    tap = xp.zeros(best.shape, dtype=xp.int64)
+    for t in range(1, kernel[0] * kernel[1]):
+        value = win[:, :, :, :, t // kernel[1], t % kernel[1]]
+        better = value > best
+        best = xp.where(better, value, best)
+        tap[better] = t
+    row = xp.arange(out[0]).reshape(-1, 1) * stride[0] - pads[0] + (tap // kernel[1]) * dilation[0]
+    col = xp.arange(out[1]) * stride[1] - pads[1] + (tap % kernel[1]) * dilation[1]
+    plane = xp.arange(n * c, dtype=xp.int64).reshape(n, c, 1, 1) * (h * w)
+    return best, plane + row * w + col
+
+
+def _max_pool_backward_meta(g: Meta, indices: Meta, shape: list) -> Meta:
+    if tuple(g.shape) != tuple(indices.shape):
+        fail_shape("max_pool2d_backward", f"indices of the gradient's size {tuple(g.shape)}", tuple(indices.shape))
+    return Meta(tuple(shape), g.dtype)
+
+
+@primitive("max_pool2d_backward", shape=_max_pool_backward_meta, differentiable=False)
+def max_pool2d_backward(xp, g, indices, shape: list):
+    total = math.prod(shape)
+    summed = xp.bincount(indices.reshape(-1), weights=g.reshape(-1), minlength=total)
+    return summed.astype(g.dtype).reshape(shape)
+
+
+# -- composites ---------------------------------------------------------------------------
+
+
+def _window_sizes(size: int, out: int, k: int, s: int, p: int, count_include_pad: bool) -> np.ndarray:
+    """PyTorch's avg-pool divisor along one axis, per output position."""
+    start = np.arange(out) * s - p
+    end = np.minimum(start + k, size + p)
+    if count_include_pad:
+        return (end - start).astype(np.float64)
+    return (np.minimum(end, size) - np.maximum(start, 0)).astype(np.float64)
+
+
+def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """Average pooling over (kh, kw) windows, as ``torch.nn.functional.avg_pool2d``."""
+    from flowserve.ops import creation
+    from flowserve.ops import functional as F
+
+    if x.ndim != 4:
+        fail_shape("avg_pool2d", "input (N, C, H, W)", tuple(x.shape))
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        fail_shape("avg_pool2d", "padding at most half the kernel size", f"padding {padding}, kernel {kernel}")
+    n, c, h, w = x.shape
+    out = [pool_out_size(x.shape[2 + i], kernel[i], stride[i], padding[i], 1, ceil_mode) for i in range(2)]
+    if min(out) < 1:
+        fail_shape("avg_pool2d", "an input at least as large as the kernel", f"input {tuple(x.shape)}, kernel {kernel}")
+    ends = [max(padding[i], (out[i] - 1) * stride[i] + kernel[i] - x.shape[2 + i] - padding[i]) for i in range(2)]
+    ones = creation.ones(c, 1, *kernel, dtype=x.dtype, device=x.device)
+    sums = C.conv(x, ones, stride=list(stride), pads=[padding[0], padding[1], ends[0], ends[1]],
+                  dilation=[1, 1], groups=c)
+    sums = F.getitem(sums, (slice(None), slice(None), slice(0, out[0]), slice(0, out[1])))
+    if divisor_override:
+        return sums * (1.0 / divisor_override)
+    sizes = [_window_sizes(x.shape[2 + i], out[i], kernel[i], stride[i], padding[i], count_include_pad)
+             for i in range(2)]
+    inverse = 1.0 / np.outer(sizes[0], sizes[1])
+    return sums * creation.tensor(inverse, dtype=x.dtype, device=x.device)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """Average pooling to a fixed output size, as ``torch.nn.functional.adaptive_avg_pool2d``."""
+    from flowserve.ops import functional as F
+
+    if x.ndim not in (3, 4):
+        fail_shape("adaptive_avg_pool2d", "input (N, C, H, W) or (C, H, W)", tuple(x.shape))
+    h, w = x.shape[-2:]
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    oh, ow = oh or h, ow or w
+    if (oh, ow) == (1, 1):
+        return F.mean(x, (-2, -1), keepdim=True)
+    if h % oh == 0 and w % ow == 0:
+        blocks = F.reshape(x, (*x.shape[:-2], oh, h // oh, ow, w // ow))
+        return F.mean(blocks, (-3, -1))
+    return _resample(x, _adaptive_matrix(h, oh), _adaptive_matrix(w, ow))
+
+
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    m = np.zeros((out, size))
+    for i in range(out):  # one row per output position (a handful), never per pixel
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+def _resample(x, rows: np.ndarray, cols: np.ndarray):
+    """``rows @ x @ cols.T`` over the last two dims (a separable linear resampling)."""
+    from flowserve.ops import creation
+    from flowserve.ops import functional as F
+
+    r = creation.tensor(rows, dtype=x.dtype, device=x.device)
+    c = creation.tensor(cols.T.copy(), dtype=x.dtype, device=x.device)
+    return F.matmul(r, F.matmul(x, c))
+
+
+def _nearest_matrix(size: int, out: int, scale: float) -> np.ndarray:
+    src = np.minimum(np.floor(np.arange(out) * scale).astype(np.int64), size - 1)
+    m = np.zeros((out, size))
+    m[np.arange(out), src] = 1.0
+    return m
+
+
+def _linear_matrix(size: int, out: int, scale: float, align_corners: bool) -> np.ndarray:
+    dst = np.arange(out, dtype=np.float64)
+    if align_corners:
+        src = dst * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    i1 = np.minimum(i0 + 1, size - 1)
+    lam = src - i0
+    m = np.zeros((out, size))
+    np.add.at(m, (np.arange(out), i0), 1.0 - lam)
+    np.add.at(m, (np.arange(out), i1), lam)
+    return m
+
+
+def _out_sizes(x, size, scale_factor) -> tuple[list, list]:
+    in_sizes = list(x.shape[2:])
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate expected exactly one of size and scale_factor, "
+                         f"got size={size}, scale_factor={scale_factor}")
+    if size is not None:
+        out = [size] * len(in_sizes) if isinstance(size, int) else list(size)
+        return out, [i / o for i, o in zip(in_sizes, out)]
+    factors = [scale_factor] * len(in_sizes) if isinstance(scale_factor, (int, float)) else list(scale_factor)
+    return [int(math.floor(i * f)) for i, f in zip(in_sizes, factors)], [1.0 / f for f in factors]
+
+
+def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+    """Resize (N, C, H, W) or (N, C, L) inputs, as ``torch.nn.functional.interpolate``."""
+    from flowserve.ops import functional as F
+
+    if x.ndim not in (3, 4):
+        fail_shape("interpolate", "input (N, C, L) or (N, C, H, W)", tuple(x.shape))
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise ValueError(f"interpolate expected mode 'nearest', 'linear' or 'bilinear', got {mode!r}")
+    if mode != "nearest" and (x.ndim == 4) != (mode == "bilinear"):
+        fail_shape("interpolate", f"a {'4' if mode == 'bilinear' else '3'}-d input for mode {mode!r}",
+                   tuple(x.shape))
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear")
+    out, scales = _out_sizes(x, size, scale_factor)
+    squeeze = x.ndim == 3
+    if squeeze:
+        x, out, scales = F.unsqueeze(x, 2), [1] + out, [1.0] + scales
+    h, w = x.shape[2:]
+    if mode == "nearest" and all(o % i == 0 and abs(s * (o // i) - 1) < 1e-12
+                                 for o, i, s in zip(out, (h, w), scales)):
+        fh, fw = out[0] // h, out[1] // w
+        y = F.expand(F.reshape(x, (*x.shape[:2], h, 1, w, 1)), (*x.shape[:2], h, fh, w, fw))
+        y = F.reshape(y, (*x.shape[:2], out[0], out[1]))
+    elif mode == "nearest":
+        y = _resample(x, _nearest_matrix(h, out[0], scales[0]), _nearest_matrix(w, out[1], scales[1]))
+    else:
+        ac = bool(align_corners)
+        y = _resample(x, _linear_matrix(h, out[0], scales[0], ac), _linear_matrix(w, out[1], scales[1], ac))
+    return F.squeeze(y, 2) if squeeze else y
