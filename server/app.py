@@ -34,15 +34,48 @@ from .settings import ServerSettings
 log = logging.getLogger("flowserve.server")
 
 
+class CoalescingTransport:
+    """A transport whose writes of one event-loop step leave in one system call.
+
+    uvicorn writes a response's head and body separately; with TCP_NODELAY that
+    is two sends and two segments the client must wait for. Writes are kept
+    until the end of the current step (``call_soon``), then sent together.
+    Everything else goes straight to the wrapped transport.
+    """
+
+    def __init__(self, transport, loop: asyncio.AbstractEventLoop):
+        self._transport, self._loop, self._pending = transport, loop, []
+
+    def write(self, data) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            self._transport.writelines(pending)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
 class NoDelayHTTPProtocol(AutoHTTPProtocol):
-    """uvicorn's HTTP protocol with TCP_NODELAY on every accepted socket."""
+    """uvicorn's HTTP protocol with TCP_NODELAY and coalesced writes on every socket."""
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().connection_made(transport)
+        super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
 
 
 class _Uvicorn(uvicorn.Server):

@@ -94,6 +94,7 @@ class DynamicBatcher:
         self._wakeup = asyncio.Event()
         for index, runner in enumerate(self._runners):
             executor = concurrent.futures.ThreadPoolExecutor(1, f"flowserve-instance-{index}")
+            executor.submit(int)  # start its thread now, not in the first batch's time
             self._executors.append(executor)
             self._workers.append(asyncio.create_task(self._work(runner, executor)))
 

@@ -125,10 +125,8 @@ class DataPlane:
                                             "status": exc.status, "error": str(exc)})
             raise
         self.metrics.request(model.name, model.version, True, time.monotonic() - started)
-        return InferenceResponse(
-            model.name, model.version, {n: outputs[n] for n in names}, request.id,
-            {spec.name: spec.datatype for spec in model.outputs},
-        )
+        return InferenceResponse(model.name, model.version, {n: outputs[n] for n in names},
+                                 request.id, model.output_datatypes)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""

@@ -10,6 +10,8 @@ Each server owns its registry, so several servers (tests) never share counters.
 
 from __future__ import annotations
 
+import types
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client import generate_latest
 
@@ -51,27 +53,41 @@ class ServerMetrics:
                                           labels, buckets=_LATENCY_BUCKETS, registry=r)
         self.batch_size = Histogram("flowserve_batch_size", "Rows per executed batch.",
                                     labels, buckets=_BATCH_BUCKETS, registry=r)
+        self._children: dict[tuple[str, str], types.SimpleNamespace] = {}
+
+    def _of(self, model: str, version: str) -> types.SimpleNamespace:
+        """The labelled series of one model version, looked up once (``labels`` locks)."""
+        children = self._children.get((model, version))
+        if children is None:
+            children = types.SimpleNamespace(**{
+                name: getattr(self, name).labels(model, version)
+                for name in ("success", "inferences", "executions", "request_duration",
+                             "queue_duration", "compute_duration", "batch_size")
+            })
+            self._children[(model, version)] = children
+        return children
 
     def request(self, model: str, version: str, ok: bool, seconds: float,
                 reason: str = "") -> None:
         """Count one finished inference request."""
+        series = self._of(model, version)
         if ok:
-            self.success.labels(model, version).inc()
+            series.success.inc()
         else:
             self.failure.labels(model, version, reason).inc()
-        self.request_duration.labels(model, version).observe(seconds)
+        series.request_duration.observe(seconds)
 
     def batch(self, model, record: BatchRecord) -> None:
         """Record an executed batch of ``model`` (a ``ServedModel``)."""
-        name, version = model.name, model.version
+        series = self._of(model.name, model.version)
         for waited in record.queue_s:
-            self.queue_duration.labels(name, version).observe(waited)
+            series.queue_duration.observe(waited)
         if record.failed:
             return
-        self.inferences.labels(name, version).inc(record.rows)
-        self.executions.labels(name, version).inc()
-        self.compute_duration.labels(name, version).observe(record.compute_s)
-        self.batch_size.labels(name, version).observe(record.rows)
+        series.inferences.inc(record.rows)
+        series.executions.inc()
+        series.compute_duration.observe(record.compute_s)
+        series.batch_size.observe(record.rows)
 
     def render(self) -> bytes:
         """The registry in Prometheus' text exposition format."""

@@ -103,6 +103,7 @@ class ServedModel:
         self.device = self.runners[0].device
         self._input_by_name = {spec.name: spec for spec in self.inputs}
         self._output_names = [spec.name for spec in self.outputs]
+        self.output_datatypes = {spec.name: spec.datatype for spec in self.outputs}
         self.batcher = DynamicBatcher(
             [runner.run for runner in self.runners],
             max_batch_size=self.max_batch_size or 1,

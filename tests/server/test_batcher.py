@@ -192,3 +192,63 @@ def test_stop_finishes_queued_requests():
         return await asyncio.gather(*tasks)
 
     assert len(run(main())) == 6
+
+
+async def warm(batcher: DynamicBatcher) -> None:
+    """Requests one after another until the batcher has learnt the compute time."""
+    for _ in range(20):
+        await batcher.submit({"x": np.ones((1, 2))}, 1)
+
+
+def test_lone_request_on_an_idle_model_runs_at_once_without_the_queue():
+    runner, records = RecordingRunner(), []
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, on_batch=records.append)
+        await batcher.start()
+        await warm(batcher)
+        await asyncio.sleep(0.01)  # the model is idle now
+        pending = batcher.submit({"x": np.full((1, 2), 3.0)}, 1)
+        with pytest.raises(StopIteration) as finished:  # done without ever suspending
+            pending.send(None)
+        await batcher.stop()
+        return finished.value.value
+
+    result = run(main())
+    np.testing.assert_array_equal(result["y"], np.full((1, 2), 6.0))
+    assert runner.batches[-1] == 1 and records[-1].queue_s == [0.0]
+
+
+def test_requests_close_together_go_through_the_queue_and_merge():
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=64)
+        await batcher.start()
+        await warm(batcher)
+        await asyncio.sleep(0.01)
+        xs = [np.full((1, 2), i, np.float32) for i in range(16)]
+        results = await asyncio.gather(*(batcher.submit({"x": x}, 1) for x in xs))
+        await batcher.stop()
+        return xs, results
+
+    xs, results = run(main())
+    for x, result in zip(xs, results):
+        np.testing.assert_array_equal(result["y"], x * 2)
+    assert runner.batches[-2:] == [1, 15]  # the first went alone, the others merged
+
+
+def test_no_direct_run_when_the_batcher_waits_for_company():
+    runner, records = RecordingRunner(), []
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.001,
+                                 on_batch=records.append)
+        await batcher.start()
+        await warm(batcher)
+        await asyncio.sleep(0.01)
+        await batcher.submit({"x": np.ones((1, 2))}, 1)
+        await batcher.stop()
+
+    run(main())
+    assert all(r.queue_s[0] >= 0.001 for r in records)  # both waited for the delay
