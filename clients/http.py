@@ -15,16 +15,14 @@ server's message and HTTP status::
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
 import threading
 from typing import Optional
 from urllib.parse import urlsplit
 
 from . import rest
-from ._http11 import ConnectionPool
-from .errors import ServerUnreachableError
+from ._http11 import BlockingConnection, ConnectionPool
+from .errors import ProtocolError, ServerUnreachableError
 
 
 def _split_url(url: str) -> tuple[str, int]:
@@ -48,27 +46,24 @@ class HTTPClient:
         self._auth = _auth(token)
         self._local = threading.local()
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self) -> BlockingConnection:
         connection = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
-            connection.connect()
-            connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if connection is None or connection.closed:
+            connection = BlockingConnection(self.host, self.port, self.timeout_s)
             self._local.connection = connection
         return connection
 
     def request(self, method: str, path: str, body: bytes = b"",
                 headers: Optional[dict] = None) -> tuple[int, dict, bytes]:
         """One raw request: ``(status, lower-cased headers, body)``."""
-        headers = {**self._auth, **(headers or {})}
+        headers = {**self._auth, **headers} if headers else self._auth
         for attempt in (0, 1):
             try:
-                connection = self._connection()
-                connection.request(method, path, body=body, headers=headers)
-                response = connection.getresponse()
-                data = response.read()
-                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                return self._connection().request(method, path, body, headers)
+            except ProtocolError:
+                self._drop_connection()
+                raise
+            except OSError as exc:  # ConnectionError, timeouts, refused connections
                 self._drop_connection()
                 if attempt == 1 or isinstance(exc, ConnectionRefusedError):
                     raise ServerUnreachableError(
