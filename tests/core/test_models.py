@@ -217,5 +217,5 @@ def test_eager_and_graph_training_agree(name, make, data, optimizer):
     np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-4, err_msg=f"{name} losses per step")
     assert abs(eager_losses[-1] - eager_losses[0]) > 1e-3 * eager_losses[0], f"{name} did not train"
     for (key, e), g in zip(eager.state_dict().items(), graph_model.state_dict().values()):
-        if "running" in key or "num_batches" in key:
-            _assert_close(g.numpy(), e.numpy(), f"{name} buffer {key}", rtol=1e-4)
+        if "running" in key or "num_batches" in key:  # batch variances of 1x1 maps: 1e-3 of the scale
+            _assert_close(g.numpy(), e.numpy(), f"{name} buffer {key}", rtol=1e-3)
