@@ -17,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .errors import InferenceServerError, ProtocolError
-from .tensors import array_from_json, array_from_raw, array_to_json, array_to_raw, datatype_of
+from .tensors import array_from_json, array_from_raw, array_to_raw, datatype_of, json_list_text
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -41,10 +41,10 @@ def encode_infer(inputs: dict, outputs: Optional[list] = None, binary: bool = Tr
             raw = array_to_raw(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
-        else:
-            entry["data"] = array_to_json(array)
-        tensors.append(entry)
-    header: dict = {"inputs": tensors}
+            tensors.append(_compact(entry))
+        else:  # the data list is written by json_list_text, spliced into the object
+            tensors.append(_compact(entry)[:-1] + ',"data":' + json_list_text(array) + "}")
+    header: dict = {}
     if request_id:
         header["id"] = request_id
     parameters = {"binary_data_output": True} if binary else {}
@@ -54,12 +54,17 @@ def encode_infer(inputs: dict, outputs: Optional[list] = None, binary: bool = Tr
         header["parameters"] = parameters
     if outputs:
         header["outputs"] = [{"name": n, "parameters": {"binary_data": binary}} for n in outputs]
-    text = json.dumps(header, separators=(",", ":")).encode()
+    rest = "," + _compact(header)[1:-1] if header else ""
+    text = ('{"inputs":[' + ",".join(tensors) + "]" + rest + "}").encode()
     headers = {"Content-Type": "application/json"}
     if not blobs:
         return text, headers
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(text))}
     return b"".join([text, *blobs]), headers
+
+
+def _compact(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def check_status(status: int, body: bytes) -> None:

@@ -11,6 +11,7 @@ BYTES tensors carry each element as a 4-byte length and the bytes::
 
 from __future__ import annotations
 
+import json
 import struct
 
 import ml_dtypes
@@ -83,6 +84,27 @@ def array_to_json(array: np.ndarray) -> list:
     if array.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
         flat = flat.astype(np.float32)
     return flat.tolist()
+
+
+_FLOAT32_TEXT = "%.9g"  # 9 significant digits give back every float32 exactly
+_FLOAT32_EXACT = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def json_list_text(array: np.ndarray) -> str:
+    """The JSON text of ``array_to_json(array)``; float32/16 in their shortest exact form.
+
+    ``json.dumps`` writes a float32 as the 17 digits of its float64 value; 9
+    digits name the same float32 and take half the time to write and parse.
+
+    >>> json_list_text(np.array([0.1, -2.5], np.float32))
+    '[0.100000001,-2.5]'
+    """
+    if array.dtype in _FLOAT32_EXACT and np.isfinite(array).all():
+        parts = [_FLOAT32_TEXT % v for v in array.reshape(-1).astype(np.float32).tolist()]
+        if "-0" in parts:  # "-0" would read back as the integer 0: keep the sign
+            parts = ["-0.0" if p == "-0" else p for p in parts]
+        return "[" + ",".join(parts) + "]"
+    return json.dumps(array_to_json(array), separators=(",", ":"))
 
 
 def array_from_json(data: list, datatype: str, shape: list) -> np.ndarray:
