@@ -8,12 +8,19 @@ from flowserve import dtypes
 from flowserve.exporter.lowering.registry import lowering
 
 
+def _max_pool_attrs(a) -> dict:
+    return dict(kernel_shape=list(a["kernel"]), strides=list(a["stride"]), pads=list(a["pads"]) * 2,
+                dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
+
+
 @lowering("max_pool2d")
 def lower_max_pool2d(b, node, ctx):
-    a = node.attrs
-    b.op("MaxPool", node.inputs, node.outputs, n_out=2, kernel_shape=list(a["kernel"]),
-         strides=list(a["stride"]), pads=list(a["pads"]) * 2, dilations=list(a["dilation"]),
-         ceil_mode=int(a["ceil_mode"]))
+    b.op("MaxPool", node.inputs, node.outputs, **_max_pool_attrs(node.attrs))
+
+
+@lowering("max_pool2d_indices")
+def lower_max_pool2d_indices(b, node, ctx):
+    b.op("MaxPool", node.inputs, [b.fresh("max_pool_values"), node.outputs[0]], **_max_pool_attrs(node.attrs))
 
 
 @lowering("max_pool2d_backward")

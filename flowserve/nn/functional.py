@@ -114,10 +114,11 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     if input.ndim != 4:
         fail_shape(where, "input (N, C, H, W)", tuple(input.shape))
     kernel, stride, pads, dilation = _pool_args(kernel_size, stride, padding, dilation, where)
-    values, indices = _pool.max_pool2d(input, kernel=kernel, stride=stride, pads=pads, dilation=dilation,
-                                       ceil_mode=bool(ceil_mode))
+    attrs = dict(kernel=kernel, stride=stride, pads=pads, dilation=dilation, ceil_mode=bool(ceil_mode))
+    values = _pool.max_pool2d(input, **attrs)
     if not return_indices:
         return values
+    indices = _pool.max_pool2d_indices(input, **attrs)
     n, c, h, w = input.shape
     offsets = _np.arange(n * c, dtype=_np.int64).reshape(n, c, 1, 1) * (h * w)
     return values, indices - _creation.tensor(offsets, device=input.device)

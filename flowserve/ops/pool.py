@@ -1,9 +1,10 @@
 """Pooling and resampling.
 
-Primitives: ``max_pool2d`` (values and the flat index of each maximum, ONNX ``MaxPool``'s
-convention: positions in the whole input, ``[0, N*C*H*W)``) and ``max_pool2d_backward``
-(the gradient scattered back to those positions; ONNX ``ScatterElements`` with
-``reduction="add"``).
+Primitives: ``max_pool2d`` (the window maxima), ``max_pool2d_indices`` (the flat index of
+each maximum, ONNX ``MaxPool``'s convention: positions in the whole input, ``[0, N*C*H*W)``;
+recomputed by the gradient, so inference graphs carry a plain one-output MaxPool) and
+``max_pool2d_backward`` (the gradient scattered back to those positions; ONNX
+``ScatterElements`` with ``reduction="add"``).
 
 Composites (no gradient or lowering of their own): ``avg_pool2d`` is a depthwise
 convolution with a ones kernel divided by PyTorch's window sizes; ``adaptive_avg_pool2d``
@@ -32,7 +33,7 @@ def pool_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) ->
     return out
 
 
-def _max_pool_meta(x: Meta, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+def _pool_out_meta(x: Meta, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool) -> tuple:
     if x.ndim != 4:
         fail_shape("max_pool2d", "input (N, C, H, W)", tuple(x.shape))
     if any(p > k // 2 for p, k in zip(pads, kernel)):
@@ -41,21 +42,29 @@ def _max_pool_meta(x: Meta, kernel: list, stride: list, pads: list, dilation: li
     if min(out) < 1:
         fail_shape("max_pool2d", "an input at least as large as the (dilated) kernel",
                    f"input {tuple(x.shape)}, kernel {kernel}")
-    shape = (x.shape[0], x.shape[1], *out)
-    return Meta(shape, x.dtype), Meta(shape, dtypes.int64)
+    return (x.shape[0], x.shape[1], *out)
 
 
-def _max_pool_vjp(ctx, g, g_indices=None):
+def _max_pool_meta(x: Meta, **attrs) -> Meta:
+    return Meta(_pool_out_meta(x, **attrs), x.dtype)
+
+
+def _max_pool_indices_meta(x: Meta, **attrs) -> Meta:
+    return Meta(_pool_out_meta(x, **attrs), dtypes.int64)
+
+
+def _max_pool_vjp(ctx, g):
     x = ctx.inputs[0]
-    return (max_pool2d_backward(g, ctx.outputs[1], shape=list(x.shape)),)
+    indices = max_pool2d_indices(x, **ctx.attrs)  # recomputed: inference graphs keep one output
+    return (max_pool2d_backward(g, indices, shape=list(x.shape)),)
 
 
 def _lowest(xp, dtype):
     return -xp.inf if dtype.kind == "f" else xp.iinfo(dtype).min
 
 
-@primitive("max_pool2d", shape=_max_pool_meta, vjp=_max_pool_vjp, multiple_results=True)
-def max_pool2d(xp, x, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+def _running_max(xp, x, kernel, stride, pads, dilation, ceil_mode):
+    """Window maxima and their flat positions in ``x``: a running max over the kernel taps."""
     n, c, h, w = x.shape
     out = [pool_out_size(x.shape[2 + i], kernel[i], stride[i], pads[i], dilation[i], ceil_mode) for i in range(2)]
     ends = [max(0, (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1 - x.shape[2 + i] - pads[i])
@@ -74,6 +83,17 @@ def max_pool2d(xp, x, kernel: list, stride: list, pads: list, dilation: list, ce
     col = xp.arange(out[1]) * stride[1] - pads[1] + (tap % kernel[1]) * dilation[1]
     plane = xp.arange(n * c, dtype=xp.int64).reshape(n, c, 1, 1) * (h * w)
     return best, plane + row * w + col
+
+
+@primitive("max_pool2d", shape=_max_pool_meta, vjp=_max_pool_vjp)
+def max_pool2d(xp, x, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+    return _running_max(xp, x, kernel, stride, pads, dilation, ceil_mode)[0]
+
+
+@primitive("max_pool2d_indices", shape=_max_pool_indices_meta, differentiable=False)
+def max_pool2d_indices(xp, x, kernel: list, stride: list, pads: list, dilation: list, ceil_mode: bool):
+    """Flat positions (in the whole input) of the window maxima, as ONNX MaxPool's ``Indices``."""
+    return _running_max(xp, x, kernel, stride, pads, dilation, ceil_mode)[1]
 
 
 def _max_pool_backward_meta(g: Meta, indices: Meta, shape: list) -> Meta:

@@ -219,3 +219,49 @@ def test_eager_and_graph_training_agree(name, make, data, optimizer):
     for (key, e), g in zip(eager.state_dict().items(), graph_model.state_dict().values()):
         if "running" in key or "num_batches" in key:  # batch variances of 1x1 maps: 1e-3 of the scale
             _assert_close(g.numpy(), e.numpy(), f"{name} buffer {key}", rtol=1e-3)
+
+
+class _LayerMix(nn.Module):
+    """Layers whose composites must not bake the traced batch size into the exported graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear")
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.avg = nn.AvgPool2d(3, 2, 1, count_include_pad=False)
+        self.norm = nn.GroupNorm(1, 3)
+        self.deconv = nn.ConvTranspose2d(3, 4, 3, 2, 1, 1)
+        self.adapt = nn.AdaptiveAvgPool2d((3, 5))
+
+    def forward(self, x):
+        return self.adapt(self.deconv(self.norm(self.avg(self.pool(self.up(x)))))).flatten(1)
+
+
+@pytest.mark.parametrize("make,example,other", [
+    (_LayerMix, lambda: flow.randn(2, 3, 8, 8), lambda: np.random.default_rng(0).standard_normal((5, 3, 8, 8))),
+    (lambda: models.transformer_classifier(50, 3), lambda: flow.randint(0, 50, (2, 12)),
+     lambda: np.random.default_rng(0).integers(0, 50, (5, 12))),
+])
+def test_saved_graph_exports_with_a_dynamic_batch(tmp_path, make, example, other):
+    import onnxruntime as ort
+
+    from flowserve.exporter import export
+
+    model = make().eval()
+
+    class Infer(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            return self.model(x)
+
+    graph = Infer()
+    graph(example())
+    flow.save(graph, tmp_path / "saved")
+    result = export(tmp_path / "saved", tmp_path / "model.onnx", target="onnxruntime")
+    session = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    batch = other().astype(np.float32 if example().is_floating_point() else np.int64)
+    got = session.run(None, {session.get_inputs()[0].name: batch})[0]
+    _assert_close(got, model(flow.tensor(batch)).numpy(), "exported model at another batch size")

@@ -45,6 +45,12 @@ CASES = {
         Case([_distinct((1, 1, 7, 7))], {"kernel": [2, 2], "stride": [1, 2], "pads": [0, 0], "dilation": [2, 2],
                                           "ceil_mode": False}, id="dilated"),
     ],
+    "max_pool2d_indices": [
+        Case([_distinct((1, 2, 5, 6))], {"kernel": [3, 3], "stride": [2, 2], "pads": [1, 1], "dilation": [1, 1],
+                                          "ceil_mode": False}, id="3x3-s2-p1"),
+        Case([_distinct((2, 1, 6, 7))], {"kernel": [2, 3], "stride": [2, 1], "pads": [1, 1], "dilation": [2, 1],
+                                          "ceil_mode": True}, id="ceil-dilated"),
+    ],
     "max_pool2d_backward": [
         Case([(1, 2, 2, 3), integers((1, 2, 2, 3), 0, 2 * 4 * 5)], {"shape": [1, 2, 4, 5]}, id="repeats-add"),
     ],
