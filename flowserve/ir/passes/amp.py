@@ -5,7 +5,8 @@ Each matmul/convolution node (forward and backward alike) gets its float32 input
 the low-precision dtype and its output cast back to float32, so parameters stay float32
 master weights, elementwise ops, reductions and the optimizer update stay float32, and
 the value names other nodes read are unchanged. Where the runtime has no low-precision
-kernel (bfloat16 on ONNX Runtime's CPU provider) the pass emulates it exactly: inputs
+kernel (ONNX Runtime's CPU provider: none for bfloat16, and float16 ones that compute
+in float32 with the casts removed) the pass emulates it exactly: inputs
 and outputs are rounded through the low-precision dtype and the op computes in float32,
 which is what tensor cores do (low-precision inputs, float32 accumulation).
 

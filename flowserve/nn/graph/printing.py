@@ -47,6 +47,8 @@ def _module_lines(module, name: str, indent: str, io: dict, options: dict) -> li
         if child is not None:
             lines += _module_lines(child, f"{name}.{cname}", inner, io, options)
     lines += [f"{inner}(OUTPUT:_{name}-output_{i}:{meta_repr(t, lazy=True)})" for i, t in enumerate(outs)]
+    if len(lines) == 1:
+        return [lines[0] + ")"]  # nothing inside: ``(MODULE:name:ReLU()): ()``
     lines.append(f"{indent})")
     return lines
 
