@@ -1,7 +1,10 @@
 """Prometheus metrics of one server: requests, inferences vs executions, durations.
 
 Each server owns its registry, so several servers (tests) never share counters.
-``/metrics`` renders ``ServerMetrics.render()``::
+The series are plain numbers updated on the event loop (a counter add or a
+histogram bisect, well under a microsecond, where ``prometheus_client``'s
+locked metrics cost a few each) and turned into metric families only when
+``/metrics`` is scraped::
 
     metrics = ServerMetrics()
     metrics.request("mlp", "1", ok=True, seconds=0.001)
@@ -10,10 +13,12 @@ Each server owns its registry, so several servers (tests) never share counters.
 
 from __future__ import annotations
 
-import types
+import bisect
+import collections
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
-from prometheus_client import generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from .batcher import BatchRecord
 
@@ -21,6 +26,60 @@ _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 )
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_LABELS = ["model", "version"]
+
+
+class Histogram:
+    """Counts per bucket (upper bounds inclusive, like Prometheus), a sum and a count."""
+
+    def __init__(self, bounds: tuple):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """Cumulative ``(le, count)`` pairs as the exposition format wants them."""
+        total, pairs = 0, []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts):
+            total += count
+            pairs.append((floatToGoString(bound), total))
+        return pairs
+
+
+class ModelSeries:
+    """Every series of one model version."""
+
+    def __init__(self):
+        self.success = 0
+        self.failures: collections.Counter = collections.Counter()  # reason -> count
+        self.inferences = 0
+        self.executions = 0
+        self.request_duration = Histogram(_LATENCY_BUCKETS)
+        self.queue_duration = Histogram(_LATENCY_BUCKETS)
+        self.compute_duration = Histogram(_LATENCY_BUCKETS)
+        self.batch_size = Histogram(_BATCH_BUCKETS)
+
+
+_COUNTERS = (
+    ("flowserve_request_success", "Inference requests that succeeded.", "success"),
+    ("flowserve_inference_count", "Inferences performed (rows; a batch of 8 counts 8).",
+     "inferences"),
+    ("flowserve_execution_count", "Model executions (batches run by ONNX Runtime).",
+     "executions"),
+)
+_HISTOGRAMS = (
+    ("flowserve_request_duration_seconds", "End-to-end time of a request in the server core.",
+     "request_duration"),
+    ("flowserve_queue_duration_seconds", "Time requests waited in the batching queue.",
+     "queue_duration"),
+    ("flowserve_compute_duration_seconds", "Time ONNX Runtime took per executed batch.",
+     "compute_duration"),
+    ("flowserve_batch_size", "Rows per executed batch.", "batch_size"),
+)
 
 
 class ServerMetrics:
@@ -29,52 +88,24 @@ class ServerMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self):
+        self.series: dict[tuple[str, str], ModelSeries] = {}
         self.registry = CollectorRegistry()
-        labels = ["model", "version"]
-        r = self.registry
-        self.success = Counter("flowserve_request_success", "Inference requests that succeeded.",
-                               labels, registry=r)
-        self.failure = Counter("flowserve_request_failure", "Inference requests that failed.",
-                               labels + ["reason"], registry=r)
-        self.inferences = Counter("flowserve_inference_count",
-                                  "Inferences performed (rows; a batch of 8 counts 8).",
-                                  labels, registry=r)
-        self.executions = Counter("flowserve_execution_count",
-                                  "Model executions (batches run by ONNX Runtime).",
-                                  labels, registry=r)
-        self.request_duration = Histogram("flowserve_request_duration_seconds",
-                                          "End-to-end time of a request in the server core.",
-                                          labels, buckets=_LATENCY_BUCKETS, registry=r)
-        self.queue_duration = Histogram("flowserve_queue_duration_seconds",
-                                        "Time requests waited in the batching queue.",
-                                        labels, buckets=_LATENCY_BUCKETS, registry=r)
-        self.compute_duration = Histogram("flowserve_compute_duration_seconds",
-                                          "Time ONNX Runtime took per executed batch.",
-                                          labels, buckets=_LATENCY_BUCKETS, registry=r)
-        self.batch_size = Histogram("flowserve_batch_size", "Rows per executed batch.",
-                                    labels, buckets=_BATCH_BUCKETS, registry=r)
-        self._children: dict[tuple[str, str], types.SimpleNamespace] = {}
+        self.registry.register(self)
 
-    def _of(self, model: str, version: str) -> types.SimpleNamespace:
-        """The labelled series of one model version, looked up once (``labels`` locks)."""
-        children = self._children.get((model, version))
-        if children is None:
-            children = types.SimpleNamespace(**{
-                name: getattr(self, name).labels(model, version)
-                for name in ("success", "inferences", "executions", "request_duration",
-                             "queue_duration", "compute_duration", "batch_size")
-            })
-            self._children[(model, version)] = children
-        return children
+    def _of(self, model: str, version: str) -> ModelSeries:
+        series = self.series.get((model, version))
+        if series is None:
+            series = self.series[(model, version)] = ModelSeries()
+        return series
 
     def request(self, model: str, version: str, ok: bool, seconds: float,
                 reason: str = "") -> None:
         """Count one finished inference request."""
         series = self._of(model, version)
         if ok:
-            series.success.inc()
+            series.success += 1
         else:
-            self.failure.labels(model, version, reason).inc()
+            series.failures[reason] += 1
         series.request_duration.observe(seconds)
 
     def batch(self, model, record: BatchRecord) -> None:
@@ -84,10 +115,32 @@ class ServerMetrics:
             series.queue_duration.observe(waited)
         if record.failed:
             return
-        series.inferences.inc(record.rows)
-        series.executions.inc()
+        series.inferences += record.rows
+        series.executions += 1
         series.compute_duration.observe(record.compute_s)
         series.batch_size.observe(record.rows)
+
+    def collect(self):
+        """The metric families (``prometheus_client`` calls this when rendering)."""
+        rows = list(self.series.items())
+        for name, help_text, field in _COUNTERS:
+            family = CounterMetricFamily(name, help_text, labels=_LABELS)
+            for labels, series in rows:
+                family.add_metric(list(labels), getattr(series, field))
+            yield family
+        failure = CounterMetricFamily("flowserve_request_failure",
+                                      "Inference requests that failed.",
+                                      labels=_LABELS + ["reason"])
+        for labels, series in rows:
+            for reason, count in list(series.failures.items()):
+                failure.add_metric([*labels, reason], count)
+        yield failure
+        for name, help_text, field in _HISTOGRAMS:
+            family = HistogramMetricFamily(name, help_text, labels=_LABELS)
+            for labels, series in rows:
+                histogram = getattr(series, field)
+                family.add_metric(list(labels), histogram.buckets(), histogram.sum)
+            yield family
 
     def render(self) -> bytes:
         """The registry in Prometheus' text exposition format."""
