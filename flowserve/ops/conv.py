@@ -14,6 +14,8 @@ kernel size. Both lower to plain ONNX ``Conv``/``ConvTranspose``.
 from __future__ import annotations
 
 from flowserve.ops import shape as S
+from flowserve.ops.conv_kernels import conv2d as _conv2d
+from flowserve.ops.conv_kernels import conv_transpose2d as _conv_transpose2d
 from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
 
 
@@ -73,7 +75,7 @@ def _conv_transpose_meta(x: Meta, w: Meta, stride: list, pads: list, dilation: l
     return Meta((x.shape[0], w.shape[1] * groups, *out), x.dtype)
 
 
-# -- kernels (2-D; 1-D inputs run as height-1 images) ------------------------------------
+# -- kernels (conv_kernels.py; 1-D inputs run as height-1 images) --------------------------
 
 
 def _as_2d(x, w, stride, pads, dilation, extra=None):
@@ -81,107 +83,6 @@ def _as_2d(x, w, stride, pads, dilation, extra=None):
         return x, w, stride, pads, dilation, extra
     extra = [0] + list(extra) if extra is not None else None
     return (x[:, :, None], w[:, :, None], [1, stride[0]], [0, pads[0], 0, pads[1]], [1, dilation[0]], extra)
-
-
-def _windows(xp, x, kernel, stride, pads, dilation):
-    """(N, C, Ho, Wo, kh, kw) view of the zero-padded input: window (i, j) of each output."""
-    if any(pads):
-        x = xp.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
-    out = [(x.shape[2 + i] - span[i]) // stride[i] + 1 for i in range(2)]
-    view = xp.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
-    return view[:, :, :(out[0] - 1) * stride[0] + 1:stride[0], :(out[1] - 1) * stride[1] + 1:stride[1],
-                ::dilation[0], ::dilation[1]]
-
-
-def _columns(xp, x, kernel, stride, pads, dilation):
-    """(N, Ho, Wo, kh, kw, C) view of the zero-padded input in channels-last layout, so that
-    flattening it to im2col columns copies contiguous runs of channels."""
-    xt = x.transpose(0, 2, 3, 1)
-    xt = xp.pad(xt, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0))) if any(pads) \
-        else xp.ascontiguousarray(xt)
-    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
-    out = [(xt.shape[1 + i] - span[i]) // stride[i] + 1 for i in range(2)]
-    view = xp.lib.stride_tricks.sliding_window_view(xt, span, axis=(1, 2))
-    view = view[:, :(out[0] - 1) * stride[0] + 1:stride[0], :(out[1] - 1) * stride[1] + 1:stride[1], :,
-                ::dilation[0], ::dilation[1]]
-    return view.transpose(0, 1, 2, 4, 5, 3)
-
-
-def _depthwise(xp, x, w, stride, pads, dilation):
-    """Each output channel sees one input channel: one multiply-add per kernel tap."""
-    n, c = x.shape[:2]
-    o, _, kh, kw = w.shape
-    win = _windows(xp, x, (kh, kw), stride, pads, dilation)
-    ho, wo = win.shape[2:4]
-    m = o // c
-    taps = w.reshape(c, m, kh, kw)
-    out = xp.zeros((n, c, m, ho, wo), dtype=x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            out += win[:, :, None, :, :, i, j] * taps[None, :, :, i, j, None, None]
-    return out.reshape(n, o, ho, wo)
-
-
-def _conv2d(xp, x, w, stride, pads, dilation, groups):
-    n, c = x.shape[:2]
-    o, cg, kh, kw = w.shape
-    if kh == kw == 1 and groups == 1 and not any(pads):  # pointwise: one product per sample
-        xs = x[:, :, ::stride[0], ::stride[1]]
-        ho, wo = xs.shape[2:]
-        return (w.reshape(o, c) @ xs.reshape(n, c, ho * wo)).reshape(n, o, ho, wo)
-    if cg == 1:
-        return _depthwise(xp, x, w, stride, pads, dilation)
-    cols = _columns(xp, x, (kh, kw), stride, pads, dilation)
-    ho, wo = cols.shape[1:3]
-    if groups == 1:
-        out = cols.reshape(n * ho * wo, kh * kw * c) @ w.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)
-        return out.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
-    og = o // groups
-    cols = cols.reshape(n, ho, wo, kh, kw, groups, cg).transpose(5, 0, 1, 2, 3, 4, 6)
-    cols = cols.reshape(groups, n * ho * wo, kh * kw * cg)
-    wg = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
-    out = (cols @ wg).reshape(groups, n, ho, wo, og)
-    return out.transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
-
-
-def _transpose_columns(xp, x, w, groups):
-    """Per input pixel (channels last), its contribution to each kernel tap and output channel:
-    (N, H, W, kh, kw, O) = sum over the group's input channels of x * w."""
-    n, cin, h, wd = x.shape
-    _, og, kh, kw = w.shape
-    cg = cin // groups
-    rows = x.transpose(0, 2, 3, 1).reshape(n * h * wd, cin)
-    if groups == 1:
-        cols = rows @ w.transpose(0, 2, 3, 1).reshape(cin, kh * kw * og)
-        return cols.reshape(n, h, wd, kh, kw, og)
-    rows = rows.reshape(n * h * wd, groups, cg).transpose(1, 0, 2)
-    cols = rows @ w.reshape(groups, cg, og, kh, kw).transpose(0, 1, 3, 4, 2).reshape(groups, cg, kh * kw * og)
-    cols = cols.reshape(groups, n, h, wd, kh, kw, og).transpose(1, 2, 3, 4, 5, 0, 6)
-    return cols.reshape(n, h, wd, kh, kw, groups * og)
-
-
-def _conv_transpose2d(xp, x, w, stride, pads, dilation, groups, output_padding):
-    n, cin, h, wd = x.shape
-    _, og, kh, kw = w.shape
-    o, cg = og * groups, cin // groups
-    out_hw = [conv_transpose_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], pads[i], pads[2 + i],
-                                      dilation[i], output_padding[i]) for i in range(2)]
-    full = [max((x.shape[2 + i] - 1) * stride[i] + dilation[i] * (w.shape[2 + i] - 1) + 1,
-                pads[i] + out_hw[i]) for i in range(2)]
-    acc = xp.zeros((n, full[0], full[1], o), dtype=x.dtype)  # channels last: contiguous adds
-    cols = None if cg == 1 else _transpose_columns(xp, x, w, groups)
-    xt = x.transpose(0, 2, 3, 1)[..., None] if cg == 1 else None
-    taps = w.reshape(groups, og, kh, kw) if cg == 1 else None
-    for i in range(kh):
-        for j in range(kw):
-            if cols is None:  # depthwise: each output channel sees one input channel
-                part = (xt * taps[:, :, i, j]).reshape(n, h, wd, o)
-            else:
-                part = cols[:, :, :, i, j]
-            r0, c0 = i * dilation[0], j * dilation[1]
-            acc[:, r0:r0 + (h - 1) * stride[0] + 1:stride[0], c0:c0 + (wd - 1) * stride[1] + 1:stride[1]] += part
-    return acc[:, pads[0]:pads[0] + out_hw[0], pads[1]:pads[1] + out_hw[1]].transpose(0, 3, 1, 2)
 
 
 # -- gradients ----------------------------------------------------------------------------

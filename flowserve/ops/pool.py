@@ -21,6 +21,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.ops import conv as C
+from flowserve.ops import conv_kernels as K
 from flowserve.ops.registry import Meta, fail_shape, primitive
 
 
@@ -71,7 +72,7 @@ def _running_max(xp, x, kernel, stride, pads, dilation, ceil_mode):
             for i in range(2)]
     padded = xp.pad(x, ((0, 0), (0, 0), (pads[0], ends[0]), (pads[1], ends[1])),
                     constant_values=_lowest(xp, x.dtype))
-    win = C._windows(xp, padded, kernel, stride, [0, 0, 0, 0], dilation)[:, :, :out[0], :out[1]]
+    win = K.windows(xp, padded, kernel, stride, [0, 0, 0, 0], dilation)[:, :, :out[0], :out[1]]
     best = win[:, :, :, :, 0, 0].copy()
     tap = xp.zeros(best.shape, dtype=xp.int64)
     for t in range(1, kernel[0] * kernel[1]):
