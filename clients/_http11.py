@@ -24,6 +24,7 @@ from typing import Optional
 from .errors import ProtocolError, ServerUnreachableError
 
 _MAX_HEADER = 64 * 1024
+_RECEIVE = 64 * 1024  # a larger recv() size costs an mmap per call (~20 µs)
 
 
 def encode_request(method: str, path: str, host_header: bytes, body: bytes,
@@ -76,7 +77,7 @@ class BlockingConnection:
         return status, response_headers, response_body
 
     def _receive(self) -> None:
-        chunk = self._sock.recv(256 * 1024)
+        chunk = self._sock.recv(_RECEIVE)
         if not chunk:
             raise ConnectionResetError("the server closed the connection")
         self._buffer += chunk
@@ -93,11 +94,21 @@ class BlockingConnection:
             self._receive()
 
     def _take(self, size: int) -> bytes:
-        while len(self._buffer) < size:
-            self._receive()
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
+        have = len(self._buffer)
+        if have >= size:
+            data = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            return data
+        data = bytearray(size)  # large bodies land in place, without a copy per chunk
+        data[:have] = self._buffer
+        self._buffer.clear()
+        view = memoryview(data)
+        while have < size:
+            received = self._sock.recv_into(view[have:])
+            if not received:
+                raise ConnectionResetError("the server closed the connection")
+            have += received
+        return bytes(data)
 
     def _read_body(self, headers: dict, head_only: bool) -> bytes:
         if head_only:
