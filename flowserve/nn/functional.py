@@ -46,6 +46,7 @@ from flowserve.ops.loss import (  # noqa: F401
     smooth_l1_loss,
 )
 from flowserve.ops.norm import group_norm, layer_norm  # noqa: F401
+from flowserve.ops.padding import pad  # noqa: F401
 from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.registry import fail_shape
 

@@ -103,7 +103,15 @@ def _max_pool_backward_meta(g: Meta, indices: Meta, shape: list) -> Meta:
     return Meta(tuple(shape), g.dtype)
 
 
-@primitive("max_pool2d_backward", shape=_max_pool_backward_meta, differentiable=False)
+def _max_pool_backward_vjp(ctx, gg):
+    from flowserve.ops.indexing import take
+
+    indices = ctx.inputs[1]
+    picked = take(gg.reshape([-1]), indices.reshape([-1]), axis=0)
+    return picked.reshape(indices.shape), None
+
+
+@primitive("max_pool2d_backward", shape=_max_pool_backward_meta, vjp=_max_pool_backward_vjp)
 def max_pool2d_backward(xp, g, indices, shape: list):
     total = math.prod(shape)
     summed = xp.bincount(indices.reshape(-1), weights=g.reshape(-1), minlength=total)

@@ -10,6 +10,7 @@ from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import conv as C
 from flowserve.ops import creation
+from flowserve.ops import padding as P
 
 
 class _ConvNd(Module):
@@ -24,8 +25,11 @@ class _ConvNd(Module):
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{name} expected in_channels and out_channels divisible by groups, "
                              f"got {in_channels}, {out_channels} and groups={groups}")
-        if padding_mode != "zeros":
-            raise ValueError(f"{name} expected padding_mode 'zeros', got {padding_mode!r}")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"{name} expected padding_mode 'zeros', 'reflect', 'replicate' or 'circular', "
+                             f"got {padding_mode!r}")
+        if padding_mode != "zeros" and self._transposed:
+            raise ValueError(f"Only 'zeros' padding mode is supported for {name}, got {padding_mode!r}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = tuple(C.tuple_arg(kernel_size, r, "kernel_size", name))
         self.stride = tuple(C.tuple_arg(stride, r, "stride", name))
@@ -48,6 +52,15 @@ class _ConvNd(Module):
             bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
             init.uniform_(self.bias, -bound, bound)
 
+    def _conv_forward(self, x):
+        r, name = self._dims, type(self).__name__
+        padding = self.padding
+        if self.padding_mode != "zeros":  # pad explicitly, then convolve without padding
+            pads = C.conv_pads(padding, list(self.kernel_size), list(self.dilation), list(self.stride), r, name)
+            order = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
+            x, padding = P.pad(x, order, self.padding_mode), 0
+        return C.conv_nd(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups, r, name)
+
     def extra_repr(self) -> str:
         r = self._dims
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -61,6 +74,8 @@ class _ConvNd(Module):
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
 
 
@@ -75,8 +90,7 @@ class Conv1d(_ConvNd):
                          padding_mode, device=device, dtype=dtype)
 
     def forward(self, x):
-        return C.conv_nd(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-                         1, type(self).__name__)
+        return self._conv_forward(x)
 
 
 class Conv2d(_ConvNd):
@@ -94,8 +108,7 @@ class Conv2d(_ConvNd):
                          padding_mode, device=device, dtype=dtype)
 
     def forward(self, x):
-        return C.conv_nd(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-                         2, type(self).__name__)
+        return self._conv_forward(x)
 
 
 class _ConvTransposeNd(_ConvNd):
