@@ -199,7 +199,15 @@ def _train_eager_and_graph(make, x, y, optimizer):
     return eager, graph_model, np.array(eager_losses), np.array(graph_losses)
 
 
+def _small_convnet():
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), nn.BatchNorm2d(4, momentum=None),
+                         nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, groups=2), nn.GroupNorm(2, 4), nn.GELU(),
+                         nn.Flatten(), nn.LayerNorm(16), nn.Linear(16, 3))
+
+
 @pytest.mark.parametrize("name,make,data,optimizer", [
+    ("small-convnet", _small_convnet, lambda: (flow.randn(4, 3, 8, 8), flow.randint(0, 3, (4,))),
+     lambda ps: flow.optim.SGD(ps, lr=0.1, momentum=0.9)),
     ("mobilenet_v2", lambda: models.mobilenet_v2(num_classes=10, dropout=0.0),
      lambda: (flow.randn(8, 3, 32, 32), flow.randint(0, 10, (8,))), lambda ps: flow.optim.SGD(ps, lr=1e-7)),
     ("resnet18", lambda: models.resnet18(num_classes=10),
