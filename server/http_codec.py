@@ -224,6 +224,6 @@ def json_data(array: np.ndarray, datatype: str) -> list:
     if datatype in ("FP16", "BF16"):
         flat = flat.astype(np.float32)
     values = flat.tolist()
-    if flat.dtype.kind == "f" and not np.all(np.isfinite(flat)):
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
         values = [v if math.isfinite(v) else str(v) for v in values]
     return values

@@ -140,6 +140,7 @@ class OrtRunner:
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
         self.output_names = [o.name for o in self._session.get_outputs()]
+        self._converts_inputs = bool(self._bf16_inputs or self._string_inputs)
 
     @property
     def device(self) -> str:
@@ -148,11 +149,15 @@ class OrtRunner:
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the session on ``inputs`` (batch-first arrays) and return all outputs."""
-        feed = {name: self._to_session(name, array) for name, array in inputs.items()}
+        feed = inputs
+        if self._converts_inputs:
+            feed = {name: self._to_session(name, array) for name, array in inputs.items()}
         try:
             results = self._session.run(self.output_names, feed)
         except Exception as exc:
             raise InferenceFailedError(f"onnxruntime failed: {exc}") from None
+        if not self._bf16_outputs:
+            return dict(zip(self.output_names, results))
         return {
             name: self._from_session(name, array) for name, array in zip(self.output_names, results)
         }
