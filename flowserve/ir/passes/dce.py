@@ -15,7 +15,7 @@ def eliminate_dead_code(ir: GraphIR) -> tuple[GraphIR, bool]:
     kept.reverse()
     modified = len(kept) != len(ir.nodes)
     ir.nodes = kept
-    live = needed | {v.name for v in ir.inputs}
+    live = needed | {v.name for v in ir.inputs} | {out for node in kept for out in node.outputs}
     ir.values = {k: v for k, v in ir.values.items() if k in live or k in ir.state}
     unused_constants = [k for k, kind in ir.state_kinds.items() if kind == "constant" and k not in needed]
     for k in unused_constants:
