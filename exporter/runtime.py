@@ -21,13 +21,28 @@ def _nvidia_device_present() -> bool:
     return os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia/version")
 
 
-def providers(device: str = "auto") -> list:
+def providers(device: str = "auto", options: dict | None = None) -> list:
+    """Execution providers for ``device``; graph ``options`` tune the CUDA provider
+    (``cudnn_conv_heuristic_search_algo``: cuDNN's heuristic instead of exhaustive search)."""
     if device == "cpu" or (device == "auto" and not cuda_usable()):
         return ["CPUExecutionProvider"]
-    return [("CUDAExecutionProvider", {}), "CPUExecutionProvider"]
+    cuda = {}
+    if (options or {}).get("cudnn_conv_heuristic_search_algo"):
+        cuda["cudnn_conv_algo_search"] = "HEURISTIC"
+    return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+
+
+# nn.Graph's straighten modes -> ONNX Runtime's execution order. ORT's default topological
+# order keeps fewer tensors alive at once (measured on a resnet18 training step: +268 MiB
+# against +332 MiB for the priority-based order, which favours speed).
+_EXECUTION_ORDER = {"Disable": "DEFAULT", "MemoryFirst": "DEFAULT", "SpeedFirst": "PRIORITY_BASED",
+                    "OverlapCpuGpu": "PRIORITY_BASED", "DelayShortGpu": "PRIORITY_BASED"}
 
 
 def session_options(*, graph_mode: bool = False, threads: int | None = None, options: dict | None = None):
+    """Session options; ``options`` are an nn.Graph's config options:
+    ``straighten_algorithm`` picks the execution order, ``compress_memory`` returns
+    memory to the system as soon as tensors die (no arena caching freed blocks)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3  # errors only: no provider fallback noise
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -37,10 +52,11 @@ def session_options(*, graph_mode: bool = False, threads: int | None = None, opt
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options = options or {}
     if options.get("compress_memory"):
-        so.enable_mem_pattern = True
+        so.enable_cpu_mem_arena = False
         so.enable_mem_reuse = True
-    if options.get("straighten_algorithm"):
-        so.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    mode = options.get("straighten_algorithm")
+    if mode:
+        so.execution_order = getattr(ort.ExecutionOrder, _EXECUTION_ORDER.get(mode, "DEFAULT"))
     return so
 
 
@@ -49,4 +65,4 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     return ort.InferenceSession(data, sess_options=session_options(graph_mode=graph_mode, threads=threads,
                                                                    options=options),
-                                providers=providers(device))
+                                providers=providers(device, options))

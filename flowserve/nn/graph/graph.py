@@ -211,8 +211,17 @@ class Graph:
         args = tuple(_as_tensor_arg(a) for a in args)
         leaves, spec = flatten((args, kwargs))
         compiled = self._compiled_for(args, kwargs, leaves, spec)
+        first_run = self._debug is not None and compiled.peak_memory is None
         object.__setattr__(self, "_last", compiled)
-        outputs = compiled.run(leaves)
+        if first_run:
+            from flowserve.nn.graph.memory import PeakMemory
+
+            with PeakMemory() as peak:
+                outputs = compiled.run(leaves)
+            compiled.peak_memory = peak
+            self._log(0, f"first run: {peak}.")
+        else:
+            outputs = compiled.run(leaves)
         if self.training:
             for _, sched in self._optimizers:
                 if sched is not None:
