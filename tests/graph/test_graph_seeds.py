@@ -72,7 +72,10 @@ def test_module_wrapped_for_deployment(tmp_path):
     fake = flow.ones((1, 6))
     out = graph(fake)
     flow.save(graph, tmp_path / "model")
-    np.testing.assert_allclose(flow.load(tmp_path / "model")(fake).numpy(), out.numpy(), rtol=1e-6)
+    loaded = flow.load(tmp_path / "model")
+    np.testing.assert_allclose(loaded(fake).numpy(), out.numpy(), rtol=1e-6)
+    batch = flow.randn(5, 6)
+    np.testing.assert_allclose(loaded(batch).numpy(), model(batch).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_save_load_example_resumes_exactly():

@@ -35,6 +35,9 @@ class CompiledGraph:
         self.options = options or {}
         self.dynamic_batch = dynamic_batch
         self.key = key
+        inputs = traced.ir.inputs
+        if batch is None and dynamic_batch and inputs and inputs[0].shape:
+            batch = inputs[0].shape[0]  # the batch size lower_ir makes symbolic
         self.batch = batch
         self.output_names = [v.name for v in traced.ir.outputs]
         self.update_names = list(traced.ir.updates)
