@@ -120,11 +120,12 @@ else:
 
 
 class TrainGraph(nn.Graph):
-    def __init__(self, model, optimizer):
+    def __init__(self, model, optimizer, fuse_update: bool = True):
         super().__init__()
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss()
         self.add_optimizer(optimizer)
+        self.config.allow_fuse_model_update_ops(fuse_update)  # one flat update per group
 
     def build(self, x, y):
         loss = self.loss_fn(self.model(x), y)
@@ -165,13 +166,13 @@ def timed(fn, iters: int) -> float:
     return float(np.median(times))
 
 
-def flowserve_steps(name, iters):
+def flowserve_steps(name, iters, fuse_update=True):
     factory, shape, classes, batch, vocab = CASES[name]
     x, y = (flow.tensor(a) for a in batch_of(shape, classes, batch, vocab))
     flow.manual_seed(0)
     model = factory()
     model.train()
-    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9))
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), fuse_update)
     start = time.perf_counter()
     graph(x, y)
     compile_s = time.perf_counter() - start
@@ -233,6 +234,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--no-fuse-update", action="store_true",
+                        help="graphs without config.allow_fuse_model_update_ops(True)")
     args = parser.parse_args()
     iters = 2 if args.quick else 4
     print(f"{'training step (ms)':<22}{'graph':>9}{'eager':>9}{'torch':>9}{'vs eager':>10}{'vs torch':>10}")
@@ -242,7 +245,7 @@ def main() -> None:
             continue
         slow = name.startswith(("mobilenet", "resnet"))
         n = max(2, iters // 2) if slow else iters * 3
-        graph_s, eager_s, compile_s = flowserve_steps(name, n)
+        graph_s, eager_s, compile_s = flowserve_steps(name, n, not args.no_fuse_update)
         torch_s = torch_step(name, n)
         if name.startswith("resnet"):
             compile_resnet, step_resnet = compile_s, graph_s

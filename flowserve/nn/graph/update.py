@@ -57,6 +57,19 @@ def _keep_old_if(found_inf, snapshot: list, tracer) -> None:
             t.copy_(F.where(found_inf, tracer._lazy(old), t._alias()))
 
 
+FUSE_MAX_NUMEL = 1 << 16  # larger parameters update alone: concatenating them costs more than it saves
+
+
+def _update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -> None:
+    """Update a group's parameters; with ``fuse``, the small ones in one flat update."""
+    small = [i for i, (p, _, _) in enumerate(items) if fuse and p.numel() <= FUSE_MAX_NUMEL]
+    if len(small) > 1:
+        fused_update(opt, group, lr, [(items[i][1], items[i][2]) for i in small], [states[i] for i in small])
+    for i, ((_, lazy_p, g), state) in enumerate(zip(items, states)):
+        if len(small) <= 1 or i not in small:
+            opt._update(lazy_p, g, state, group, lr)
+
+
 def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> None:
     names = {id(t): n for n, t in tracer.state_eager.items()}
     fuse = graph.config.options.get("fuse_model_update_ops", False)
@@ -75,11 +88,7 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
                 states.append(state)
                 touched += [lazy_p, *state.values()]
             snapshot = _snapshot(touched) if found_inf is not None else []
-            if fuse and len(items) > 1:
-                fused_update(opt, group, lr, [(lp, g) for _, lp, g in items], states)
-            else:
-                for (_, lazy_p, g), state in zip(items, states):
-                    opt._update(lazy_p, g, state, group, lr)
+            _update_group(opt, group, lr, items, states, fuse)
             if found_inf is not None:
                 _keep_old_if(found_inf, snapshot, tracer)
             touched = []
