@@ -1,7 +1,7 @@
 """Which IR passes a graph's config and its modules' options ask for, in order.
 
-On the traced IR (what a graph saves): activation checkpointing, AMP casts, cast
-fusion, and the stage/ZeRO records. On the private copy graph mode lowers: the
+On the traced IR (what a graph saves): activation checkpointing, weight-gradient
+convolutions as matrix products, AMP casts, cast fusion, and the stage/ZeRO records. On the private copy graph mode lowers: the
 add-to-output fusion, whose fused node has a graph-mode lowering.
 """
 
@@ -11,6 +11,7 @@ from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
+from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 
 
@@ -32,6 +33,8 @@ def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
     if graph.training and scopes:
         if checkpoint_activations(ir, scopes, tracer.forward_values)[1]:
             applied.append("activation_checkpointing")
+    if graph.training and conv_weight_grad_as_matmul(ir)[1]:
+        applied.append("conv_weight_grad_as_matmul")
     if options.get("amp"):
         dtype = options.get("amp_dtype", "float16")
         if amp_cast(ir, dtype, native=_native_low_precision(dtype))[1]:

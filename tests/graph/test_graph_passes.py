@@ -1,0 +1,44 @@
+"""Graph passes that rewrite convolutions keep the results: one training step of a conv
+net in a graph moves every parameter as eager gradients say."""
+
+import numpy as np
+
+import flowserve as flow
+import flowserve.nn as nn
+from tests.graph.helpers import assert_close
+
+
+def convnet():
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.Conv2d(8, 4, 1), nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+
+
+class Step(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=1.0))
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def test_weight_gradient_convs_become_matmuls_with_eager_gradients():
+    rng = np.random.default_rng(0)
+    x = flow.tensor(rng.standard_normal((4, 3, 8, 8)).astype(np.float32))
+    y = flow.tensor(rng.integers(0, 5, 4))
+    eager = convnet()
+    nn.CrossEntropyLoss()(eager(x), y).backward()
+    model = convnet()
+    before = [p.numpy().copy() for p in model.parameters()]
+    graph = Step(model)
+    graph(x, y)
+    ir = graph._last.traced.ir
+    assert "conv_weight_grad_as_matmul" in ir.attrs["passes"]
+    assert [n for n in ir.nodes if n.op == "conv" and ir.values[n.inputs[1]].shape[2] >= 4] == []
+    for p0, p, e in zip(before, model.parameters(), eager.parameters()):
+        assert_close(p0 - p.numpy(), e.grad.numpy(), rtol=1e-5)
