@@ -88,14 +88,16 @@ class CompiledGraph:
         if not self.training and _versions(state, self.update_names) != self.versions:
             self._build_session()  # a parameter changed in eager mode since compilation
         binding = self.session.io_binding()
-        for v, t in zip(self.traced.ir.inputs, inputs):
-            binding.bind_cpu_input(v.name, _host(t))
+        fed = [(v.name, _host(t)) for v, t in zip(self.traced.ir.inputs, inputs)]
         for name in self.fed_state:
             feed = self.traced.system_feeds.get(name)
-            binding.bind_cpu_input(name, feed() if feed is not None else _host(state[name]))
+            fed.append((name, feed() if feed is not None else _host(state[name])))
+        for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
+            binding.bind_cpu_input(name, array)
         new_state = self._bind_state_outputs(binding)
         outs = self._bind_user_outputs(binding, inputs)
         self.session.run_with_iobinding(binding)
+        del fed
         for name, array in new_state.items():
             target = state[name]
             target._data = to_device_array(array, target.device)
