@@ -53,7 +53,7 @@ class CoalescingTransport:
 
     def flush(self) -> None:
         pending, self._pending = self._pending, []
-        if pending:
+        if pending and not self._transport.is_closing():  # a closed one drops writes anyway
             self._transport.writelines(pending)
 
     def close(self) -> None:
