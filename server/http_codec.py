@@ -43,7 +43,7 @@ def split_body(body: bytes, header_length: Optional[str]) -> tuple[dict, memoryv
     """The JSON header of ``body`` and the binary part after it."""
     view = memoryview(body)
     if header_length is None:
-        json_part, binary = view, view[len(view):]
+        json_part, binary = body, view[len(view):]
     else:
         try:
             length = int(header_length)
@@ -54,9 +54,13 @@ def split_body(body: bytes, header_length: Optional[str]) -> tuple[dict, memoryv
                 f"Inference-Header-Content-Length: {header_length!r} is not a length "
                 f"within the {len(body)}-byte body"
             )
-        json_part, binary = view[:length], view[length:]
+        json_part, binary = body[:length], view[length:]
     try:
-        header = json.loads(bytes(json_part))
+        # a UTF-8 object decodes directly; UTF-16/32 need json's encoding detection
+        if json_part[:1] == b"{" and json_part[1:2] != b"\0":
+            header = json.loads(json_part.decode("utf-8", "surrogatepass"))
+        else:
+            header = json.loads(json_part)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"body: malformed JSON ({exc})") from None
     return _as_dict(header, "body"), binary
