@@ -5,19 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.exporter.lowering.registry import lowering, simple
-
-
-def reshape_target(in_shape: tuple, out_shape: tuple) -> list[int]:
-    """The Reshape shape input: leading dims that match the input are copied (0), and if
-    the batch dim was merged into another, that dim becomes -1, so no batch size is baked."""
-    target = list(out_shape)
-    copied = 0
-    while copied < min(len(in_shape), len(out_shape)) and in_shape[copied] == out_shape[copied]:
-        target[copied] = 0
-        copied += 1
-    if in_shape and copied == 0 and target and -1 not in target and in_shape[0] != 1:
-        target[0] = -1
-    return target
+from flowserve.ir.interpreter import reshape_target  # one rule for the lowering and the oracle
 
 
 @lowering("reshape")
