@@ -9,9 +9,11 @@ resnet18). Each output position ``(i, j)`` of such a convolution is one matrix p
     Y[:, :, i, j] = reshape(Xpad[:, :, i*s : i*s + (kh-1)*d + 1 : d, j*s : ... : d], (B, C*kh*kw))
                     @ reshape(K, (O, C*kh*kw)).T
 
-so the pass rewrites ungrouped convolutions whose kernel covers at least 16 positions and
-whose output at most 16 as ``oh*ow`` large matrix products (zero padding by
-``slice_backward``, taps by ``slice``). Only the summation order changes.
+so the pass rewrites ungrouped convolutions whose kernel covers at least 16 positions, whose
+output at most 16 and whose products are at least 8192 long (batch x image positions;
+small batches and images keep their convolution, whose rounding eager-vs-graph checks of
+small models rely on) as ``oh*ow`` matrix products (zero padding by ``slice_backward``, taps by ``slice``). Only the summation order
+changes.
 
 >>> ir, changed = conv_weight_grad_as_matmul(ir)      # doctest: +SKIP
 """
@@ -22,6 +24,7 @@ from flowserve.ir.graph import GraphIR, Node, Value
 
 MIN_KERNEL = 16  # kernel positions (kh*kw) from which a conv is a weight gradient
 MAX_OUTPUT = 16  # output positions (oh*ow) up to which taps are worth unrolling
+MIN_DEPTH = 8192  # products shorter than this (C*kh*kw) stay convolutions
 
 
 class _Emitter:
@@ -44,7 +47,7 @@ def _matches(ir: GraphIR, node: Node) -> bool:
     y = ir.values[node.outputs[0]].shape
     if len(x) != 4:
         return False
-    return w[2] * w[3] >= MIN_KERNEL and y[2] * y[3] <= MAX_OUTPUT
+    return w[2] * w[3] >= MIN_KERNEL and y[2] * y[3] <= MAX_OUTPUT and w[1] * w[2] * w[3] >= MIN_DEPTH
 
 
 def _rewrite(ir: GraphIR, node: Node) -> list:
