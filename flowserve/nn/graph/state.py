@@ -80,8 +80,6 @@ def load_graph_state_dict(graph, state_dict, strict: bool = True) -> None:
 def _copy(target: Tensor, value, name: str) -> None:
     if not isinstance(value, Tensor):
         raise GraphError(f"state {name!r} of a graph state dict must be a Tensor, got {type(value).__name__}")
-    if tuple(target.shape) == () and tuple(value.shape) == (1,):
-        value = value.reshape(())  # a 0-d state written by a store that keeps 1-d
     if tuple(value.shape) != tuple(target.shape):
         raise GraphError(f"size mismatch for {name}: copying a tensor with shape {tuple(value.shape)} from "
                          f"checkpoint, the shape in current graph is {tuple(target.shape)}.")
