@@ -5,9 +5,8 @@ Dense and grouped convolutions use channels-last im2col (the copy reads contiguo
 channels) and one matrix product (batched over groups); transposed convolutions one product
 and a strided add per kernel tap (col2im, channels last); depthwise convolutions one
 multiply-add per kernel tap. 1x1 convolutions are a product per sample. Stride-1 transposed
-convolutions (input gradients) run as convolutions with the flipped kernel. Convolutions with
-a kernel as large as the input and a small output (weight gradients) take one product per
-output position over contiguous runs of the flattened padded input: no im2col copy.
+convolutions (input gradients) run as convolutions with the flipped kernel (im2col and one
+product instead of a product per input pixel and a strided add per kernel tap).
 """
 
 from __future__ import annotations
@@ -65,64 +64,13 @@ def _depthwise(xp, x, w, stride, pads, dilation):
     return out.reshape(n, o, ho, wo)
 
 
-def _phase_grid(xp, x, pads, dilation, out, stride, kernel):
-    """The zero-padded input split into ``dilation`` phases per spatial dim, each a (Hq, Wq)
-    grid: (dh, dw, N, C, Hq, Wq), contiguous. Window (i, j) of a dilated kernel then reads
-    phase ((i*s) % d, (j*s) % d) from row (i*s) // d, column (j*s) // d: a dense, undilated
-    window, so that each window is one contiguous run of the flattened (C, Hq, Wq) phase."""
-    n, c, h, w = x.shape
-    grid = [max(-(-(x.shape[2 + a] + pads[a] + pads[2 + a]) // dilation[a]),
-                (out[a] - 1) * stride[a] // dilation[a] + kernel[a]) for a in range(2)]
-    full = xp.zeros((n, c, grid[0] * dilation[0], grid[1] * dilation[1]), dtype=x.dtype)
-    full[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + w] = x
-    full = full[:, :, :grid[0] * dilation[0], :grid[1] * dilation[1]]
-    phases = full.reshape(n, c, grid[0], dilation[0], grid[1], dilation[1]).transpose(3, 5, 0, 1, 2, 4)
-    return xp.ascontiguousarray(phases), grid
-
-
-def _small_output(xp, x, w, stride, pads, dilation, groups):
-    """Convolutions whose kernel covers most of the input (the weight gradient is one): one
-    product per output position over a contiguous run of the flattened padded input, with the
-    kernel zero-padded to the same (C, Hq, Wq) grid. No im2col copy."""
-    n, c = x.shape[:2]
-    o, cg, kh, kw = w.shape
-    og = o // groups
-    out = [(x.shape[2 + a] + pads[a] + pads[2 + a] - dilation[a] * ((kh, kw)[a] - 1) - 1) // stride[a] + 1
-           for a in range(2)]
-    phases, (hq, wq) = _phase_grid(xp, x, pads, dilation, out, stride, (kh, kw))
-    wgrid = xp.zeros((groups, og, cg, hq, wq), dtype=w.dtype)
-    wgrid[:, :, :, :kh, :kw] = w.reshape(groups, og, cg, kh, kw)
-    length = (cg - 1) * hq * wq + (kh - 1) * wq + kw
-    wflat = wgrid.reshape(groups, og, cg * hq * wq)[:, :, :length]
-    result = xp.empty((out[0], out[1], n, groups, og), dtype=x.dtype)
-    for i in range(out[0]):
-        for j in range(out[1]):
-            ri, rj = i * stride[0], j * stride[1]
-            start = (ri // dilation[0]) * wq + rj // dilation[1]
-            flat = phases[ri % dilation[0], rj % dilation[1]].reshape(n, groups, cg * hq * wq)
-            win = flat[:, :, start:start + length]
-            if groups == 1:
-                result[i, j, :, 0] = win[:, 0] @ wflat[0].T
-            elif n == 1 and og == 1:
-                result[i, j, 0, :, 0] = xp.einsum("gl,gl->g", win[0], wflat[:, 0])
-            else:
-                result[i, j] = (win.transpose(1, 0, 2) @ wflat.transpose(0, 2, 1)).transpose(1, 0, 2)
-    return result.reshape(out[0], out[1], n, o).transpose(2, 3, 0, 1)
-
-
 def conv2d(xp, x, w, stride, pads, dilation, groups):
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
-    if kh == kw == 1 and groups == 1 and not any(pads):
-        xs = x[:, :, ::stride[0], ::stride[1]]  # pointwise: one product per sample
+    if kh == kw == 1 and groups == 1 and not any(pads):  # pointwise: one product per sample
+        xs = x[:, :, ::stride[0], ::stride[1]]
         ho, wo = xs.shape[2:]
         return (w.reshape(o, c) @ xs.reshape(n, c, ho * wo)).reshape(n, o, ho, wo)
-    ho, wo = [(x.shape[2 + a] + pads[a] + pads[2 + a] - dilation[a] * (w.shape[2 + a] - 1) - 1) // stride[a] + 1
-              for a in range(2)]
-    padded = (x.shape[2] + pads[0] + pads[2]) * (x.shape[3] + pads[1] + pads[3])
-    span = ((kh - 1) * dilation[0] + 1) * ((kw - 1) * dilation[1] + 1)
-    if kh * kw >= max(16, 4 * ho * wo) and padded <= 1.35 * span:  # a weight gradient's shape
-        return _small_output(xp, x, w, stride, pads, dilation, groups)
     if cg == 1:
         return _depthwise(xp, x, w, stride, pads, dilation)
     cols = _columns(xp, x, (kh, kw), stride, pads, dilation)
