@@ -44,7 +44,7 @@ def _erf_array(xp, x):
     try:
         from scipy import special
     except ImportError:
-        return np.frompyfunc(_math.erf, 1, 1)(x.astype(np.float64)).astype(x.dtype)
+        return np.asarray(np.frompyfunc(_math.erf, 1, 1)(x.astype(np.float64)), np.float64).astype(x.dtype)
     return special.erf(x)
 
 
