@@ -3,7 +3,10 @@
 After constant folding, ``conv2d(x, W, b)`` followed by eval-mode ``batch_norm`` traces to
 ``conv -> add(c1) -> mul(c2) -> add(c3)`` with constant per-channel ``c``s (shape ``(1, C, 1, 1)``).
 Each per-channel ``add``/``sub``/``mul``/``div`` is folded into the weight and bias
-(``W' = W * s``, ``b' = b * s + t``); an activation after them is absorbed.
+(``W' = W * s``, ``b' = b * s + t``); an activation after them is absorbed. A residual
+``add`` of a same-shaped value followed by an activation ONNX Runtime's ``FusedConv`` takes
+(ResNet's ``relu(bn2(conv2(x)) + identity)``) is absorbed too: the added value becomes the
+fused node's fourth input (``FusedConv``'s ``Z``) and the node gets ``residual=True``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
 from flowserve.exporter.passes.act_match import activation_after
 
 AFFINE = ("add", "sub", "mul", "div")
+RESIDUAL_ACTIVATIONS = ("relu", "tanh", "sigmoid")  # and clip:lo:hi (FusedConv's activations)
 
 
 def _per_channel(g: ExportGraph, node, y: str, channels: int, rank: int):
@@ -55,14 +59,33 @@ def _fold_affine(g: ExportGraph, conv, weight: np.ndarray):
     return nodes, w, b, y
 
 
+def _residual_after(g: ExportGraph, y: str):
+    """(add node, added value, activation) when ``y``'s only user adds another value of
+    ``y``'s shape and dtype and an activation that ``FusedConv`` applies follows; else None."""
+    if not g.single_use(y):
+        return None
+    (add,) = g.users(y)
+    if add.op != "add" or len(add.inputs) != 2 or y not in add.inputs:
+        return None
+    z = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+    mine, other = g.ir.values[y], g.ir.values[z]
+    if z == y or g.is_const(z) or (other.shape, other.dtype) != (mine.shape, mine.dtype):
+        return None
+    act = activation_after(g, add.outputs[0])
+    if act is None or not (act[1] in RESIDUAL_ACTIVATIONS or act[1].startswith("clip:")):
+        return None
+    return add, z, act
+
+
 def fuse_one(g: ExportGraph, conv) -> bool:
     x, wname = conv.inputs
     if not g.is_const(wname):
         return False
     weight = np.asarray(g.consts[wname])
     affine, w, b, y = _fold_affine(g, conv, weight)
-    act = activation_after(g, y)
-    nodes = [conv] + affine + (act[0] if act else [])
+    residual = _residual_after(g, y)
+    act = residual[2] if residual else activation_after(g, y)
+    nodes = [conv] + affine + ([residual[0]] if residual else []) + (act[0] if act else [])
     if len(nodes) == 1:
         return False
     if act is not None:
@@ -71,11 +94,16 @@ def fuse_one(g: ExportGraph, conv) -> bool:
     scales = any(n.op in ("mul", "div") for n in affine)
     if scales:
         inputs[1] = g.add_const(f"{wname}:folded", w.astype(weight.dtype))
+    has_bias = b is not None
+    if b is None and residual:  # FusedConv's Z is its fourth input, after B
+        b = np.zeros(weight.shape[0])
     if b is not None:
         inputs.append(g.add_const(f"{conv.outputs[0]}:bias", b.astype(weight.dtype)))
-    attrs = {**conv.attrs, "act": act[1] if act else None}
-    detail = ", ".join(p for p in ("bias" if b is not None else "", "batchnorm folded" if scales else "",
-                                   act[1] if act else "") if p)
+    if residual:
+        inputs.append(residual[1])
+    attrs = {**conv.attrs, "act": act[1] if act else None, "residual": bool(residual)}
+    detail = ", ".join(p for p in ("bias" if has_bias else "", "batchnorm folded" if scales else "",
+                                   "residual add" if residual else "", act[1] if act else "") if p)
     group = FusedGroup("Conv", conv.scope, [n.op for n in nodes], y, detail)
     g.replace(nodes, fused_node("Conv", inputs, [y], attrs, conv), group)
     return True
