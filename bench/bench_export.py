@@ -1,7 +1,7 @@
 """ONNX Runtime latency of flowserve's export vs ``torch.onnx.export`` of the same
 architecture with the same weights; fused vs unfused; node counts; export wall time.
 
-    python bench/bench_export.py [--runs 100] [--runs-large 10] [--threads 2]   # ~3 min on 2 cores
+    python bench/bench_export.py [--runs 100] [--runs-large 20] [--threads 2]   # ~1-2 min on 2 cores
 
 Models: MLP 784-512-512-10, ResNet-18 and MobileNetV2 for CIFAR (3x32x32), the Transformer
 encoder classifier (128 tokens). The PyTorch twins are ``bench/bench_graph.py``'s; their
@@ -64,18 +64,21 @@ def session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def latencies_ms(sessions: dict, x: np.ndarray, runs: int) -> dict:
-    """Median milliseconds of ``runs`` calls of each session, interleaved call by call so
-    that other load on the machine falls on every export alike; one warm-up call first."""
+def latencies_ms(sessions: dict, x: np.ndarray, runs: int, rounds: int = 5) -> dict:
+    """Median milliseconds of ``runs`` calls of each session, taken in ``rounds`` blocks per
+    session (so that other load on the machine falls on every export alike), each block
+    after one warm-up call. Not call by call: the spinning thread pool of the session that
+    ran last slows the next one down (MobileNetV2 at batch 64: 9-11 ms alone, 23-29 ms
+    interleaved with three other sessions)."""
     feed = {next(iter(sessions.values())).get_inputs()[0].name: x}
-    for sess in sessions.values():
-        sess.run(None, feed)
     times = {k: [] for k in sessions}
-    for _ in range(runs):
+    for _ in range(rounds):
         for k, sess in sessions.items():
-            start = time.perf_counter()
             sess.run(None, feed)
-            times[k].append(time.perf_counter() - start)
+            for _ in range(max(1, runs // rounds)):
+                start = time.perf_counter()
+                sess.run(None, feed)
+                times[k].append(time.perf_counter() - start)
     return {k: 1000 * float(np.median(t)) for k, t in times.items()}
 
 
@@ -184,7 +187,7 @@ def _inputs(rng):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100, help="timed calls at batch 1")
-    parser.add_argument("--runs-large", type=int, default=10, help="timed calls at batch 64")
+    parser.add_argument("--runs-large", type=int, default=20, help="timed calls at batch 64")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", default=None, help="run the models whose name contains this")
     args = parser.parse_args()
