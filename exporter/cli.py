@@ -32,13 +32,15 @@ def export(
     opset: Optional[int] = typer.Option(None, help="ONNX opset (default: the newest ONNX Runtime loads, >= 21)."),
     no_check: bool = typer.Option(False, "--no-check",
                                   help="Skip onnx.checker, shape inference and the parity check."),
+    rtol: Optional[float] = typer.Option(None, help="Parity tolerance: relative, and times max|output| "
+                                                    "absolute (default 1e-5 for float32)."),
 ) -> None:
     """Export a saved graph to ONNX with fused subgraphs, checked against flowserve."""
     from flowserve.exporter.export import export as export_model
 
     path = output or dir.with_name(dir.name + ".onnx")
     try:
-        result = export_model(dir, path, target=target, opset=opset, check=not no_check)
+        result = export_model(dir, path, target=target, opset=opset, check=not no_check, rtol=rtol)
     except FlowserveError as exc:
         _fail(exc)
     typer.echo(result.report.summary())

@@ -38,7 +38,8 @@ class ExportResult:
 
 
 def export(source, path=None, *, target: str = "portable", opset: int | None = None, check: bool = True,
-           dynamic_batch: bool = True, fuse: bool = True, inputs: dict | None = None) -> ExportResult:
+           dynamic_batch: bool = True, fuse: bool = True, inputs: dict | None = None,
+           rtol: float | None = None) -> ExportResult:
     """Export ``source`` (a called ``nn.Graph``, a ``flow.load``-ed graph, or a saved
     directory) to ONNX; write it to ``path`` when given.
 
@@ -46,7 +47,8 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
     runtime) or ``"onnxruntime"`` (ONNX Runtime's ``com.microsoft`` fused kernels).
     ``opset``: defaults to the newest the installed ONNX Runtime loads (>= 21).
     ``check``: ``onnx.checker`` full check, shape inference and the parity check against
-    flowserve's own execution at batch sizes 2 and 5 (or on ``inputs`` when given).
+    flowserve's own execution at batch sizes 2 and 5 (or on ``inputs`` when given), within
+    ``rtol`` (default 1e-5 for float32, looser for float16/bfloat16) and ``rtol * max|ref|``.
     ``fuse=False`` exports the same graph without fusion (for comparison).
 
     >>> g = MyGraph(); g(flow.randn(2, 4))                        # doctest: +SKIP
@@ -73,7 +75,7 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
         model = check_model(model, path)
         session = session_for(model, path)
         batches = list(PARITY_BATCHES) if dynamic_batch and src.batched else [None]
-        report.parity = check_parity(session, src.ir, src.arrays, src.inputs, batches, inputs)
+        report.parity = check_parity(session, src.ir, src.arrays, src.inputs, batches, inputs, rtol)
     report.seconds = time.perf_counter() - started
     return ExportResult(model, report, path)
 

@@ -85,6 +85,9 @@ def _check_external_locations(model: onnx.ModelProto, folder: pathlib.Path) -> N
                 )
 
 
+SERVE_PARITY_RTOL = 1e-4
+
+
 def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
     """Export a ``flow.save`` directory with the fused ONNX Runtime target."""
     try:
@@ -92,7 +95,9 @@ def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
     except ImportError as exc:
         raise ModelLoadError(f"{path}: flowserve.exporter is unavailable ({exc})") from None
     try:
-        return export(path, target="onnxruntime").model
+        # the parity check guards against lowering faults; deep float32 networks can differ
+        # from flowserve's numpy execution by rounding alone (~1e-5 of the output scale)
+        return export(path, target="onnxruntime", rtol=SERVE_PARITY_RTOL).model
     except FlowserveError as exc:
         raise ModelLoadError(str(exc)) from None
 
