@@ -15,7 +15,7 @@ import logging
 import grpc
 from google.protobuf import json_format
 
-from . import protos
+from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import DataPlane
 from .errors import InvalidRequestError, ServerError, UnauthorizedError
 from .grpc_codec import decode_infer_request, encode_infer_response

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import protos
+from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import InferenceRequest, InferenceResponse
 from .datatypes import array_from_raw, array_to_raw, element_count, numpy_dtype
 from .errors import InvalidRequestError

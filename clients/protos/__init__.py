@@ -1,6 +1,7 @@
 """Message classes of the ``inference.GRPCInferenceService`` proto.
 
-Built from the serialized descriptor into a private descriptor pool, so these
+The one copy of the wire protocol: the clients and the server's gRPC front end both
+use it. Built from the serialized descriptor into a private descriptor pool, so these
 classes coexist with any other ``inference.*`` definitions loaded in the same
 process (tritonclient's, for one). Access messages as attributes::
 

@@ -10,7 +10,7 @@ import tritonclient.grpc as triton_grpc
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from flowserve.server import protos
+from flowserve.clients import protos
 
 from .models import ALL_DATATYPES, mlp_reference, sample
 
@@ -54,20 +54,9 @@ def test_service_methods_match_the_published_service():
 
 def test_committed_descriptor_is_generated_from_the_proto():
     pytest.importorskip("grpc_tools")
-    from flowserve.server.protos import generate
+    from flowserve.clients.protos import generate
 
     assert generate.main(["--check"]) == 0
-
-
-def test_clients_carry_the_same_proto():
-    import pathlib
-
-    import flowserve.clients.protos as client_protos
-
-    server_dir = pathlib.Path(protos.__file__).parent
-    client_dir = pathlib.Path(client_protos.__file__).parent
-    for name in ("grpc_service.proto", "grpc_service_descriptor.py"):
-        assert (server_dir / name).read_bytes() == (client_dir / name).read_bytes()
 
 
 @pytest.fixture(scope="module")

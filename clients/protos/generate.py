@@ -5,8 +5,8 @@ private descriptor pool (see ``__init__.py``), so the generated module holds no
 protobuf-runtime-specific code and never clashes with other ``inference.*``
 definitions (tritonclient's) in the same process. Needs ``grpcio-tools``::
 
-    python -m flowserve.server.protos.generate            # rewrites the module
-    python -m flowserve.server.protos.generate --check    # exit 1 if stale
+    python -m flowserve.clients.protos.generate            # rewrites the module
+    python -m flowserve.clients.protos.generate --check    # exit 1 if stale
 """
 
 from __future__ import annotations
