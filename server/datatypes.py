@@ -14,28 +14,13 @@ from __future__ import annotations
 
 import struct
 
-import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
+from flowserve.clients.tensors import NUMPY_BY_DATATYPE  # the protocol's one table
+
 from .errors import InvalidRequestError
 
-NUMPY_BY_DATATYPE = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "BYTES": np.dtype(object),
-}
 DATATYPE_BY_NUMPY = {v: k for k, v in NUMPY_BY_DATATYPE.items()}
 
 DATATYPE_BY_ONNX = {
