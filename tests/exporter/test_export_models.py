@@ -72,7 +72,10 @@ for d in sys.argv[1:]:
     assert 'flowserve.models' not in sys.modules
     np.save(d + '.reloaded.npy', graph(np.load(d + '.train_x.npy')).numpy())
     for target in ('portable', 'onnxruntime'):
-        result = export(graph, d + '.' + target + '.onnx', target=target)
+        # export's own parity check guards lowering faults at serving's 1e-4: trained convnets
+        # differ from the numpy interpreter by float32 rounding alone at ~2e-5 of the output
+        # scale on some runs; the tests below hold the exports to 1e-5 against eager
+        result = export(graph, d + '.' + target + '.onnx', target=target, rtol=1e-4)
         assert result.report.fused and result.report.nodes_after < result.report.nodes_before
 """
 

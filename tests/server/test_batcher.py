@@ -227,15 +227,18 @@ def test_requests_close_together_go_through_the_queue_and_merge():
         await batcher.start()
         await warm(batcher)
         await asyncio.sleep(0.01)
+        before = len(runner.batches)
         xs = [np.full((1, 2), i, np.float32) for i in range(16)]
         results = await asyncio.gather(*(batcher.submit({"x": x}, 1) for x in xs))
         await batcher.stop()
-        return xs, results
+        return xs, results, runner.batches[before:]
 
-    xs, results = run(main())
+    xs, results, batches = run(main())
     for x, result in zip(xs, results):
         np.testing.assert_array_equal(result["y"], x * 2)
-    assert runner.batches[-2:] == [1, 15]  # the first went alone, the others merged
+    # the first runs alone on the idle path; the rest queue up behind it and merge (on a
+    # loaded machine one more may still find the model idle)
+    assert batches[0] == 1 and sum(batches) == 16 and max(batches) >= 8, batches
 
 
 def test_no_direct_run_when_the_batcher_waits_for_company():
