@@ -23,7 +23,7 @@ def batching_server(tmp_path_factory):
     (root / "mlp" / "1").mkdir(parents=True)
     onnx.save(mlp((64, 256, 10), seed=3), root / "mlp" / "1" / "model.onnx")
     (root / "mlp" / "config.json").write_text(json.dumps({
-        "max_batch_size": 64, "dynamic_batching": {"max_queue_delay_us": 5000,
+        "max_batch_size": 64, "dynamic_batching": {"max_queue_delay_us": 20000,
                                                    "preferred_batch_size": [64]}}))
     with running_server(root) as server:
         yield server, root / "mlp" / "1" / "model.onnx"
