@@ -79,10 +79,8 @@ class _ConvNd(Module):
         return s
 
 
-class Conv1d(_ConvNd):
-    """1-D convolution over (N, C, L): ``nn.Conv1d(16, 33, 3, stride=2)``."""
-
-    _dims = 1
+class _Conv(_ConvNd):
+    """A convolution (no ``output_padding``: that belongs to the transposed ones)."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
@@ -93,7 +91,13 @@ class Conv1d(_ConvNd):
         return self._conv_forward(x)
 
 
-class Conv2d(_ConvNd):
+class Conv1d(_Conv):
+    """1-D convolution over (N, C, L): ``nn.Conv1d(16, 33, 3, stride=2)``."""
+
+    _dims = 1
+
+
+class Conv2d(_Conv):
     """2-D convolution over (N, C, H, W), as ``torch.nn.Conv2d``.
 
     >>> import flowserve as flow
@@ -101,14 +105,6 @@ class Conv2d(_ConvNd):
     >>> conv(flow.randn(2, 3, 32, 32)).shape
     flowserve.Size([2, 8, 32, 32])
     """
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device=device, dtype=dtype)
-
-    def forward(self, x):
-        return self._conv_forward(x)
 
 
 class _ConvTransposeNd(_ConvNd):
