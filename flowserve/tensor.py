@@ -11,7 +11,10 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU, as_device, to_device_array
 from flowserve.errors import AutogradError, GraphError
-from flowserve.ops.registry import STATE, Meta
+from flowserve.ops.registry import Meta, current_interpreter
+
+
+_BY_NUMPY = {d.np: d for d in dtypes.ALL}  # numpy dtype -> flowserve dtype, read by _wrap
 
 
 class Size(tuple):
@@ -70,7 +73,7 @@ class Tensor:
             data = np.asarray(data)
         t._data = data
         t._lazy = None
-        t._dtype = dtypes.from_numpy(data.dtype)
+        t._dtype = _BY_NUMPY.get(data.dtype) or dtypes.from_numpy(data.dtype)
         t._device = device
         t._requires_grad = False
         t._node = None
@@ -94,10 +97,11 @@ class Tensor:
 
     def _assign(self, other: "Tensor") -> "Tensor":
         """In-place update: this tensor now holds ``other``'s value (PyTorch's ``x.op_()``)."""
-        if STATE.trace is not None:
-            STATE.trace.assign(self, other)
+        interpreter = current_interpreter()
+        if interpreter.trace is not None:
+            interpreter.trace.assign(self, other)
             return self
-        if self._requires_grad and self._node is None and STATE.grad_enabled:
+        if self._requires_grad and self._node is None and interpreter.grad_enabled:
             raise AutogradError(
                 "a leaf Variable that requires grad is being used in an in-place operation.")
         if other._dtype is not self._dtype:
@@ -105,7 +109,7 @@ class Tensor:
         self._data = other._data if other._data.shape == self._data.shape else \
             self._device.xp.broadcast_to(other._data, self._data.shape).copy()
         self._version += 1
-        if STATE.grad_enabled and other._requires_grad:
+        if interpreter.grad_enabled and other._requires_grad:
             self._requires_grad, self._node, self._out_index = True, other._node, other._out_index
         return self
 

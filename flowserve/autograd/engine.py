@@ -8,7 +8,8 @@ recorded into the graph, giving the symbolic backward).
 from __future__ import annotations
 
 from flowserve.errors import AutogradError
-from flowserve.ops.registry import STATE, TapeNode
+from flowserve.autograd.tape import TapeNode
+from flowserve.ops.registry import current_interpreter, pop_interpreter, push_interpreter
 
 
 def _topological_order(root: TapeNode) -> list[TapeNode]:
@@ -48,7 +49,7 @@ def backward(root, gradient=None) -> None:
         gradient = F.expand(F.scalar_tensor(1, root.dtype, root.device), root.shape)
     elif not hasattr(gradient, "_dtype"):
         gradient = F.as_tensor(gradient, root)
-    prev_mode, STATE.grad_enabled = STATE.grad_enabled, False
+    token = push_interpreter(current_interpreter().with_grad(False))
     try:
         if root._node is None:
             _to_leaf(root, gradient)
@@ -57,7 +58,7 @@ def backward(root, gradient=None) -> None:
         for node in _topological_order(root._node):
             _apply_vjp(node, grads)
     finally:
-        STATE.grad_enabled = prev_mode
+        pop_interpreter(token)
 
 
 def _apply_vjp(node: TapeNode, grads: dict) -> None:

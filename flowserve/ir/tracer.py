@@ -15,7 +15,8 @@ import numpy as np
 
 from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
-from flowserve.ops.registry import STATE, Meta, infer_meta
+from flowserve.autograd import tape
+from flowserve.ops.registry import Interpreter, Meta, current_interpreter, current_trace, infer_meta, pop_interpreter, push_interpreter
 from flowserve.tensor import Tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +44,7 @@ class LazyTensor(Tensor):
     def backward(self, gradient=None, retain_graph: bool = False) -> None:
         from flowserve.autograd.engine import backward
 
-        tracer = STATE.trace
+        tracer = current_trace()
         scale = tracer.loss_scale if tracer is not None else None
         if gradient is None and scale is not None:
             from flowserve.ops import functional as F
@@ -52,6 +53,29 @@ class LazyTensor(Tensor):
         if tracer is not None:
             tracer.losses.append(self)
         backward(self, gradient)
+
+
+class TraceInterpreter(Interpreter):
+    """Graph mode: ``bind`` records an IR node into ``trace`` (and, with grad on, a tape
+    node over the lifted inputs, from which ``backward()`` builds the symbolic backward)."""
+
+    __slots__ = ("trace",)
+
+    def __init__(self, trace: "Tracer", grad_enabled: bool):
+        super().__init__(grad_enabled)
+        self.trace = trace
+
+    def process(self, prim, inputs, attrs) -> tuple:
+        lifted, outputs = self.trace.record(prim, inputs, attrs, self.grad_enabled)
+        if self.grad_enabled and prim.differentiable:
+            for t in lifted:
+                if t._requires_grad:
+                    tape.record(prim, lifted, outputs, attrs)
+                    break
+        return outputs
+
+    def with_grad(self, enabled: bool) -> "TraceInterpreter":
+        return TraceInterpreter(self.trace, enabled)
 
 
 class Tracer:
@@ -68,7 +92,7 @@ class Tracer:
         self.module_calls: list = []  # (scope, module, input metas, output) per call
         self.on_module_call = None
         self.module_names: dict[int, str] = {}  # id(module) -> full name, set by nn.Graph
-        self.lifted: tuple = ()
+        self._tokens: list = []  # context-variable tokens of the enclosing with-blocks
         self._keepalive: list = []  # lifted eager tensors stay alive so their ids stay unique
         self._counter = 0
         self.loss_scale = None  # lazy 0-d tensor multiplying the seed of backward()
@@ -80,13 +104,14 @@ class Tracer:
         self._unregistered_depth = 0
 
     def __enter__(self) -> "Tracer":
-        if STATE.trace is not None:
+        current = current_interpreter()
+        if current.trace is not None:
             raise GraphError("nn.Graph.build is already being traced; graphs cannot be nested")
-        STATE.trace = self
+        self._tokens.append(push_interpreter(TraceInterpreter(self, current.grad_enabled)))
         return self
 
     def __exit__(self, *exc) -> bool:
-        STATE.trace = None
+        pop_interpreter(self._tokens.pop())
         return False
 
     # -- values ---------------------------------------------------------------------------
@@ -144,9 +169,9 @@ class Tracer:
 
     # -- recording --------------------------------------------------------------------------
 
-    def record(self, prim, inputs, attrs) -> tuple:
+    def record(self, prim, inputs, attrs, grad_enabled: bool) -> tuple[tuple, tuple]:
+        """Add a node for ``prim``; returns the lifted inputs and the lazy outputs."""
         lazies = tuple(self.lift(t) for t in inputs)
-        self.lifted = lazies
         metas = infer_meta(prim, [t.meta for t in lazies], attrs)
         outs = []
         for meta in metas:
@@ -154,11 +179,11 @@ class Tracer:
         node = Node(prim.name, [t._lazy.name for t in lazies], [v.name for v in outs],
                     dict(attrs), self.scope[-1] if self.scope else "", user_location(self.stack_depth))
         self.ir.nodes.append(node)
-        if STATE.grad_enabled:
+        if grad_enabled:
             self.forward_values.update(node.outputs)
         if self.on_op is not None:
             self.on_op(node)
-        return tuple(self._lazy(v) for v in outs)
+        return lazies, tuple(self._lazy(v) for v in outs)
 
     def assign(self, target, new) -> None:
         """In-place update inside build: ``target`` (state or lazy) now holds ``new``."""

@@ -7,7 +7,7 @@ from typing import Iterator
 
 from flowserve.errors import FlowserveError
 from flowserve.nn.parameter import Parameter
-from flowserve.ops.registry import STATE
+from flowserve.ops.registry import current_trace
 from flowserve.tensor import Tensor
 
 
@@ -72,7 +72,7 @@ class Module:
 
     def _set_buffer(self, name: str, value) -> None:
         current = self._buffers.get(name)
-        if STATE.trace is not None and current is not None and value is not None:
+        if current is not None and value is not None and current_trace() is not None:
             current._assign(value)  # a buffer updated inside nn.Graph.build is graph state
         else:
             self._buffers[name] = value
@@ -141,8 +141,9 @@ class Module:
             result = hook(self, args)
             if result is not None:
                 args = result if isinstance(result, tuple) else (result,)
-        if STATE.trace is not None:
-            out = STATE.trace.call_module(self, args, kwargs)
+        tracer = current_trace()
+        if tracer is not None:
+            out = tracer.call_module(self, args, kwargs)
         else:
             out = self.forward(*args, **kwargs)
         for hook in list(self._forward_hooks.values()):

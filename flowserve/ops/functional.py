@@ -14,7 +14,7 @@ from flowserve.ops import elementwise as E
 from flowserve.ops import nn as N
 from flowserve.ops import reduce as R
 from flowserve.ops import shape as S
-from flowserve.ops.registry import STATE, fail_shape, normalize_axis
+from flowserve.ops.registry import current_trace, fail_shape, normalize_axis
 from flowserve.tensor import Tensor
 
 
@@ -87,6 +87,8 @@ def _float_operands(a, b):
 def add(a, b, alpha=1):
     if alpha != 1:
         b = mul(b, alpha)
+    elif type(a) is type(b) is Tensor and a._dtype is b._dtype:
+        return E.add(a, b)  # nothing to promote: the hot path of ``a + b``
     return E.add(*coerce(a, b))
 
 
@@ -454,7 +456,7 @@ def clone(x):
 
 
 def to_device(x, device):
-    if STATE.trace is not None:
+    if current_trace() is not None:
         return x  # a graph runs on one device
     from flowserve.device import to_device_array
 
@@ -469,7 +471,7 @@ class _DeviceMove:
 
     @staticmethod
     def apply(x, out):
-        from flowserve.ops.registry import TapeNode
+        from flowserve.autograd.tape import TapeNode
 
         node = TapeNode(_DEVICE_MOVE, {"device": str(x.device)}, (x._alias(),), (out._alias(),),
                         ((x._node, x._out_index, x),))

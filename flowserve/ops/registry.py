@@ -10,16 +10,21 @@ A primitive carries its rules side by side (JAX's style):
   rule builds the eager tape and the symbolic backward of an ``nn.Graph``;
 - the ONNX lowering, registered under the op's name in ``flowserve.exporter.lowering``.
 
-``bind`` runs the kernel in eager mode, or records an IR node while an ``nn.Graph`` is
-being traced; either way it records a tape node when gradients are wanted.
+``bind`` is the one entry point: it hands each call to the current ``Interpreter`` (a
+context variable, so per thread and per asyncio task), which runs the kernel in eager mode
+or records an IR node while an ``nn.Graph`` is being traced, and returns the results;
+either way a tape node (``flowserve.autograd.tape``) is recorded when gradients are wanted.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Callable
 
 from flowserve import dtypes
+from flowserve.autograd import tape
 from flowserve.errors import DTypeError, FlowserveError, ShapeError
 
 
@@ -48,7 +53,11 @@ class Primitive:
     multiple_results: bool
 
     def __call__(self, *inputs, **attrs):
-        return bind(self, inputs, attrs)
+        """``prim(x, y, axis=1)``: ``bind`` (inlined here, the eager hot path)."""
+        if not inputs:
+            raise FlowserveError(f"{self.name} was called without tensor inputs")
+        outputs = _INTERPRETER.get().process(self, inputs, attrs)
+        return outputs if self.multiple_results else outputs[0]
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"
@@ -102,64 +111,114 @@ def normalize_axis(op: str, axis: int, ndim: int) -> int:
     return axis % max(ndim, 1)
 
 
-# -- the active trace and grad mode ----------------------------------------------------
+# -- interpreters: what bind does with a primitive ------------------------------------
 
 
-class _State:
-    """Process-wide switches, read on every bind: the active tracer and grad mode."""
+class Interpreter(ABC):
+    """What ``bind`` does with a primitive call; the current one lives in a context
+    variable, so each thread and asyncio task has its own (JAX's trace stack).
 
-    trace = None  # a flowserve.ir.tracer.Tracer while nn.Graph.build runs
-    grad_enabled = True
+    ``EvalInterpreter`` runs kernels; ``flowserve.ir.tracer.TraceInterpreter`` records IR
+    nodes while an ``nn.Graph`` is built. Both record the autograd tape when
+    ``grad_enabled`` and an input requires grad.
+    """
+
+    __slots__ = ("grad_enabled",)
+    trace = None  # the Tracer being recorded into, if any
+
+    def __init__(self, grad_enabled: bool):
+        self.grad_enabled = grad_enabled
+
+    @abstractmethod
+    def process(self, prim: "Primitive", inputs: tuple, attrs: dict) -> tuple:
+        """Run or record ``prim`` on ``inputs``; returns its outputs as a tuple."""
+
+    @abstractmethod
+    def with_grad(self, enabled: bool) -> "Interpreter":
+        """This interpreter with grad mode ``enabled``."""
 
 
-STATE = _State()
+class EvalInterpreter(Interpreter):
+    """Eager mode: run the kernel on the inputs' device; outputs are the inputs' kind of
+    tensor (``inputs[0]._wrap``), so this layer needs no ``Tensor`` import."""
+
+    __slots__ = ()
+
+    def process(self, prim, inputs, attrs):
+        first = inputs[0]
+        device = first._device
+        try:  # one and two inputs (most ops) skip building an argument list: the hot path
+            if len(inputs) == 1:
+                result = prim.kernel(device.xp, first._data, **attrs)
+            elif len(inputs) == 2 and inputs[1]._device is device:
+                result = prim.kernel(device.xp, first._data, inputs[1]._data, **attrs)
+            else:
+                result = prim.kernel(device.xp, *_arrays_on_one_device(prim, inputs), **attrs)
+        except FlowserveError:
+            raise
+        except Exception as exc:
+            explain_failure(prim, inputs, attrs, exc)
+        if prim.multiple_results:
+            outputs = tuple(first._wrap(r, device) for r in result)
+        else:
+            outputs = (first._wrap(result, device),)
+        if self.grad_enabled and prim.differentiable:
+            for t in inputs:
+                if t._requires_grad:
+                    tape.record(prim, inputs, outputs, attrs)
+                    break
+        return outputs
+
+    def with_grad(self, enabled):
+        return EVAL_GRAD if enabled else EVAL_NO_GRAD
+
+
+def _arrays_on_one_device(prim, inputs) -> list:
+    device = inputs[0]._device
+    for t in inputs:
+        if t._device is not device and t._device != device:
+            raise FlowserveError(
+                f"{prim.name} expected all tensors on one device, got {device} and {t._device}")
+    return [t._data for t in inputs]
+
+
+EVAL_GRAD = EvalInterpreter(True)
+EVAL_NO_GRAD = EvalInterpreter(False)
+_INTERPRETER: ContextVar[Interpreter] = ContextVar("flowserve_interpreter", default=EVAL_GRAD)
+
+
+def current_interpreter() -> Interpreter:
+    return _INTERPRETER.get()
+
+
+def current_trace():
+    """The ``Tracer`` recording in this thread/task, or ``None`` in eager mode."""
+    return _INTERPRETER.get().trace
+
+
+def grad_enabled() -> bool:
+    return _INTERPRETER.get().grad_enabled
+
+
+def push_interpreter(interpreter: Interpreter) -> Token:
+    """Make ``interpreter`` current; give the token back to ``pop_interpreter``."""
+    return _INTERPRETER.set(interpreter)
+
+
+def pop_interpreter(token: Token) -> None:
+    _INTERPRETER.reset(token)
 
 
 # -- bind ------------------------------------------------------------------------------
 
 
 def bind(prim: Primitive, inputs: tuple, attrs: dict):
-    """Run or record ``prim`` on tensors ``inputs``; returns a tensor or a tuple."""
-    if STATE.trace is not None:
-        outputs = STATE.trace.record(prim, inputs, attrs)
-        inputs = STATE.trace.lifted
-    else:
-        outputs = _run_eager(prim, inputs, attrs)
-    if STATE.grad_enabled and prim.differentiable:
-        for t in inputs:
-            if t._requires_grad:
-                _record_tape(prim, inputs, outputs, attrs)
-                break
+    """Hand ``prim`` on tensors ``inputs`` to the current interpreter; returns a tensor,
+    or a tuple for a primitive with multiple results."""
+    if not inputs:
+        raise FlowserveError(f"{prim.name} was called without tensor inputs")
+    outputs = _INTERPRETER.get().process(prim, inputs, attrs)
     return outputs if prim.multiple_results else outputs[0]
-
-
-def _run_eager(prim: Primitive, inputs: tuple, attrs: dict) -> tuple:
-    device = inputs[0]._device if inputs else None
-    for t in inputs:
-        if t._device is not device and t._device != device:
-            raise FlowserveError(
-                f"{prim.name} expected all tensors on one device, got {device} and {t._device}")
-    try:
-        result = prim.kernel(device.xp if device is not None else None, *[t._data for t in inputs], **attrs)
-    except FlowserveError:
-        raise
-    except Exception as exc:
-        explain_failure(prim, inputs, attrs, exc)
-    wrap = _tensor_class()._wrap
-    if not prim.multiple_results:
-        return (wrap(result, device),)
-    return tuple(wrap(r, device) for r in result)
-
-
-_TENSOR = []
-
-
-def _tensor_class():
-    if not _TENSOR:
-        from flowserve.tensor import Tensor
-
-        _TENSOR.append(Tensor)
-    return _TENSOR[0]
 
 
 def explain_failure(prim: Primitive, inputs, attrs, exc: Exception):
@@ -173,39 +232,3 @@ def explain_failure(prim: Primitive, inputs, attrs, exc: Exception):
 def infer_meta(prim: Primitive, metas, attrs) -> tuple:
     out = prim.shape(*metas, **attrs)
     return tuple(out) if prim.multiple_results else (out,)
-
-
-class TapeNode:
-    """One recorded op: what its vjp needs, and where each input's gradient goes."""
-
-    __slots__ = ("prim", "attrs", "inputs", "outputs", "parents")
-
-    def __init__(self, prim, attrs, inputs, outputs, parents):
-        self.prim = prim
-        self.attrs = attrs
-        self.inputs = inputs
-        self.outputs = outputs
-        self.parents = parents
-
-    def needs(self, i: int) -> bool:
-        """Whether input ``i`` wants a gradient (vjp rules skip the others)."""
-        return self.parents[i] is not None
-
-    def name(self) -> str:
-        return f"{self.prim.name}Backward"
-
-    def __repr__(self) -> str:
-        return f"<{self.name()}>"
-
-
-def _record_tape(prim, inputs, outputs, attrs) -> None:
-    parents = tuple(
-        (t._node, t._out_index, t) if t.requires_grad else None for t in inputs
-    )
-    node = TapeNode(prim, attrs, tuple(t._alias() for t in inputs),
-                    tuple(t._alias() for t in outputs), parents)
-    for i, out in enumerate(outputs):
-        if out.dtype.is_floating_point:
-            out._requires_grad = True
-            out._node = node
-            out._out_index = i
