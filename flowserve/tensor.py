@@ -11,6 +11,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU, as_device, to_device_array
 from flowserve.errors import AutogradError, GraphError
+from flowserve.autograd import tape
 from flowserve.ops.registry import Meta, current_interpreter
 
 
@@ -38,7 +39,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_lazy", "_dtype", "_device", "_requires_grad", "_node",
-                 "_out_index", "grad", "_version", "__weakref__")
+                 "_out_index", "grad", "_version", "_hooks", "__weakref__")
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     def __init__(self, *args, dtype=None, device=None, requires_grad=False):
@@ -186,10 +187,36 @@ class Tensor:
     def grad_fn(self):
         return self._node
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Add d(self)/d(leaf) to ``leaf.grad`` of every leaf that requires grad (PyTorch's
+        ``Tensor.backward``: the graph is freed unless ``retain_graph``)."""
         from flowserve.autograd.engine import backward
 
-        backward(self, gradient)
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def register_hook(self, hook):
+        """``hook(grad)`` runs when this tensor's gradient is computed; returning a tensor
+        replaces the gradient. Returns a handle with ``remove()``."""
+        if not self._requires_grad:
+            raise AutogradError("cannot register a hook on a tensor that doesn't require gradient")
+        return tape.add_hook(self, hook)
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in ``.grad`` after ``backward()``."""
+        if self._node is None or self.retains_grad:
+            return
+
+        def keep(g):
+            self.grad = g.detach() if self.grad is None else self.grad + g.detach()
+
+        keep.retains_grad_of = self
+        tape.add_hook(self, keep)
+
+    @property
+    def retains_grad(self) -> bool:
+        hooks = (self._node.hooks or {}).get(self._out_index, {}) if self._node is not None else {}
+        return any(getattr(h, "retains_grad_of", None) is self for h in hooks.values())
 
     @property
     def data(self) -> "Tensor":

@@ -1,18 +1,18 @@
 """The autograd tape: one ``TapeNode`` per differentiable op recorded while grad mode is on.
 
-Interpreters call ``record`` after running or tracing a primitive; the backward walk in
-``flowserve.autograd.engine`` reads the nodes. Nothing here knows ``Tensor`` or the ops:
-a node holds detached aliases of its inputs and outputs and, per input, where that input's
-gradient goes (its producing node and output index, or the leaf tensor itself).
+Interpreters call ``record`` after running or tracing a primitive; the backward core in
+``flowserve.autograd.engine`` walks the nodes. Nothing here knows ``Tensor`` or the ops:
+a node holds detached aliases of its inputs and outputs (no reference cycle through the
+outputs) and, per input, where that input's gradient goes: its producing node and output
+index, or the leaf tensor itself.
 """
 
 from __future__ import annotations
 
-
 class TapeNode:
     """One recorded op: what its vjp needs, and where each input's gradient goes."""
 
-    __slots__ = ("prim", "attrs", "inputs", "outputs", "parents")
+    __slots__ = ("prim", "attrs", "inputs", "outputs", "parents", "n_outputs", "hooks")
 
     def __init__(self, prim, attrs, inputs, outputs, parents):
         self.prim = prim
@@ -20,6 +20,8 @@ class TapeNode:
         self.inputs = inputs
         self.outputs = outputs
         self.parents = parents
+        self.n_outputs = len(outputs)
+        self.hooks = None  # output index -> hooks of that (non-leaf) output, see add_hook
 
     def needs(self, i: int) -> bool:
         """Whether input ``i`` wants a gradient (vjp rules skip the others)."""
@@ -28,8 +30,29 @@ class TapeNode:
     def name(self) -> str:
         return f"{self.prim.name}Backward"
 
+    def free(self) -> None:
+        """Drop the saved values (``retain_graph=False``); a later walk raises."""
+        self.inputs = self.outputs = None
+
+    def with_history(self) -> "TapeNode":
+        """This node with saved values that keep their autograd history (for
+        ``create_graph``): inputs link to their producers or are the leaves themselves,
+        outputs link to this node, so vjp ops on them are differentiable again."""
+        inputs = tuple(x if parent is None else (parent[2] if parent[0] is None else linked(x, *parent[:2]))
+                       for x, parent in zip(self.inputs, self.parents))
+        outputs = tuple(linked(y, self, i) if y._dtype.is_floating_point else y
+                        for i, y in enumerate(self.outputs))
+        return TapeNode(self.prim, self.attrs, inputs, outputs, self.parents)
+
     def __repr__(self) -> str:
         return f"<{self.name()}>"
+
+
+def linked(value, node: TapeNode, index: int):
+    """An alias of ``value`` whose gradient flows to output ``index`` of ``node``."""
+    t = value._alias()
+    t._requires_grad, t._node, t._out_index = True, node, index
+    return t
 
 
 def record(prim, inputs, outputs, attrs) -> None:
@@ -44,3 +67,29 @@ def record(prim, inputs, outputs, attrs) -> None:
             out._requires_grad = True
             out._node = node
             out._out_index = i
+
+
+class RemovableHandle:
+    """What ``Tensor.register_hook`` returns: ``handle.remove()`` unregisters the hook."""
+
+    def __init__(self, hooks: dict, hook):
+        self._hooks = hooks
+        hooks[self] = hook  # keyed by the handle: insertion order is call order
+
+    def remove(self) -> None:
+        self._hooks.pop(self, None)
+
+
+def add_hook(tensor, hook) -> RemovableHandle:
+    """Call ``hook(grad)`` whenever the gradient of ``tensor`` is computed; a hook that
+    returns a tensor replaces the gradient (PyTorch's ``Tensor.register_hook``)."""
+    node = tensor._node
+    if node is None:
+        hooks = getattr(tensor, "_hooks", None)
+        if hooks is None:
+            hooks = tensor._hooks = {}
+    else:
+        if node.hooks is None:
+            node.hooks = {}
+        hooks = node.hooks.setdefault(tensor._out_index, {})
+    return RemovableHandle(hooks, hook)

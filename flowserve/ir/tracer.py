@@ -41,7 +41,8 @@ class LazyTensor(Tensor):
 
     __slots__ = ()
 
-    def backward(self, gradient=None, retain_graph: bool = False) -> None:
+    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
+                 inputs=None) -> None:
         from flowserve.autograd.engine import backward
 
         tracer = current_trace()
@@ -52,7 +53,7 @@ class LazyTensor(Tensor):
             gradient = F.expand(F.cast(scale, self.dtype), self.shape)
         if tracer is not None:
             tracer.losses.append(self)
-        backward(self, gradient)
+        backward(self, gradient, retain_graph, create_graph, inputs)
 
 
 class TraceInterpreter(Interpreter):
