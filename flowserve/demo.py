@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import typer
+import flowserve as flow
 
 
 def make_blobs(n: int, features: int = 16, classes: int = 3, seed: int = 0):
@@ -29,7 +30,6 @@ def make_blobs(n: int, features: int = 16, classes: int = 3, seed: int = 0):
 
 
 def train(steps: int, log=print):
-    import flowserve as flow
 
     flow.manual_seed(0)
     x, y = make_blobs(512)
@@ -106,7 +106,6 @@ def demo(
     workdir: str = typer.Option("", help="Where to write the saved graph and model.onnx (default: a temp dir)."),
 ) -> None:
     """Train in graph mode, save, export ONNX, serve on loopback, query, and stop."""
-    import flowserve as flow
     from flowserve.clients import HTTPClient
     from flowserve.exporter import export
 

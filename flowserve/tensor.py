@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
+from flowserve._repr import tensor_repr
 from flowserve.device import CPU, as_device, to_device_array
 from flowserve.errors import AutogradError, GraphError
 from flowserve.autograd import tape
-from flowserve.ops.registry import Meta, current_interpreter
+from flowserve.dispatch import Meta, current_interpreter
 
 
 _BY_NUMPY = {d.np: d for d in dtypes.ALL}  # numpy dtype -> flowserve dtype, read by _wrap
@@ -43,10 +44,8 @@ class Tensor:
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     def __init__(self, *args, dtype=None, device=None, requires_grad=False):
-        from flowserve.ops import creation
-
         if len(args) == 1 and not isinstance(args[0], int):
-            data = creation.array_from(args[0], dtype or dtypes.float32)
+            data = array_from(args[0], dtype or dtypes.float32)
         else:
             data = np.zeros(tuple(args), dtype=(dtypes.as_dtype(dtype) if dtype else dtypes.float32).np)
         d = as_device(device) if device is not None else CPU
@@ -187,14 +186,6 @@ class Tensor:
     def grad_fn(self):
         return self._node
 
-    def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
-                 inputs=None) -> None:
-        """Add d(self)/d(leaf) to ``leaf.grad`` of every leaf that requires grad (PyTorch's
-        ``Tensor.backward``: the graph is freed unless ``retain_graph``)."""
-        from flowserve.autograd.engine import backward
-
-        backward(self, gradient, retain_graph, create_graph, inputs)
-
     def register_hook(self, hook):
         """``hook(grad)`` runs when this tensor's gradient is computed; returning a tensor
         replaces the gradient. Returns a handle with ``remove()``."""
@@ -291,32 +282,9 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        from flowserve._repr import tensor_repr
-
         return tensor_repr(self)
 
     # -- devices and dtypes ---------------------------------------------------------------
-
-    def to(self, *args, **kwargs) -> "Tensor":
-        """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)``, ``t.to(device, dtype)``."""
-        dev, dt = None, kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None:
-                continue
-            if isinstance(a, Tensor):
-                dev, dt = a.device, a.dtype
-            elif isinstance(a, dtypes.dtype) or a in (float, int, bool):
-                dt = a
-            else:
-                dev = a
-        from flowserve.ops import functional as _F
-
-        out = self
-        if dt is not None and dtypes.as_dtype(dt) is not self._dtype:
-            out = _F.cast(out, dtypes.as_dtype(dt))
-        if dev is not None and as_device(dev) != self._device:
-            out = _F.to_device(out, as_device(dev))
-        return out
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
@@ -348,11 +316,16 @@ class Tensor:
     def bool(self):
         return self.to(dtypes.bool_)
 
-    def clone(self) -> "Tensor":
-        from flowserve.ops import functional as _F
 
-        return _F.clone(self)
-
-    def contiguous(self) -> "Tensor":
-        return self
-
+def array_from(data, default_dtype=None) -> np.ndarray:
+    """numpy array of ``data`` (nested lists, scalars, arrays, tensors)."""
+    if isinstance(data, Tensor):
+        return data.numpy()
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in data):
+        data = [array_from(x) for x in data]
+    arr = np.asarray(data)
+    if default_dtype is not None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
+        arr = arr.astype(default_dtype.np)  # Python floats become the default float dtype
+    if arr.dtype.kind == "U" or arr.dtype == object:
+        raise TypeError(f"cannot make a tensor of {type(data).__name__} holding {arr.dtype} values")
+    return arr

@@ -67,3 +67,4 @@ def _zero(dtype: str):
 
 
 simple("Identity", "copy")
+simple("Identity", "to_device")  # a graph runs on one device

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from flowserve.autograd.tape import TapeNode
 from flowserve.errors import AutogradError
-from flowserve.ops import functional as F
-from flowserve.ops.registry import current_interpreter, pop_interpreter, push_interpreter
+from flowserve.dispatch import current_interpreter, pop_interpreter, push_interpreter
 
 FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
          "they have already been freed). Saved intermediate values of the graph are freed when you call "
@@ -110,8 +109,10 @@ def _as_seed(output, seed):
         if output.numel() != 1:
             raise AutogradError(
                 f"grad can be implicitly created only for scalar outputs, got size {tuple(output.shape)}")
-        return F.expand(F.scalar_tensor(1, output.dtype, output.device), output.shape)
-    seed = F.as_tensor(seed, output)
+        one = output._wrap(output.device.xp.ones((), dtype=output.dtype.np), output.device)
+        return one.expand(output.shape)  # ones, kept 0-d where traced (batch-size independent)
+    if not hasattr(seed, "_dtype"):
+        seed = output.new_tensor(seed)
     if tuple(seed.shape) != tuple(output.shape):
         raise AutogradError(f"Mismatch in shape: grad_output has a shape of {tuple(seed.shape)} and "
                             f"output has a shape of {tuple(output.shape)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from flowserve.ops.registry import current_interpreter, grad_enabled, pop_interpreter, push_interpreter
+from flowserve.dispatch import current_interpreter, grad_enabled, pop_interpreter, push_interpreter
 
 
 def is_grad_enabled() -> bool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flowserve.dispatch import REGISTRY
 from flowserve.errors import SavedGraphError
 
 
@@ -133,8 +134,6 @@ class GraphIR:
 
     def validate(self, where: str = "graph IR") -> None:
         """Every node's op is known and every value it reads is defined before it."""
-        from flowserve.ops.registry import REGISTRY
-
         defined = {v.name for v in self.inputs} | set(self.state)
         for i, node in enumerate(self.nodes):
             if node.op not in REGISTRY:

@@ -16,8 +16,11 @@ import numpy as np
 from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.autograd import tape
-from flowserve.ops.registry import Interpreter, Meta, current_interpreter, current_trace, infer_meta, pop_interpreter, push_interpreter
+from flowserve.dispatch import Interpreter, Meta, current_interpreter, current_trace, infer_meta, pop_interpreter, push_interpreter
 from flowserve.tensor import Tensor
+from flowserve.autograd.engine import backward
+from flowserve.device import CPU
+from flowserve.ops import functional as F
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,12 +46,10 @@ class LazyTensor(Tensor):
 
     def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
                  inputs=None) -> None:
-        from flowserve.autograd.engine import backward
 
         tracer = current_trace()
         scale = tracer.loss_scale if tracer is not None else None
         if gradient is None and scale is not None:
-            from flowserve.ops import functional as F
 
             gradient = F.expand(F.cast(scale, self.dtype), self.shape)
         if tracer is not None:
@@ -123,7 +124,6 @@ class Tracer:
         return f"{prefix}{op}_{self._counter}"
 
     def _lazy(self, value: Value, requires_grad: bool = False):
-        from flowserve.tensor import Tensor
 
         t = Tensor._from_lazy(value, self.device or _cpu())
         t.__class__ = LazyTensor
@@ -195,7 +195,6 @@ class Tracer:
                 f"(size={tuple(target.shape)}); register it as a parameter or buffer of a module")
         new = self.lift(new)
         if tuple(new.shape) != tuple(lazy.shape) or new.dtype is not lazy.dtype:
-            from flowserve.ops import functional as F
 
             new = F.cast(F.expand(new, lazy.shape), lazy.dtype)
         lazy._lazy = new._lazy
@@ -237,6 +236,5 @@ class Tracer:
 
 
 def _cpu():
-    from flowserve.device import CPU
 
     return CPU

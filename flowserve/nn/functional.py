@@ -49,6 +49,8 @@ from flowserve.ops.norm import group_norm, layer_norm  # noqa: F401
 from flowserve.ops.padding import pad  # noqa: F401
 from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.registry import fail_shape
+from flowserve.ops import indexing
+from flowserve.ops.attention import multi_head_attention
 
 
 def linear(x, weight, bias=None):
@@ -165,8 +167,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 def embedding(input, weight, padding_idx=None):  # noqa: A002
     """Rows of ``weight`` picked by integer ``input``; rows at ``padding_idx`` get no gradient."""
-    from flowserve.ops import indexing
-
     if weight.ndim != 2:
         fail_shape("embedding", "a weight (num_embeddings, embedding_dim)", tuple(weight.shape))
     out = indexing.take(weight, input, axis=0)
@@ -187,8 +187,6 @@ def multi_head_attention_forward(query, key, value, num_heads: int, in_proj_weig
                                  average_attn_weights: bool = True, batch_first: bool = False):
     """Multi-head attention with packed (3E, E) input projections, as PyTorch's function of this
     name (``batch_first`` says whether inputs are (N, L, E) or (L, N, E))."""
-    from flowserve.ops.attention import multi_head_attention
-
     e = query.shape[-1]
     ws = [_F.getitem(in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
     bs = [None] * 3 if in_proj_bias is None else [_F.getitem(in_proj_bias, slice(i * e, (i + 1) * e))

@@ -7,11 +7,11 @@ import math
 import numpy as np
 
 from flowserve.ops.creation import _rng
+from flowserve.device import to_device_array
+from flowserve.tensor import Tensor
 
 
 def _wrap_like(t, array):
-    from flowserve.device import to_device_array
-    from flowserve.tensor import Tensor
 
     return Tensor._wrap(to_device_array(np.asarray(array, dtype=t.dtype.np), t.device), t.device)
 

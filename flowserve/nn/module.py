@@ -7,8 +7,10 @@ from typing import Iterator
 
 from flowserve.errors import FlowserveError
 from flowserve.nn.parameter import Parameter
-from flowserve.ops.registry import current_trace
+from flowserve.dispatch import current_trace
 from flowserve.tensor import Tensor
+from flowserve import dtypes
+from flowserve.nn.state import load_module_state
 
 
 class Module:
@@ -226,7 +228,6 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True):
-        from flowserve.nn.state import load_module_state
 
         return load_module_state(self, state_dict, strict)
 
@@ -279,17 +280,14 @@ class Module:
         return self.to("cpu")
 
     def float(self) -> "Module":
-        from flowserve import dtypes
 
         return self.to(dtypes.float32)
 
     def double(self) -> "Module":
-        from flowserve import dtypes
 
         return self.to(dtypes.float64)
 
     def half(self) -> "Module":
-        from flowserve import dtypes
 
         return self.to(dtypes.float16)
 
@@ -310,7 +308,6 @@ class Module:
 
 
 def _is_dtype(a) -> bool:
-    from flowserve import dtypes
 
     return isinstance(a, dtypes.dtype)
 

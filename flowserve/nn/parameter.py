@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from flowserve.tensor import Tensor
+from flowserve.ops.creation import empty
+from flowserve.ops.creation import tensor
 
 
 class Parameter(Tensor):
@@ -12,11 +14,9 @@ class Parameter(Tensor):
 
     def __init__(self, data: Tensor | None = None, requires_grad: bool = True):
         if data is None:
-            from flowserve.ops.creation import empty
 
             data = empty(0)
         if not isinstance(data, Tensor):
-            from flowserve.ops.creation import tensor
 
             data = tensor(data)
         self._set(data._data, data._lazy, data._device)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 from flowserve.errors import FlowserveError
+from flowserve.ops.creation import tensor
+from flowserve.tensor import Tensor
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
@@ -35,8 +37,6 @@ def load_module_state(module, state_dict, strict: bool = True) -> IncompatibleKe
 
 
 def _copy_into(target, value) -> None:
-    from flowserve.ops.creation import tensor
-    from flowserve.tensor import Tensor
 
     if not isinstance(value, Tensor):
         value = tensor(value)

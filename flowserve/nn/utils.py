@@ -7,10 +7,10 @@ import math
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.tensor import Tensor
 
 
 def _grads(parameters) -> list:
-    from flowserve.tensor import Tensor
 
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     return [p.grad for p in params if p.grad is not None]

@@ -1,17 +1,17 @@
-"""flowserve's ops: the primitive registry and the functions built on it.
+"""flowserve's ops: the primitive registry, the op functions built on it, and the ``Tensor``
+method table.
 
-Importing this package declares every primitive (one file per family).
+Importing this package declares every primitive (one module per family) and installs the
+method table onto ``Tensor``. The op functions are in the explicit namespace
+``flowserve.ops.functional``.
 """
 
 from flowserve.ops import elementwise, nn, reduce, shape  # noqa: F401  (declare the primitives)
 from flowserve.ops import indexing, math, sorting  # noqa: F401  (tensor-op primitives)
 from flowserve.ops import conv, dropout, pool  # noqa: F401  (nn primitives)
-from flowserve.ops.functional import *  # noqa: F401,F403
-from flowserve.ops.functional import __dict__ as _functional
-from flowserve.ops.registry import REGISTRY, Meta, Primitive, bind  # noqa: F401
-from flowserve.ops import methods as _methods  # noqa: E402
-from flowserve.tensor import Tensor as _Tensor  # noqa: E402
+from flowserve.ops import functional, methods
+from flowserve.ops.registry import REGISTRY, Meta, Primitive, bind
 
-_methods.install(_Tensor)
+methods.install(methods.Tensor)
 
-__all__ = [name for name in _functional if not name.startswith("_")]
+__all__ = ["REGISTRY", "Meta", "Primitive", "bind", "functional", "methods"]

@@ -10,6 +10,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.device import CPU, as_device, to_device_array
+from flowserve.tensor import Tensor, array_from
 
 
 class Generator:
@@ -39,25 +40,7 @@ def _rng(generator: Generator | None):
     return (generator or default_generator).rng
 
 
-def array_from(data, default_dtype=None) -> np.ndarray:
-    """numpy array of ``data`` (nested lists, scalars, arrays, tensors)."""
-    from flowserve.tensor import Tensor
-
-    if isinstance(data, Tensor):
-        return data.numpy()
-    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in data):
-        data = [array_from(x) for x in data]
-    arr = np.asarray(data)
-    if default_dtype is not None and arr.dtype == np.float64 and not isinstance(data, np.ndarray):
-        arr = arr.astype(default_dtype.np)  # Python floats become the default float dtype
-    if arr.dtype.kind == "U" or arr.dtype == object:
-        raise TypeError(f"cannot make a tensor of {type(data).__name__} holding {arr.dtype} values")
-    return arr
-
-
 def _make(data: np.ndarray, dtype=None, device=None, requires_grad=False):
-    from flowserve.tensor import Tensor
-
     if dtype is not None:
         data = data.astype(dtypes.as_dtype(dtype).np, copy=False)
     d = as_device(device) if device is not None else CPU

@@ -8,7 +8,7 @@ import math
 import string
 
 from flowserve.errors import ShapeError
-from flowserve.ops import functional as F
+from flowserve.ops import basic as F
 
 
 def _fail(equation: str, why: str):

@@ -21,7 +21,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.errors import GraphError, ShapeError
 from flowserve.ops import elementwise as E
-from flowserve.ops import functional as F
+from flowserve.ops import basic as F
 from flowserve.ops import indexing as I
 from flowserve.ops import sorting as S
 from flowserve.ops.registry import fail_shape, normalize_axis
@@ -135,7 +135,7 @@ def setitem(x: Tensor, key, value) -> None:
             tuple(key.shape) == tuple(x.shape[:key.ndim]) and _numel(value) == 1:
         x._assign(_mask_setitem(x, key, value))
         return
-    positions = F.getitem(F.reshape(F.as_tensor(np.arange(x.numel(), dtype=np.int64)), x.shape), key)
+    positions = getitem(F.reshape(F.as_tensor(np.arange(x.numel(), dtype=np.int64)), x.shape), key)
     value = F.cast(F.as_tensor(value, like=x), x.dtype)
     while value.ndim > positions.ndim and value.shape[0] == 1:
         value = F.reshape(value, value.shape[1:])
@@ -415,7 +415,25 @@ def min_with_indices(input, dim: int, keepdim: bool = False):  # noqa: A002
     return _with_indices(F.argmin, input, dim, keepdim)
 
 
-_INTERNAL = {"advanced_getitem", "setitem", "max_with_indices", "min_with_indices"}
-__all__ = [name for name, value in list(globals().items())
-           if not name.startswith("_") and callable(value) and name not in _INTERNAL
-           and getattr(value, "__module__", None) == __name__]
+def getitem(x: Tensor, key):
+    """``x[key]``: ints, slices, ``None``, ``...`` and tensor (advanced) indices."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, (Tensor, list, np.ndarray)) for k in parts):
+        return advanced_getitem(x, parts)
+    return F.getitem(x, parts)
+
+
+def where(condition, x=None, y=None):
+    """``flow.where(c, x, y)`` chooses elementwise; ``flow.where(c)`` is ``nonzero(c, as_tuple=True)``."""
+    if x is None and y is None:
+        return nonzero(condition, as_tuple=True)
+    return F.where(condition, x, y)
+
+
+# the public names (``advanced_getitem``, ``setitem``, ``max_with_indices`` serve methods)
+__all__ = [
+    "ValuesIndices", "getitem", "where", "gather", "take_along_dim", "scatter", "scatter_add",
+    "index_select", "index_add", "index_copy", "index_fill", "masked_fill", "masked_select",
+    "nonzero", "argwhere", "narrow", "split", "chunk", "tensor_split", "unbind", "repeat", "tile",
+    "flip", "roll", "tril", "triu", "topk", "sort", "argsort", "msort", "cumsum",
+]

@@ -16,9 +16,12 @@ import math as _math
 
 from flowserve import dtypes
 from flowserve.ops import elementwise as E
-from flowserve.ops import functional as F
+from flowserve.ops import basic as F
+from flowserve.ops import einsum as einsum_impl
+from flowserve.ops.functional_index import max_with_indices, min_with_indices
 from flowserve.ops import math as M
 from flowserve.ops.registry import fail_dtype, fail_shape
+from flowserve.tensor import Tensor
 
 
 def _float(x):
@@ -303,8 +306,6 @@ def max_(input, dim=None, keepdim=False):  # noqa: A002 - PyTorch's argument nam
         return F.amax(input)
     if hasattr(dim, "_dtype"):
         return F.maximum(input, dim)
-    from flowserve.ops.functional_index import max_with_indices
-
     return max_with_indices(input, dim, keepdim)
 
 
@@ -313,8 +314,6 @@ def min_(input, dim=None, keepdim=False):  # noqa: A002
         return F.amin(input)
     if hasattr(dim, "_dtype"):
         return F.minimum(input, dim)
-    from flowserve.ops.functional_index import min_with_indices
-
     return min_with_indices(input, dim, keepdim)
 
 
@@ -357,11 +356,9 @@ def einsum(equation: str, *operands):
     ``...``, and indices summed within one operand; a repeated index inside one operand
     (a diagonal, such as ``"ii->i"``) raises an error.
     """
-    from flowserve.ops.einsum import einsum as run
-
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    return run(equation, [F.as_tensor(x) for x in operands])
+    return einsum_impl.einsum(equation, [F.as_tensor(x) for x in operands])
 
 
 # -- whole-tensor comparisons ------------------------------------------------------------------------
@@ -390,8 +387,6 @@ def equal(a, b) -> bool:
 
 
 def is_tensor(obj) -> bool:
-    from flowserve.tensor import Tensor
-
     return isinstance(obj, Tensor)
 
 
@@ -399,7 +394,19 @@ def numel(input) -> int:  # noqa: A002
     return input.numel()
 
 
-__all__ = [name for name, value in list(globals().items())
-           if not name.startswith("_") and callable(value) and not name.endswith("_")
-           and name != "rounded_div"
-           and getattr(value, "__module__", None) == __name__]
+def div(a, b, rounding_mode=None):
+    """``flow.div(a, b)``; ``rounding_mode`` "trunc" or "floor" rounds the quotient."""
+    return F.div(a, b) if rounding_mode is None else rounded_div(a, b, rounding_mode)
+
+
+true_divide = div
+
+# the public names (``flow.max``/``min``/``any``/``all`` are ``max_``/... under their builtin names)
+__all__ = [
+    "sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log10", "exp2", "reciprocal",
+    "floor", "ceil", "round", "trunc", "fix", "frac", "fmod", "remainder", "floor_divide", "div",
+    "true_divide", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "var", "std", "var_mean",
+    "std_mean", "prod", "logsumexp", "norm", "bmm", "dot", "outer", "einsum", "isclose",
+    "allclose", "equal", "is_tensor", "numel",
+]

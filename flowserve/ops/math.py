@@ -10,6 +10,8 @@ import numpy as np
 
 from flowserve.ops.elementwise import broadcast_meta, float_meta, where
 from flowserve.ops.registry import Meta, fail_dtype, primitive
+from flowserve.ops.reduce import reduced_shape
+from flowserve.ops.reduce import reduced_shape, sum_
 
 
 def _zero_grad(ctx, g):
@@ -136,15 +138,12 @@ def bitwise_not(xp, x):
 # -- products ------------------------------------------------------------------------------------
 
 def _prod_meta(x: Meta, axes: list, keepdims: bool) -> Meta:
-    from flowserve.ops.reduce import reduced_shape
 
     return Meta(reduced_shape(x.shape, axes, keepdims), x.dtype)
 
 
 def _prod_vjp(ctx, g):
     """d prod / d x_i = prod of the other entries, exact also where entries are zero."""
-    from flowserve.ops.reduce import reduced_shape, sum_
-
     x, axes = ctx.inputs[0], ctx.attrs["axes"]
     kept = reduced_shape(x.shape, axes, True)
     g, out = g.reshape(kept), ctx.outputs[0].reshape(kept)

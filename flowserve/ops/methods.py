@@ -1,8 +1,29 @@
-"""Tensor methods and operators, each a thin call of an op function."""
+"""The ``Tensor`` method table: every method and operator that is an op, in one place.
+
+``install`` puts the table onto ``Tensor`` when ``flowserve.ops`` is imported; each entry is
+a thin call of an op function. In-place variants follow PyTorch's rules:
+
+- ``x.add_(y)`` computes ``x + y`` and stores it in ``x`` (a functional update through
+  ``Tensor._assign``, so it also works inside ``nn.Graph.build``);
+- the result must keep ``x``'s size (no broadcasting ``x`` up) and be castable to ``x``'s
+  dtype (a float result cannot go into an integer tensor);
+- a leaf tensor that requires grad refuses in-place updates while grad mode is on.
+"""
 
 from __future__ import annotations
 
+import numpy as np
+
+from flowserve import dtypes
+from flowserve.autograd.engine import backward as _backward
+from flowserve.device import as_device
+from flowserve.errors import DTypeError, ShapeError
+from flowserve.ops import basic
+from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.ops import functional_index as FI
+from flowserve.ops import functional_math as FM
+from flowserve.tensor import Tensor
 
 
 def _reverse(fn):
@@ -17,10 +38,151 @@ def _copy(self, src):
     return self._assign(F.expand(F.cast(src, self.dtype), self.shape))
 
 
+def _to(self, *args, **kwargs):
+    """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)``, ``t.to(device, dtype)``."""
+    dev, dt = None, kwargs.get("dtype")
+    for a in list(args) + [kwargs.get("device")]:
+        if a is None:
+            continue
+        if isinstance(a, Tensor):
+            dev, dt = a.device, a.dtype
+        elif isinstance(a, dtypes.dtype) or a in (float, int, bool):
+            dt = a
+        else:
+            dev = a
+    out = self
+    if dt is not None and dtypes.as_dtype(dt) is not self._dtype:
+        out = F.cast(out, dtypes.as_dtype(dt))
+    if dev is not None and as_device(dev) != self._device:
+        out = F.to_device(out, as_device(dev))
+    return out
+
+
+def _backward_method(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
+                     inputs=None) -> None:
+    """Add d(self)/d(leaf) to ``leaf.grad`` of every leaf that requires grad (PyTorch's
+    ``Tensor.backward``: the graph is freed unless ``retain_graph``)."""
+    _backward(self, gradient, retain_graph, create_graph, inputs)
+
+
+def _kind(dt: dtypes.dtype) -> int:
+    return 0 if dt is dtypes.bool_ else (2 if dt.is_floating_point else 1)
+
+
+def _torch_name(dt: dtypes.dtype) -> str:
+    return {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+            "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+            "bool": "Bool"}[dt.name]
+
+
+def check_inplace(op: str, target, result) -> None:
+    """PyTorch's rules for storing ``result`` of an in-place op into ``target``."""
+    if _kind(result.dtype) > _kind(target.dtype):
+        raise DTypeError(f"{op}: result type {_torch_name(result.dtype)} can't be cast to the "
+                         f"desired output type {_torch_name(target.dtype)}")
+    if tuple(result.shape) != tuple(target.shape):
+        raise ShapeError(f"{op}: output with shape {list(target.shape)} doesn't match the "
+                         f"broadcast shape {list(result.shape)}")
+
+
+def inplace(fn, name: str):
+    """``x.name_(...)``: ``fn(x, ...)`` stored into ``x``."""
+
+    def method(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        check_inplace(name + "_", self, result)
+        return self._assign(result)
+
+    method.__name__ = name + "_"
+    return method
+
+
+def reshaping_inplace(fn, name: str):
+    """``x.unsqueeze_()`` and friends: ``x`` takes the result's size and value."""
+
+    def method(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        if self._lazy is not None:
+            self._lazy = result._lazy
+        else:
+            self._data = result._data
+            self._version += 1
+        if result.requires_grad and not self.is_leaf:
+            self._node, self._out_index = result._node, result._out_index
+        return self
+
+    method.__name__ = name + "_"
+    return method
+
+
+# -- random fills -----------------------------------------------------------------------------------
+
+
+def _random_fill(self, sample) -> object:
+    data = np.asarray(sample(tuple(self.shape))).astype(self.dtype.np)
+    return self._assign(creation._make(data, None, self.device))
+
+
+def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.normal(mean, std, shape))
+
+
+def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.uniform(a, b, shape))
+
+
+def random_(self, low: int = 0, high: int | None = None, generator=None):
+    rng = creation._rng(generator)
+    if high is None:
+        low, high = 0, low if low else 2 ** 24
+    return _random_fill(self, lambda shape: rng.integers(low, high, shape))
+
+
+def bernoulli_(self, p: float = 0.5, generator=None):
+    rng = creation._rng(generator)
+    return _random_fill(self, lambda shape: rng.random(shape) < p)
+
+
+def fill_(self, value):
+    value = F.cast(F.as_tensor(value, like=self), self.dtype)
+    if value.ndim:
+        raise ShapeError(f"fill_ expected a number or a 0-d tensor, got size {tuple(value.shape)}")
+    return self._assign(F.expand(value, self.shape))
+
+
+# -- new_* ----------------------------------------------------------------------------------------------
+
+
+def _new(fill):
+    def method(self, *size, dtype=None, device=None, requires_grad=False):
+        return fill(basic._shape_arg(size), dtype or self.dtype, device or self.device, requires_grad)
+
+    return method
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    return creation.full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                         requires_grad=requires_grad)
+
+
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    return creation.tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                           requires_grad=requires_grad)
+
+
+def _setitem(self, key, value) -> None:
+    FI.setitem(self, key, value)
+
+
+# -- the table ---------------------------------------------------------------------------------
+
 METHODS = {
+    "to": _to, "clone": F.clone, "backward": _backward_method,
     "__add__": F.add, "__radd__": _reverse(F.add), "__sub__": F.sub, "__rsub__": _reverse(F.sub),
-    "__mul__": F.mul, "__rmul__": _reverse(F.mul), "__truediv__": F.div,
-    "__rtruediv__": _reverse(F.div), "__pow__": F.pow, "__rpow__": _reverse(F.pow),
+    "__mul__": F.mul, "__rmul__": _reverse(F.mul), "__truediv__": basic.div,
+    "__rtruediv__": _reverse(basic.div), "__pow__": F.pow, "__rpow__": _reverse(F.pow),
     "__matmul__": F.matmul, "__rmatmul__": _reverse(F.matmul), "__neg__": F.neg,
     "__abs__": F.abs, "__eq__": F.eq, "__ne__": F.ne, "__lt__": F.lt, "__le__": F.le,
     "__gt__": F.gt, "__ge__": F.ge, "__getitem__": F.getitem,
@@ -38,9 +200,65 @@ METHODS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "copy_": _copy,
 }
 
-from flowserve.ops.tensor_methods import METHODS as _TENSOR_METHODS  # noqa: E402
+METHODS.update({
+    "__setitem__": _setitem, "__mod__": FM.remainder, "__rmod__": lambda s, o: FM.remainder(o, s),
+    "__floordiv__": FM.floor_divide, "__rfloordiv__": lambda s, o: FM.floor_divide(o, s),
+    "__and__": FM.bitwise_and, "__or__": FM.bitwise_or, "__xor__": FM.bitwise_xor,
+    "__rand__": FM.bitwise_and, "__ror__": FM.bitwise_or, "__rxor__": FM.bitwise_xor,
+    "__invert__": lambda s: F.logical_not(s) if s.dtype is dtypes.bool_ else FM.bitwise_not(s),
+    "max": FM.max_, "min": FM.min_, "normal_": normal_, "uniform_": uniform_, "random_": random_,
+    "bernoulli_": bernoulli_, "fill_": fill_, "zero_": lambda self: fill_(self, 0),
+    "new_zeros": _new(lambda s, dt, dev, rg: creation.zeros(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_ones": _new(lambda s, dt, dev, rg: creation.ones(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_empty": _new(lambda s, dt, dev, rg: creation.empty(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_full": new_full, "new_tensor": new_tensor,
+    "var": FM.var, "std": FM.std, "prod": FM.prod, "logsumexp": FM.logsumexp, "norm": FM.norm,
+    "cumsum": FI.cumsum, "topk": FI.topk, "sort": FI.sort, "argsort": FI.argsort,
+    "gather": FI.gather, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
+    "index_select": FI.index_select, "masked_fill": FI.masked_fill, "masked_select": FI.masked_select,
+    "nonzero": FI.nonzero, "narrow": FI.narrow, "split": FI.split, "chunk": FI.chunk,
+    "unbind": FI.unbind, "repeat": FI.repeat, "tile": FI.tile, "flip": FI.flip, "roll": FI.roll,
+    "take_along_dim": FI.take_along_dim, "bmm": FM.bmm, "dot": FM.dot, "outer": FM.outer,
+    "allclose": FM.allclose, "isclose": FM.isclose, "equal": FM.equal,
+    "contiguous": lambda self, memory_format=None: self,
+    "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
+    "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
+    "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
+    "index_add": FI.index_add, "index_copy": FI.index_copy, "index_fill": FI.index_fill,
+    "any": FM.any_, "all": FM.all_, "tril": FI.tril, "triu": FI.triu, "argwhere": FI.argwhere,
+})
+for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log10", "exp2", "floor",
+              "ceil", "round", "trunc", "frac", "isnan", "isinf", "isfinite", "logical_and",
+              "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
+    METHODS[_name] = getattr(FM, _name)
+METHODS["logical_not"] = F.logical_not
 
-METHODS.update(_TENSOR_METHODS)  # indexing, math, ordering, max/min, fills; in-place ops with PyTorch's rules
+_ARITHMETIC = {
+    "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
+    "neg": F.neg, "abs": F.abs, "sign": F.sign, "square": F.square, "exp": F.exp, "log": F.log,
+    "sqrt": F.sqrt, "rsqrt": F.rsqrt, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu,
+    "clamp": F.clamp, "clip": F.clamp, "maximum": F.maximum, "minimum": F.minimum,
+    "masked_fill": FI.masked_fill, "scatter": FI.scatter, "scatter_add": FI.scatter_add,
+    "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge,
+    "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
+    "tril": FI.tril, "triu": FI.triu, "index_add": FI.index_add, "index_copy": FI.index_copy,
+    "index_fill": FI.index_fill,
+}
+for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
+              "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",
+              "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+              "bitwise_not"):
+    _ARITHMETIC[_name] = METHODS[_name]
+for _name, _fn in _ARITHMETIC.items():
+    METHODS[_name + "_"] = inplace(_fn, _name)
+for _name, _fn in {"unsqueeze": F.unsqueeze, "squeeze": F.squeeze, "t": F.t, "transpose": F.transpose,
+                   "flatten": F.flatten}.items():
+    METHODS[_name + "_"] = reshaping_inplace(_fn, _name)
+METHODS.update({"__iadd__": METHODS["add_"], "__isub__": METHODS["sub_"], "__imul__": METHODS["mul_"],
+                "__itruediv__": METHODS["div_"], "__imod__": METHODS["remainder_"],
+                "__ifloordiv__": METHODS["floor_divide_"], "__ipow__": METHODS["pow_"],
+                "__iand__": METHODS["bitwise_and_"], "__ior__": METHODS["bitwise_or_"],
+                "__ixor__": METHODS["bitwise_xor_"]})
 
 PROPERTIES = {
     "T": lambda self: F.permute(self, list(range(self.ndim))[::-1]),

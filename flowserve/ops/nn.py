@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flowserve import dtypes
+from flowserve.device import as_device, to_device_array
 from flowserve.ops.registry import Meta, broadcast_shapes, fail_dtype, fail_shape, normalize_axis, primitive
 
 
@@ -90,3 +91,17 @@ def one_hot(xp, index, num_classes: int, dtype: str):
 @primitive("copy", shape=lambda x: x, vjp=lambda ctx, g: (g,))
 def copy(xp, x):
     return x.copy()
+
+
+def _to_device_vjp(ctx, g):
+    return (to_device(g, device=str(ctx.inputs[0].device)),)
+
+
+def _result_device(device: str):
+    return as_device(device)
+
+
+@primitive("to_device", shape=lambda x, device: x, vjp=_to_device_vjp, result_device=_result_device)
+def to_device(xp, x, device: str):
+    """A copy on ``device`` (a graph runs on one device: there it is the identity)."""
+    return to_device_array(x, as_device(device))

@@ -20,8 +20,11 @@ import math
 import numpy as np
 
 from flowserve import dtypes
+from flowserve.ops import basic as F
 from flowserve.ops import conv as C
+from flowserve.ops import creation
 from flowserve.ops import conv_kernels as K
+from flowserve.ops.indexing import take
 from flowserve.ops.registry import Meta, fail_shape, primitive
 
 
@@ -104,8 +107,6 @@ def _max_pool_backward_meta(g: Meta, indices: Meta, shape: list) -> Meta:
 
 
 def _max_pool_backward_vjp(ctx, gg):
-    from flowserve.ops.indexing import take
-
     indices = ctx.inputs[1]
     picked = take(gg.reshape([-1]), indices.reshape([-1]), axis=0)
     return picked.reshape(indices.shape), None
@@ -132,9 +133,6 @@ def _window_sizes(size: int, out: int, k: int, s: int, p: int, count_include_pad
 
 def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=True, divisor_override=None):
     """Average pooling over (kh, kw) windows, as ``torch.nn.functional.avg_pool2d``."""
-    from flowserve.ops import creation
-    from flowserve.ops import functional as F
-
     if x.ndim != 4:
         fail_shape("avg_pool2d", "input (N, C, H, W)", tuple(x.shape))
     if any(p > k // 2 for p, k in zip(padding, kernel)):
@@ -158,8 +156,6 @@ def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=Tr
 
 def adaptive_avg_pool2d(x, output_size):
     """Average pooling to a fixed output size, as ``torch.nn.functional.adaptive_avg_pool2d``."""
-    from flowserve.ops import functional as F
-
     if x.ndim not in (3, 4):
         fail_shape("adaptive_avg_pool2d", "input (N, C, H, W) or (C, H, W)", tuple(x.shape))
     h, w = x.shape[-2:]
@@ -183,9 +179,6 @@ def _adaptive_matrix(size: int, out: int) -> np.ndarray:
 
 def _resample(x, rows: np.ndarray, cols: np.ndarray):
     """``rows @ x @ cols.T`` over the last two dims (a separable linear resampling)."""
-    from flowserve.ops import creation
-    from flowserve.ops import functional as F
-
     r = creation.tensor(rows, dtype=x.dtype, device=x.device)
     c = creation.tensor(cols.T.copy(), dtype=x.dtype, device=x.device)
     return F.matmul(r, F.matmul(x, c))
@@ -227,8 +220,6 @@ def _out_sizes(x, size, scale_factor) -> tuple[list, list]:
 
 def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
     """Resize (N, C, H, W) or (N, C, L) inputs, as ``torch.nn.functional.interpolate``."""
-    from flowserve.ops import functional as F
-
     if x.ndim not in (3, 4):
         fail_shape("interpolate", "input (N, C, L) or (N, C, H, W)", tuple(x.shape))
     if mode not in ("nearest", "linear", "bilinear"):

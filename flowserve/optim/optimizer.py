@@ -17,6 +17,7 @@ from collections import OrderedDict
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import FlowserveError
 from flowserve.tensor import Tensor
+from flowserve.autograd.grad_mode import enable_grad
 
 
 class Optimizer(ABC):
@@ -100,7 +101,6 @@ class Optimizer(ABC):
         """One update of every parameter that has a gradient; returns ``closure()``'s loss."""
         loss = None
         if closure is not None:
-            from flowserve.autograd.grad_mode import enable_grad
 
             with enable_grad():
                 loss = closure()

@@ -12,6 +12,9 @@ from flowserve.errors import SavedGraphError
 from flowserve.serialization.graph_dir import load_graph, read_graph_dir, save_graph  # noqa: F401
 from flowserve.serialization.manifest import MANIFEST, SavedGraphManifest, TensorSpec, read_manifest  # noqa: F401
 from flowserve.serialization.tensors import decode_state, encode_state, read_tensors, write_bytes, write_tensors
+from flowserve.nn.graph.graph import Graph
+from flowserve.ops.creation import from_numpy
+import numpy as np
 
 STATE_JSON = "state.json"
 STATE_TENSORS = "state.safetensors"
@@ -24,8 +27,6 @@ def save(obj, path) -> None:
     A state dict goes to one safetensors file when ``path`` has a suffix (``model.pt``),
     else to a directory (OneFlow's habit), holding ``state.json`` and ``state.safetensors``.
     """
-    from flowserve.nn.graph.graph import Graph
-
     if isinstance(obj, Graph):
         save_graph(obj, path)
         return
@@ -41,7 +42,6 @@ def save(obj, path) -> None:
 
 
 def _structure_array(tree):
-    import numpy as np
 
     return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
 
@@ -64,8 +64,6 @@ def load(path):
     arrays = read_tensors(path)
     structure = arrays.pop(_STRUCTURE_KEY, None)
     if structure is None:  # a plain safetensors file: a flat state dict
-        from flowserve.ops.creation import from_numpy
-
         return {k: from_numpy(v.copy()) for k, v in arrays.items()}
     try:
         tree = json.loads(structure.tobytes())

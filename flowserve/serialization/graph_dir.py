@@ -29,6 +29,9 @@ from flowserve.serialization.manifest import (
     read_manifest,
 )
 from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
+from flowserve import dtypes
+from flowserve.nn.graph.inference import inference_traced
+from flowserve.nn.graph.loaded import LoadedGraph
 
 
 def _signature(values, batch: int | None) -> list[TensorSpec]:
@@ -50,7 +53,6 @@ def graph_signature(ir: GraphIR) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 
 def save_graph(graph, directory) -> None:
-    from flowserve.nn.graph.inference import inference_traced
 
     traced = inference_traced(graph)
     ir = traced.ir
@@ -155,8 +157,6 @@ def _check_state(ir: GraphIR, params: dict, where: Path) -> None:
         if name not in params:
             raise SavedGraphError(f"{where}: tensor {name!r} needed by the graph is missing")
         a = params[name]
-        from flowserve import dtypes
-
         if dtypes.from_numpy(a.dtype).name != v.dtype or tuple(a.shape) != tuple(v.shape):
             raise SavedGraphError(f"{where}: tensor {name!r} is {tuple(a.shape)} {a.dtype}, "
                                   f"the graph expects {tuple(v.shape)} {v.dtype}")
@@ -173,7 +173,6 @@ def _check_signature(manifest: SavedGraphManifest, ir: GraphIR, where: Path) -> 
 
 
 def load_graph(directory):
-    from flowserve.nn.graph.loaded import LoadedGraph
 
     manifest, ir, params = read_graph_dir(directory)
     return LoadedGraph(manifest, ir, {k: np.asarray(v) for k, v in params.items()})

@@ -17,6 +17,8 @@ from safetensors.numpy import save as st_save
 
 from flowserve import dtypes
 from flowserve.errors import SavedGraphError
+from flowserve.ops.creation import from_numpy
+from flowserve.tensor import Tensor
 
 _DTYPES_KEY = "flowserve.dtypes"
 
@@ -68,8 +70,6 @@ def _metadata(data: bytes) -> dict:
 
 def encode_state(obj) -> tuple[object, dict]:
     """A JSON-able structure with tensors replaced by references, and the arrays."""
-    from flowserve.tensor import Tensor
-
     arrays: dict = {}
 
     def walk(x, path: str):
@@ -97,7 +97,6 @@ def encode_state(obj) -> tuple[object, dict]:
 
 
 def decode_state(tree, arrays: dict, where: str):
-    from flowserve.ops.creation import from_numpy
 
     def walk(x):
         if isinstance(x, list):

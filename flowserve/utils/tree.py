@@ -1,12 +1,11 @@
 """Flatten nested inputs and outputs (tuples, lists, dicts, None) to tensor leaves and back."""
 
 from __future__ import annotations
+from flowserve.tensor import Tensor
 
 
 def flatten(obj) -> tuple[list, object]:
     """``(leaves, spec)``: the tensors of ``obj`` in order, and its structure."""
-    from flowserve.tensor import Tensor
-
     leaves: list = []
 
     def walk(x):

@@ -11,6 +11,7 @@ results are bit-identical.
 from __future__ import annotations
 
 from flowserve.ir.graph import GraphIR
+from flowserve.ir.passes.dce import eliminate_dead_code
 
 # dtype -> dtypes that represent each of its values exactly
 _EXACT_IN = {
@@ -53,7 +54,6 @@ def fuse_cast_scale(ir: GraphIR) -> tuple[GraphIR, bool]:
         else:
             node.inputs = [origin]
     if removed:
-        from flowserve.ir.passes.dce import eliminate_dead_code
 
         eliminate_dead_code(ir)
     return ir, removed > 0

@@ -21,6 +21,8 @@ from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph.trace import Traced
 from flowserve.tensor import Tensor
+from flowserve import dtypes
+from flowserve.nn.graph.passes import lowering_ir
 
 
 def _versions(state: dict, skip=()) -> tuple:
@@ -49,8 +51,6 @@ class CompiledGraph:
 
     def _lower(self, fed: list, baked: dict):
         from flowserve.exporter.lower import lower_ir
-        from flowserve.nn.graph.passes import lowering_ir
-
         ir, lowerings = lowering_ir(self.traced.ir, self.options)
         kwargs = {"lowerings": lowerings} if lowerings else {}
         return lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
@@ -175,7 +175,6 @@ class _Deferred(list):
 
 
 def _np_dtype(name: str):
-    from flowserve import dtypes
 
     return dtypes.from_name(name).np
 

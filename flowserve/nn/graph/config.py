@@ -16,6 +16,7 @@
 """
 
 from __future__ import annotations
+from flowserve import dtypes
 
 STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")
 
@@ -54,8 +55,6 @@ class GraphConfig:
 
     def enable_amp(self, mode: bool = True, *, dtype=None) -> None:
         """Mixed precision: compute-bound ops in ``dtype`` (float16 default, or bfloat16)."""
-        from flowserve import dtypes
-
         name = dtypes.as_dtype(dtype).name if dtype is not None else "float16"
         if name not in ("float16", "bfloat16"):
             raise ValueError(f"enable_amp expects dtype flowserve.float16 or flowserve.bfloat16, got {name}")

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from flowserve._repr import meta_repr
+from flowserve.utils.tree import flatten
 
 
 class DebugPrinter:
@@ -64,6 +65,5 @@ class DebugPrinter:
 
 
 def _tensors(payload) -> list:
-    from flowserve.utils.tree import flatten
 
     return flatten(payload)[0]

@@ -15,6 +15,17 @@ from flowserve.nn.module import Module
 from flowserve.ops import creation
 from flowserve.tensor import Tensor
 from flowserve.utils.tree import flatten, unflatten
+from flowserve.amp import GradScaler, StaticGradScaler
+from flowserve.nn.graph.compiled import CompiledGraph
+from flowserve.nn.graph.debug import DebugPrinter
+from flowserve.nn.graph.memory import PeakMemory
+from flowserve.nn.graph.passes import run_graph_passes
+from flowserve.nn.graph.printing import graph_repr
+from flowserve.nn.graph.state import graph_state_dict
+from flowserve.nn.graph.state import load_graph_state_dict
+from flowserve.nn.graph.trace import trace_build
+from flowserve.optim.optimizer import Optimizer
+import numpy as np
 
 
 class Graph:
@@ -49,7 +60,6 @@ class Graph:
     # -- attributes (OneFlow's rules) ------------------------------------------------------
 
     def __setattr__(self, name: str, value) -> None:
-        from flowserve.optim.optimizer import Optimizer
 
         if isinstance(value, Module):
             self._add_module(name, value)
@@ -129,8 +139,6 @@ class Graph:
 
         The compiled training step then runs the optimizer's update after ``loss.backward()``
         in ``build()``; the scheduler steps after each call."""
-        from flowserve.optim.optimizer import Optimizer
-
         if optim is None:
             raise GraphError("optimizer cannot be None")
         if not isinstance(optim, Optimizer):
@@ -147,8 +155,6 @@ class Graph:
 
     def set_grad_scaler(self, grad_scaler=None) -> None:
         """Set the GradScaler (or StaticGradScaler) for gradient and loss scaling."""
-        from flowserve.amp import GradScaler, StaticGradScaler
-
         if not isinstance(grad_scaler, (GradScaler, StaticGradScaler)):
             raise GraphError("set_grad_scaler expects a flowserve.amp.GradScaler or StaticGradScaler, "
                              f"got {type(grad_scaler).__name__}")
@@ -157,23 +163,17 @@ class Graph:
     def state_dict(self, destination=None) -> OrderedDict:
         """A dictionary containing the whole state of the graph: its modules' state dicts
         under their attribute names, optimizer states, ``System-Train-TrainStep``."""
-        from flowserve.nn.graph.state import graph_state_dict
-
         return graph_state_dict(self, destination)
 
     def load_state_dict(self, state_dict, strict: bool = True) -> None:
         """Copy module states and other graph states from ``state_dict`` into this graph
         (only before the first call of the graph)."""
-        from flowserve.nn.graph.state import load_graph_state_dict
-
         load_graph_state_dict(self, state_dict, strict)
 
     def debug(self, v_level: int = 0, *, ranks=None, max_py_stack_depth: int = 2,
               only_user_py_stack: bool = True, op_repr_with_py_stack: bool = False) -> None:
         """Open (``v_level`` 0..3) or close (-1) the debug mode of the graph: what it prints
         while it builds and compiles at the first call (see ``flowserve.nn.graph.debug``)."""
-        from flowserve.nn.graph.debug import DebugPrinter
-
         if not isinstance(v_level, int):
             raise GraphError(f"v_level must be an int, got {type(v_level).__name__}")
         if v_level < -1:
@@ -214,7 +214,6 @@ class Graph:
         first_run = self._debug is not None and compiled.peak_memory is None
         object.__setattr__(self, "_last", compiled)
         if first_run:
-            from flowserve.nn.graph.memory import PeakMemory
 
             with PeakMemory() as peak:
                 outputs = compiled.run(leaves)
@@ -253,7 +252,6 @@ class Graph:
         if any(es[1:] != gs[1:] or ed != gd for (es, ed), (gs, gd) in zip(compiled.key[1], key[1])):
             return False
         if batch not in self._batch_verdicts:
-            from flowserve.nn.graph.trace import trace_build
 
             other = self._traced_quietly(trace_build, args, kwargs)
             ok = sig.batch_polymorphic(compiled.traced, compiled.batch, other, batch)
@@ -272,8 +270,6 @@ class Graph:
             object.__setattr__(self, "_debug", debug)
 
     def _compile(self, args, kwargs, leaves):
-        from flowserve.nn.graph.compiled import CompiledGraph
-        from flowserve.nn.graph.trace import trace_build
 
         start = time.perf_counter()
         self._log(0, "start building graph.")
@@ -307,7 +303,6 @@ class Graph:
             UserWarning, stacklevel=2)
 
     def _after_trace(self, ir, tracer) -> None:
-        from flowserve.nn.graph.passes import run_graph_passes
 
         run_graph_passes(self, ir, tracer)
 
@@ -318,12 +313,9 @@ class Graph:
     def __repr__(self) -> str:
         """The graph structure: GRAPH / CONFIG / MODULE / PARAMETER / BUFFER lines, plus
         INPUT / OUTPUT lines (of the graph and of each module) after the first call."""
-        from flowserve.nn.graph.printing import graph_repr
-
         return graph_repr(self)
 
 
 def _as_tensor_arg(a):
-    import numpy as np
 
     return creation.from_numpy(a) if isinstance(a, np.ndarray) else a

@@ -7,6 +7,8 @@ from flowserve.errors import GraphError
 from flowserve.nn.graph.graph import Graph
 from flowserve.nn.graph.trace import Traced, trace_build
 from flowserve.nn.module import Module
+from flowserve.nn.modules.loss import _Loss
+from flowserve.ops.creation import zeros
 
 
 class _ModelGraph(Graph):
@@ -32,8 +34,6 @@ def inference_traced(graph: Graph) -> Traced:
                          "compilation (flow.save and export use what that call traced).")
     if not graph.training:
         return compiled.traced
-    from flowserve.nn.modules.loss import _Loss
-
     traced = compiled.traced
     calls = [c for c in traced.module_calls if "." not in c[0] and not isinstance(c[1], _Loss)]
     if not calls:
@@ -59,6 +59,5 @@ def inference_traced(graph: Graph) -> Traced:
 
 
 def _sample(lazy):
-    from flowserve.ops.creation import zeros
 
     return zeros(*lazy.shape, dtype=lazy.dtype)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from flowserve.ops.creation import from_numpy
 from flowserve.tensor import Tensor
+from flowserve.nn.graph.compiled import CompiledGraph
+from flowserve.nn.graph.trace import Traced
+import numpy as np
 
 
 class LoadedGraph:
@@ -15,8 +18,6 @@ class LoadedGraph:
     """
 
     def __init__(self, manifest, ir, params: dict):
-        from flowserve.nn.graph.compiled import CompiledGraph
-        from flowserve.nn.graph.trace import Traced
 
         self.manifest = manifest
         self.ir = ir
@@ -59,6 +60,5 @@ class LoadedGraph:
 
 
 def _array(a):
-    import numpy as np
 
     return np.ascontiguousarray(a)

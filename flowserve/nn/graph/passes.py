@@ -13,6 +13,7 @@ from flowserve.ir.passes.amp import amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
+from flowserve.ir.passes.fuse_add_to_output import LOWERINGS, fuse_add_to_output
 
 
 def _native_low_precision(dtype: str) -> bool:
@@ -57,8 +58,6 @@ def lowering_ir(ir: GraphIR, options: dict) -> tuple[GraphIR, dict]:
     extra lowerings its fused nodes need."""
     if not options.get("fuse_add_to_output"):
         return ir, {}
-    from flowserve.ir.passes.fuse_add_to_output import LOWERINGS, fuse_add_to_output
-
     copy = GraphIR.from_json(ir.to_json(), where=f"graph {ir.name}")
     copy, changed = fuse_add_to_output(copy)
     return (copy, dict(LOWERINGS)) if changed else (ir, {})

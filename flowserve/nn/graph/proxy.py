@@ -6,6 +6,8 @@ gives the graph options of that module, ``.to(nn.Module)`` the module itself.
 """
 
 from __future__ import annotations
+from flowserve.device import as_device
+from flowserve.nn.module import Module
 
 
 class GraphModule:
@@ -54,7 +56,6 @@ class GraphModule:
 
 
 def _placement_name(placement, module: str):
-    from flowserve.device import as_device
 
     if placement is None:
         return None
@@ -82,7 +83,6 @@ class ProxyModule:
         return options[name]
 
     def to(self, kind):
-        from flowserve.nn.module import Module
 
         if kind is GraphModule:
             return self._graph_module_of(self._name, self._oneflow_internal_origin)
@@ -94,7 +94,6 @@ class ProxyModule:
         return self._oneflow_internal_origin(*args, **kwargs)
 
     def _wrap(self, value, name: str):
-        from flowserve.nn.module import Module
 
         if isinstance(value, Module):
             return ProxyModule(value, f"{self._name}.{name}", self._options)

@@ -14,6 +14,8 @@ from flowserve.ir.tracer import Tracer
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as F
 from flowserve.utils.tree import flatten, leaf_names, unflatten
+from flowserve import dtypes
+from flowserve.device import CPU
 
 TRAIN_STEP = "System-Train-TrainStep"
 LOSS_SCALE = "System-Train-LossScale"
@@ -144,13 +146,11 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
 
 
 def _f32_dtype():
-    from flowserve import dtypes
 
     return dtypes.float32
 
 
 def _cpu():
-    from flowserve.device import CPU
 
     return CPU
 

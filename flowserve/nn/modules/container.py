@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from flowserve.nn.module import Module
+from flowserve.nn.parameter import Parameter
 
 
 class Sequential(Module):
@@ -111,7 +112,6 @@ class ParameterList(Module):
             self.append(v)
 
     def _as_parameter(self, value):
-        from flowserve.nn.parameter import Parameter
 
         return value if isinstance(value, Parameter) else Parameter(value)
 
@@ -154,7 +154,6 @@ class ParameterDict(Module):
         return self._parameters[key]
 
     def __setitem__(self, key: str, value) -> None:
-        from flowserve.nn.parameter import Parameter
 
         self.register_parameter(key, value if isinstance(value, Parameter) else Parameter(value))
 

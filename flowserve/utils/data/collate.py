@@ -8,6 +8,8 @@ import numbers
 import numpy as np
 
 from flowserve.tensor import Tensor
+from flowserve.ops.creation import tensor
+from flowserve.ops.functional import stack
 
 
 def _is_namedtuple(x) -> bool:
@@ -15,7 +17,6 @@ def _is_namedtuple(x) -> bool:
 
 
 def _numpy_to_tensor(array: np.ndarray) -> Tensor:
-    from flowserve.ops.creation import tensor
 
     if array.dtype.kind in "USO":
         raise TypeError(f"default_collate: numpy arrays of dtype {array.dtype} cannot become tensors")
@@ -23,7 +24,6 @@ def _numpy_to_tensor(array: np.ndarray) -> Tensor:
 
 
 def _collate_numbers(batch: list) -> Tensor:
-    from flowserve.ops.creation import tensor
 
     elem = batch[0]
     if isinstance(elem, np.generic):
@@ -57,8 +57,6 @@ def default_collate(batch: list):
     >>> batch[0].shape, batch[1].tolist()
     (flowserve.Size([2, 2]), [1, 0])
     """
-    from flowserve.ops.functional import stack
-
     elem = batch[0]
     if isinstance(elem, Tensor):
         return stack(batch, 0)

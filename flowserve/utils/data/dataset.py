@@ -8,6 +8,7 @@ import math
 
 from flowserve.errors import ShapeError
 from flowserve.tensor import Tensor
+from flowserve.ops.creation import randperm
 
 
 class Dataset:
@@ -137,8 +138,6 @@ def random_split(dataset, lengths, generator=None) -> list[Subset]:
     >>> len(train), len(val)
     (8, 2)
     """
-    from flowserve.ops.creation import randperm
-
     counts = _split_lengths(lengths, len(dataset))
     order = randperm(sum(counts), generator=generator).tolist()
     subsets, offset = [], 0

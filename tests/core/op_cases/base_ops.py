@@ -48,4 +48,5 @@ CASES = {
     "softmax": [Case([(3, 5)], {"axis": 0})],
     "one_hot": [Case([integers((4,), 0, 5)], {"num_classes": 5, "dtype": "float32"})],
     "copy": [Case([(2, 3)])],
+    "to_device": [Case([(2, 3)], dict(device="cpu"))],
 }
