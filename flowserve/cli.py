@@ -18,10 +18,10 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from flowserve.clients.cli import perf
-    from flowserve.demo import demo
-    from flowserve.exporter.cli import export, inspect
-    from flowserve.server.cli import serve
+    from flowserve.clients.cli import perf  # local: each subcommand's stack loads only when the CLI runs
+    from flowserve.demo import demo  # local: as above
+    from flowserve.exporter.cli import export, inspect  # local: exporter sits above the core
+    from flowserve.server.cli import serve  # local: server sits above the core
 
     app.command("demo")(demo)
     app.command("export")(export)

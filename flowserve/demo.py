@@ -106,8 +106,8 @@ def demo(
     workdir: str = typer.Option("", help="Where to write the saved graph and model.onnx (default: a temp dir)."),
 ) -> None:
     """Train in graph mode, save, export ONNX, serve on loopback, query, and stop."""
-    from flowserve.clients import HTTPClient
-    from flowserve.exporter import export
+    from flowserve.clients import HTTPClient  # local: demo drives the client stack
+    from flowserve.exporter import export  # local: exporter sits above the core
 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="flowserve-demo-"))
     typer.echo(f"1. training a 16-64-3 classifier in graph mode ({steps} steps)")

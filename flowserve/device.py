@@ -56,7 +56,7 @@ def _one_line(exc: Exception) -> str:
 def _cuda_status() -> tuple[bool, str, int]:
     """``(usable, why not, device count)``, probed once."""
     try:
-        import cupy  # noqa: F401
+        import cupy  # noqa: F401  # local: CuPy is optional, probed once
     except ImportError as exc:
         return False, f"CuPy is not installed ({_one_line(exc)}); install cupy-cuda12x to use 'cuda'", 0
     except Exception as exc:  # a CUDA library that fails to load
@@ -98,7 +98,7 @@ def array_module(d: device):
     """numpy for the CPU, CuPy for a CUDA device: kernels are written against either."""
     if d.type == "cpu":
         return np
-    import cupy
+    import cupy  # local: CuPy is optional, loaded for a GPU only
 
     return cupy
 
@@ -108,7 +108,7 @@ def to_device_array(array, d: device):
     only when it lives elsewhere)."""
     if d.type == "cpu":
         return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else array
-    import cupy
+    import cupy  # local: CuPy is optional, loaded for a GPU only
 
     if array.dtype == dtypes.bfloat16.np:
         raise DeviceError(f"cannot move a bfloat16 tensor to '{d}': CuPy has no bfloat16 arrays; "

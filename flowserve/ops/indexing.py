@@ -103,7 +103,7 @@ def scatter_add(xp, x, index, src, axis: int):
     if xp.__name__ == "numpy":
         xp.add.at(out, grid, src)
     else:
-        import cupyx
+        import cupyx  # local: CuPy is optional
 
         cupyx.scatter_add(out, grid, src)
     return out

@@ -40,11 +40,11 @@ def _erf_vjp(ctx, g):
 def _erf_array(xp, x):
     """erf with SciPy (or CuPy's) where installed, else Python's ``math.erf`` per element."""
     if xp is not np:
-        from cupyx.scipy import special
+        from cupyx.scipy import special  # local: CuPy is optional
 
         return special.erf(x)
     try:
-        from scipy import special
+        from scipy import special  # local: SciPy is optional
     except ImportError:
         return np.asarray(np.frompyfunc(_math.erf, 1, 1)(x.astype(np.float64)), np.float64).astype(x.dtype)
     return special.erf(x)

@@ -117,3 +117,17 @@ def test_set_grad_scaler_checks_its_argument():
     graph = TrainGraph(mlp(), flow.optim.SGD(mlp().parameters(), lr=0.1))
     with pytest.raises(flow.errors.GraphError, match="GradScaler"):
         graph.set_grad_scaler(2.0)
+
+
+@pytest.mark.parametrize("dtype", [flow.float16, flow.bfloat16])
+def test_saved_amp_graph_does_not_depend_on_the_tracing_machines_gpu(dtype, monkeypatch):
+    """The traced (saved) IR is the same whether or not ONNX Runtime could use a GPU here."""
+    import flowserve.exporter.runtime as ort_runtime
+
+    x, y = data()
+    _, plain, _ = _losses(mlp, x, y, dtype, steps=1)
+    monkeypatch.setattr(ort_runtime, "cuda_usable", lambda: True)
+    _, with_gpu, _ = _losses(mlp, x, y, dtype, steps=1)
+    ir, expected = with_gpu._last.traced.ir, plain._last.traced.ir
+    assert ir.attrs["amp"] == expected.attrs["amp"] == {"dtype": dtype.name, "native": False}
+    assert [(n.op, n.attrs) for n in ir.nodes] == [(n.op, n.attrs) for n in expected.nodes]

@@ -50,14 +50,15 @@ class CompiledGraph:
         self._build_session()
 
     def _lower(self, fed: list, baked: dict):
-        from flowserve.exporter.lower import lower_ir
+        from flowserve.exporter.lower import lower_ir  # local: graph mode loads ONNX on first compile
+
         ir, lowerings = lowering_ir(self.traced.ir, self.options)
         kwargs = {"lowerings": lowerings} if lowerings else {}
         return lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
                         dynamic_batch=self.dynamic_batch, **kwargs)
 
     def _build_session(self) -> None:
-        from flowserve.exporter.runtime import create_session
+        from flowserve.exporter.runtime import create_session  # local: as above
 
         state = self.traced.state
         if self.training:
@@ -107,7 +108,7 @@ class CompiledGraph:
 
     def _bind_state_outputs(self, binding) -> dict:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
-        from onnxruntime import OrtValue
+        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
 
         new = {}
         for name in self.update_names:
@@ -125,7 +126,7 @@ class CompiledGraph:
     def _bind_user_outputs(self, binding, inputs) -> list:
         """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
         the shapes stay the same (outputs are copied out after the run)."""
-        from onnxruntime import OrtValue
+        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
 
         shapes = self._output_shapes(inputs)
         size = self.options.get("outputs_buffer_size", 2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code
-from flowserve.ir.passes.amp import amp_cast
+from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
@@ -17,12 +17,15 @@ from flowserve.ir.passes.fuse_add_to_output import LOWERINGS, fuse_add_to_output
 
 
 def _native_low_precision(dtype: str) -> bool:
-    """Whether the runtime has real low-precision kernels. ONNX Runtime's CPU provider
-    runs float16 Conv/MatMul in float32 with the casts removed (measured: results equal
-    float32 exactly) and has no bfloat16 ones, so on CPU the pass emulates both."""
-    from flowserve.exporter.runtime import cuda_usable
-
-    return cuda_usable()
+    """Whether the saved IR computes ``dtype`` natively. A saved graph is a deployment
+    format: it must give the same numbers wherever it runs, not depend on the GPU of the
+    machine that traced it. Native float16 rounds on CUDA but not on ONNX Runtime's CPU
+    provider (which runs float16 Conv/MatMul in float32 with the casts removed), and the
+    CPU provider has no bfloat16 kernels; the emulated form (inputs and outputs rounded
+    through ``dtype``, float32 compute, as tensor cores accumulate) is the same on both."""
+    if dtype not in LOW_PRECISION:
+        raise ValueError(f"AMP dtype must be one of {LOW_PRECISION}, got {dtype!r}")
+    return False
 
 
 def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:

@@ -1,0 +1,60 @@
+"""The public surface: every name of ``flowserve.*`` (``flow.tensor``, ``flow.add``,
+``flow.nn``, ``flow.save``, ...), imported explicitly. ``flowserve/__init__.py`` loads this
+module on the first attribute access, so ``import flowserve.clients`` loads no core.
+
+>>> import flowserve as flow
+>>> x = flow.randn(2, 3)
+>>> flow.matmul(x, flow.ones(3, 1)).shape
+flowserve.Size([2, 1])
+"""
+
+from flowserve import dtypes as _dtypes
+from flowserve.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from flowserve.device import cuda, device
+from flowserve.dtypes import dtype
+from flowserve.tensor import Size, Tensor
+from flowserve.ops import methods as _methods  # noqa: F401  (installs the Tensor method table)
+from flowserve.ops.functional import *  # noqa: F401,F403  (its __all__ is an explicit list)
+from flowserve.ops.functional import __all__ as _functional_names
+from flowserve.ops.creation import (
+    Generator,
+    arange,
+    empty,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    randperm,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from flowserve.ops.creation import empty_like, randint_like  # noqa: E402
+from flowserve.ops.functional import all_ as all, any_ as any, max_ as max, min_ as min  # noqa: E402,A001
+from flowserve import autograd, nn, optim  # noqa: E402
+from flowserve import amp  # noqa: E402
+from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
+from flowserve.serialization import load, save  # noqa: E402
+
+bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool
+uint8, int8, int16, int32, int64 = _dtypes.uint8, _dtypes.int8, _dtypes.int16, _dtypes.int32, _dtypes.int64
+float16, bfloat16, float32, float64 = _dtypes.float16, _dtypes.bfloat16, _dtypes.float32, _dtypes.float64
+half, float, double, long, int = float16, float32, float64, int64, int32  # noqa: A001
+
+__all__ = _functional_names + [
+    "Generator", "Size", "Tensor", "amp", "arange", "autograd", "bfloat16", "bool", "cuda", "device", "double",
+    "dtype", "empty", "empty_like", "enable_grad", "eye", "float", "float16", "float32", "float64", "from_numpy",
+    "full", "full_like", "half", "inference_mode", "int", "int8", "int16", "int32", "int64", "is_grad_enabled",
+    "linspace", "load", "long", "manual_seed", "max", "min", "all", "any", "nn", "no_grad", "ones", "ones_like",
+    "optim", "rand", "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "save",
+    "set_grad_enabled", "tensor", "uint8", "utils", "zeros", "zeros_like",
+]
