@@ -9,6 +9,7 @@ from flowserve.errors import ExportError
 from flowserve.exporter import versions
 from flowserve.exporter.builder import Builder
 from flowserve.exporter.lowering import LOWERINGS, LoweringContext
+from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.ir.graph import GraphIR
 
 UPDATE_SUFFIX = ":new"
@@ -42,7 +43,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.initializer(name, np.asarray(array))
     ctx = LoweringContext(ir, b, dynamic_batch)
     for node in ir.nodes:
-        lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op)
+        lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)

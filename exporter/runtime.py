@@ -1,35 +1,65 @@
-"""ONNX Runtime sessions for graph mode: providers chosen quietly, threads sized to the machine."""
+"""The one ONNX Runtime module: CUDA detection, provider choice, session options and the
+session factory, for graph mode, the exporter's checks and the server alike.
+
+CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver reports a
+device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
+
+    session = create_session(model_proto, device="auto")
+"""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 
 import onnx
 import onnxruntime as ort
 
+from flowserve.errors import DeviceError
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+DEVICES = ("auto", "cpu", "cuda")
+_QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver); never logs."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
 
 def cuda_usable() -> bool:
-    """Whether the CUDA provider can really run here (built in, and a GPU visible)."""
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return False
-    from flowserve.device import cuda
-
-    return cuda.is_available() or _nvidia_device_present()
+    """Whether onnxruntime can run on a GPU here (provider built in, a device visible)."""
+    return CUDA_PROVIDER in ort.get_available_providers() and cuda_device_count() > 0
 
 
-def _nvidia_device_present() -> bool:
-    return os.path.exists("/dev/nvidia0") or os.path.exists("/proc/driver/nvidia/version")
-
-
-def providers(device: str = "auto", options: dict | None = None) -> list:
-    """Execution providers for ``device``; graph ``options`` tune the CUDA provider
-    (``cudnn_conv_heuristic_search_algo``: cuDNN's heuristic instead of exhaustive search)."""
-    if device == "cpu" or (device == "auto" and not cuda_usable()):
-        return ["CPUExecutionProvider"]
-    cuda = {}
+def choose_providers(device: str = "auto", options: dict | None = None) -> list:
+    """Execution providers for ``device`` ("auto", "cpu" or "cuda"); an nn.Graph's config
+    ``options`` tune the CUDA provider (``cudnn_conv_heuristic_search_algo``: cuDNN's
+    heuristic instead of exhaustive search). Raises ``DeviceError`` for an unknown device
+    or for "cuda" where no GPU is usable."""
+    if device not in DEVICES:
+        raise DeviceError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu":
+        return [CPU_PROVIDER]
+    if not cuda_usable():
+        if device == "cuda":
+            raise DeviceError(
+                "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
+                f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)")
+        return [CPU_PROVIDER]
     if (options or {}).get("cudnn_conv_heuristic_search_algo"):
-        cuda["cudnn_conv_algo_search"] = "HEURISTIC"
-    return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
+        return [(CUDA_PROVIDER, {"cudnn_conv_algo_search": "HEURISTIC"}), CPU_PROVIDER]
+    return [CUDA_PROVIDER, CPU_PROVIDER]
 
 
 # nn.Graph's straighten modes -> ONNX Runtime's execution order. ORT's default topological
@@ -39,17 +69,18 @@ _EXECUTION_ORDER = {"Disable": "DEFAULT", "MemoryFirst": "DEFAULT", "SpeedFirst"
                     "OverlapCpuGpu": "PRIORITY_BASED", "DelayShortGpu": "PRIORITY_BASED"}
 
 
-def session_options(*, graph_mode: bool = False, threads: int | None = None, options: dict | None = None):
-    """Session options; ``options`` are an nn.Graph's config options:
-    ``straighten_algorithm`` picks the execution order, ``compress_memory`` returns
-    memory to the system as soon as tensors die (no arena caching freed blocks)."""
+def session_options(*, instances: int = 1, threads: int = 0, options: dict | None = None) -> ort.SessionOptions:
+    """Options for one of ``instances`` sessions sharing the cores (``threads`` overrides
+    the share). Threads do not spin: sessions share the cores with eager numpy and with
+    each other. ``options`` are an nn.Graph's config options: ``straighten_algorithm``
+    picks the execution order, ``compress_memory`` returns memory to the system as soon
+    as tensors die (no arena caching freed blocks)."""
     so = ort.SessionOptions()
-    so.log_severity_level = 3  # errors only: no provider fallback noise
+    so.log_severity_level = _QUIET  # errors only: no provider fallback noise
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads or os.cpu_count() or 1
-    if graph_mode:
-        # graph mode shares the cores with eager numpy: spinning threads would slow both
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.intra_op_num_threads = threads or max(1, (os.cpu_count() or 1) // max(1, instances))
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options = options or {}
     if options.get("compress_memory"):
         so.enable_cpu_mem_arena = False
@@ -60,9 +91,10 @@ def session_options(*, graph_mode: bool = False, threads: int | None = None, opt
     return so
 
 
-def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", graph_mode: bool = False,
-                   threads: int | None = None, options: dict | None = None) -> ort.InferenceSession:
+def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", instances: int = 1,
+                   threads: int = 0, options: dict | None = None) -> ort.InferenceSession:
+    """An ONNX Runtime session of ``model`` (a proto, its bytes, or a path) on ``device``."""
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, sess_options=session_options(graph_mode=graph_mode, threads=threads,
+    return ort.InferenceSession(data, sess_options=session_options(instances=instances, threads=threads,
                                                                    options=options),
-                                providers=providers(device, options))
+                                providers=choose_providers(device, options))

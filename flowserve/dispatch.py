@@ -167,7 +167,7 @@ class EvalInterpreter(Interpreter):
             outputs = tuple(first._wrap(r, device) for r in result)
         else:
             outputs = (first._wrap(result, device),)
-        if self.grad_enabled and prim.differentiable:
+        if self.grad_enabled and prim.differentiable:  # tape.record_if_wanted, inlined: hot path
             for t in inputs:
                 if t._requires_grad:
                     tape.record(prim, inputs, outputs, attrs)

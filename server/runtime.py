@@ -1,9 +1,8 @@
-"""ONNX Runtime sessions: provider choice, session options, and one batch run.
+"""One model instance's ONNX Runtime session and its batch run.
 
-``choose_providers("auto")`` picks CUDA only when onnxruntime has the CUDA
-provider *and* a CUDA driver reports a device, so a CPU-only machine never sees
-provider-fallback errors in its logs. ``OrtRunner`` owns one session (one model
-instance) and runs a dict of arrays::
+Sessions, provider choice and CUDA detection come from the one runtime module,
+``flowserve.exporter.runtime``. ``OrtRunner`` owns one session (one model instance),
+converts at the boundary (bfloat16, strings) and runs a dict of arrays::
 
     runner = OrtRunner(model_proto, device="cpu")
     outputs = runner.run({"x": np.ones((1, 4), np.float32)})
@@ -11,68 +10,15 @@ instance) and runs a dict of arrays::
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import os
-
 import ml_dtypes
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from flowserve.errors import DeviceError
+from flowserve.exporter.runtime import CUDA_PROVIDER, choose_providers, create_session
+
 from .errors import InferenceFailedError, ModelLoadError
-
-CUDA_PROVIDER = "CUDAExecutionProvider"
-CPU_PROVIDER = "CPUExecutionProvider"
-_QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_device_count() -> int:
-    """CUDA devices the driver reports (0 without a driver); never logs."""
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return count.value
-
-
-def cuda_usable() -> bool:
-    """True when onnxruntime can run on a GPU here."""
-    return CUDA_PROVIDER in ort.get_available_providers() and cuda_device_count() > 0
-
-
-def choose_providers(device: str) -> list[str]:
-    """Execution providers for ``device`` ("auto", "cpu" or "cuda")."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise ModelLoadError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
-    if device == "cpu":
-        return [CPU_PROVIDER]
-    if cuda_usable():
-        return [CUDA_PROVIDER, CPU_PROVIDER]
-    if device == "cuda":
-        raise ModelLoadError(
-            "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
-            f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)"
-        )
-    return [CPU_PROVIDER]
-
-
-def session_options(instances: int, intra_op_threads: int = 0) -> ort.SessionOptions:
-    """Options for one of ``instances`` sessions, threads shared out over the cores."""
-    options = ort.SessionOptions()
-    options.log_severity_level = _QUIET
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    cores = os.cpu_count() or 1
-    options.intra_op_num_threads = intra_op_threads or max(1, cores // max(1, instances))
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
-
 
 def widen_bfloat16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str], set[str]]:
     """Copy of ``model`` whose bfloat16 inputs/outputs are float32 (exact casts).
@@ -127,13 +73,13 @@ class OrtRunner:
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
                  intra_op_threads: int = 0):
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
-        self.providers = choose_providers(device)
         try:
-            self._session = ort.InferenceSession(
-                model.SerializeToString(),
-                sess_options=session_options(instances, intra_op_threads),
-                providers=self.providers,
-            )
+            self.providers = choose_providers(device)
+        except DeviceError as exc:
+            raise ModelLoadError(str(exc)) from None
+        try:
+            self._session = create_session(model, device=device, instances=instances,
+                                           threads=intra_op_threads)
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
         self._string_inputs = {

@@ -1,8 +1,8 @@
 """Exporter passes: rewrite an inference IR before it is lowered to ONNX.
 
 Each pass is one file with one job. A pass takes an ``ExportGraph`` (the IR, the arrays
-that will become initializers, the fused groups formed so far) and returns how many
-rewrites it made. Fusion passes replace a matched group of nodes by one node whose op
+that will become initializers, the fused groups formed so far) and returns
+``PassResult(g, modified)``, the convention of the core's IR passes too. Fusion passes replace a matched group of nodes by one node whose op
 is ``fused.<Kind>`` (see ``exporter/fused.py`` for how each kind is emitted).
 
 >>> g = ExportGraph.of(ir, arrays)          # doctest: +SKIP
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ir.passes import eliminate_dead_code
 
 FUSED_PREFIX = "fused."
 
@@ -47,7 +48,7 @@ class ExportGraph:
     @classmethod
     def of(cls, ir: GraphIR, arrays: dict) -> "ExportGraph":
         """A private copy of ``ir`` (passes never touch the caller's graph)."""
-        copy = GraphIR.from_json(ir.to_json(), where=f"graph {ir.name}")
+        copy = ir.copy()
         return cls(copy, {k: arrays[k] for k in copy.state})
 
     # -- queries the patterns need ------------------------------------------------------
@@ -98,17 +99,10 @@ class ExportGraph:
         self.refresh()
 
     def prune(self) -> None:
-        """Drop nodes whose outputs nobody reads, and state nothing reads."""
-        needed = {v.name for v in self.ir.outputs}
-        kept = []
-        for node in reversed(self.ir.nodes):
-            if any(o in needed for o in node.outputs):
-                kept.append(node)
-                needed.update(node.inputs)
-        self.ir.nodes = kept[::-1]
-        for name in [k for k in self.ir.state if k not in needed]:
-            del self.ir.state[name], self.ir.state_kinds[name]
-            self.consts.pop(name, None)
+        """Drop nodes whose outputs nobody reads, and state nothing reads (the core's DCE)."""
+        eliminate_dead_code(self.ir, drop_unused_state=True)
+        for name in [k for k in self.consts if k not in self.ir.state]:
+            del self.consts[name]
         self.refresh()
 
 

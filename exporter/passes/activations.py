@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
 
 ELEMENTWISE = {"add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
@@ -112,18 +113,18 @@ def _fuse_from(g: ExportGraph, x: str, kinds: tuple) -> bool:
     return False
 
 
-def _fuse(g: ExportGraph, kinds: tuple) -> int:
+def _fuse(g: ExportGraph, kinds: tuple) -> PassResult:
     count = 0
     candidates = [v.name for v in g.ir.inputs] + [o for n in g.ir.nodes for o in n.outputs]
     for x in candidates:
         if not g.is_const(x) and x in g.ir.values and _fuse_from(g, x, kinds):
             count += 1
-    return count
+    return PassResult(g, count > 0)
 
 
-def fuse_gelu(g: ExportGraph) -> int:
+def fuse_gelu(g: ExportGraph) -> PassResult:
     return _fuse(g, ("Gelu",))
 
 
-def fuse_silu(g: ExportGraph) -> int:
+def fuse_silu(g: ExportGraph) -> PassResult:
     return _fuse(g, ("SiLU",))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.ir.graph import PassResult
 
 
 def _scalar(g: ExportGraph, name: str):
@@ -125,9 +126,9 @@ def fuse_one(g: ExportGraph, softmax) -> bool:
     return True
 
 
-def fuse_attention(g: ExportGraph) -> int:
+def fuse_attention(g: ExportGraph) -> PassResult:
     count = 0
     for node in list(g.ir.nodes):
         if node.op == "softmax" and node in g.ir.nodes and fuse_one(g, node):
             count += 1
-    return count
+    return PassResult(g, count > 0)

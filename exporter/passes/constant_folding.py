@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.exporter.passes import FUSED_PREFIX, ExportGraph
+from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
 
 
@@ -28,13 +29,13 @@ def _foldable(g: ExportGraph, node, keep_layout: bool) -> bool:
     return all(int(np.prod(g.ir.values[o].shape)) <= max(biggest, 1) for o in node.outputs)
 
 
-def fold_constants_early(g: ExportGraph) -> int:
+def fold_constants_early(g: ExportGraph) -> PassResult:
     """Fold before fusion, but keep transposes of parameters for the Gemm pass to absorb
     (so the initializer keeps the parameter's ``state_dict`` name)."""
     return fold_constants(g, keep_layout=True)
 
 
-def fold_constants(g: ExportGraph, keep_layout: bool = False) -> int:
+def fold_constants(g: ExportGraph, keep_layout: bool = False) -> PassResult:
     folded = []
     for node in g.ir.nodes:
         if not _foldable(g, node, keep_layout):
@@ -49,4 +50,4 @@ def fold_constants(g: ExportGraph, keep_layout: bool = False) -> int:
         g.ir.nodes = [n for n in g.ir.nodes if id(n) not in dropped]
         g.folded += len(folded)
         g.refresh()
-    return len(folded)
+    return PassResult(g, bool(folded))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.act_match import activation_after
 
 AFFINE = ("add", "sub", "mul", "div")
@@ -109,9 +110,9 @@ def fuse_one(g: ExportGraph, conv) -> bool:
     return True
 
 
-def fuse_conv(g: ExportGraph) -> int:
+def fuse_conv(g: ExportGraph) -> PassResult:
     count = 0
     for node in list(g.ir.nodes):
         if node.op == "conv" and node in g.ir.nodes and fuse_one(g, node):
             count += 1
-    return count
+    return PassResult(g, count > 0)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.act_match import activation_after
 
 
@@ -64,9 +65,9 @@ def fuse_one(g: ExportGraph, matmul) -> bool:
     return True
 
 
-def fuse_gemm(g: ExportGraph) -> int:
+def fuse_gemm(g: ExportGraph) -> PassResult:
     count = 0
     for node in list(g.ir.nodes):
         if node.op == "matmul" and node in g.ir.nodes and fuse_one(g, node):
             count += 1
-    return count
+    return PassResult(g, count > 0)

@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.activations import sub_cone
 from flowserve.ir.interpreter import run_node
 
@@ -120,10 +121,10 @@ def _residual_add(g: ExportGraph, x: str, nodes: list):
     return add if all(u in nodes for u in g.users(x)) else None
 
 
-def fuse_layernorm(g: ExportGraph) -> int:
+def fuse_layernorm(g: ExportGraph) -> PassResult:
     count = 0
     candidates = [v.name for v in g.ir.inputs] + [o for n in g.ir.nodes for o in n.outputs]
     for x in candidates:
         if x in g.ir.values and not g.is_const(x) and _fuse_from(g, x):
             count += 1
-    return count
+    return PassResult(g, count > 0)

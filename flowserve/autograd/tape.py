@@ -55,6 +55,14 @@ def linked(value, node: TapeNode, index: int):
     return t
 
 
+def record_if_wanted(prim, inputs, outputs, attrs) -> None:
+    """``record`` when an input requires grad (the caller checked grad mode)."""
+    for t in inputs:
+        if t._requires_grad:
+            record(prim, inputs, outputs, attrs)
+            return
+
+
 def record(prim, inputs, outputs, attrs) -> None:
     """Attach a node for ``prim`` to its floating point ``outputs``."""
     parents = tuple(

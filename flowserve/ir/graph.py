@@ -8,7 +8,9 @@ values by module scope and op (``model.0/matmul_3``).
 
 from __future__ import annotations
 
+import copy as _copy
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +58,17 @@ class Node:
 STATE_KINDS = ("parameter", "buffer", "optimizer", "constant", "system")
 
 
+class PassResult(NamedTuple):
+    """What every pass returns, in ``flowserve/ir/passes`` and ``exporter/passes`` alike:
+    the graph it rewrote (in place) and whether it changed anything (onnx-ir's shape).
+
+    >>> ir, modified = eliminate_dead_code(ir)     # doctest: +SKIP
+    """
+
+    ir: object  # a GraphIR, or the exporter's ExportGraph around one
+    modified: bool
+
+
 @dataclass
 class GraphIR:
     """A traced graph.
@@ -99,6 +112,23 @@ class GraphIR:
         for node in self.nodes:
             counts[node.op] = counts.get(node.op, 0) + 1
         return dict(sorted(counts.items()))
+
+    def copy(self) -> "GraphIR":
+        """An independent copy (nodes, values, signature, state, attrs), made directly
+        rather than through JSON; values shared between fields stay shared."""
+        copies: dict = {}
+
+        def value(v: Value) -> Value:
+            if id(v) not in copies:
+                copies[id(v)] = Value(v.name, tuple(v.shape), v.dtype)
+            return copies[id(v)]
+
+        nodes = [Node(n.op, list(n.inputs), list(n.outputs), _copy.deepcopy(n.attrs), n.scope, n.loc)
+                 for n in self.nodes]
+        return GraphIR(self.name, [value(v) for v in self.inputs], [value(v) for v in self.outputs],
+                       {k: value(v) for k, v in self.state.items()}, dict(self.state_kinds), nodes,
+                       {k: value(v) for k, v in self.values.items()}, dict(self.updates),
+                       _copy.deepcopy(self.attrs))
 
     # -- JSON ------------------------------------------------------------------------
 

@@ -70,10 +70,7 @@ class TraceInterpreter(Interpreter):
     def process(self, prim, inputs, attrs) -> tuple:
         lifted, outputs = self.trace.record(prim, inputs, attrs, self.grad_enabled)
         if self.grad_enabled and prim.differentiable:
-            for t in lifted:
-                if t._requires_grad:
-                    tape.record(prim, lifted, outputs, attrs)
-                    break
+            tape.record_if_wanted(prim, lifted, outputs, attrs)
         return outputs
 
     def with_grad(self, enabled: bool) -> "TraceInterpreter":

@@ -15,7 +15,7 @@ which is what tensor cores do (low-precision inputs, float32 accumulation).
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 
 LOW_PRECISION = ("float16", "bfloat16")
 
@@ -70,7 +70,7 @@ class _Rewriter:
             self.nodes.append(Node("cast", [src], [name], {"dtype": "float32"}, node.scope, node.loc))
 
 
-def amp_cast(ir: GraphIR, dtype: str = "float16", *, native: bool = True) -> tuple[GraphIR, bool]:
+def amp_cast(ir: GraphIR, dtype: str = "float16", *, native: bool = True) -> PassResult:
     """Run matmuls and convolutions of ``ir`` in ``dtype``; ``native=False`` emulates it
     in float32 with rounding through ``dtype`` (for runtimes without such kernels)."""
     if dtype not in LOW_PRECISION:
@@ -81,4 +81,4 @@ def amp_cast(ir: GraphIR, dtype: str = "float16", *, native: bool = True) -> tup
         rewriter.rewrite(node)
     ir.nodes = rewriter.nodes
     ir.attrs["amp"] = {"dtype": dtype, "native": native}
-    return ir, len(ir.nodes) != before
+    return PassResult(ir, len(ir.nodes) != before)

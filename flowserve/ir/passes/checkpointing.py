@@ -11,7 +11,7 @@ after the forward pass instead of living until the backward pass reaches them.
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 
 RECOMPUTED = "@recompute"
 
@@ -49,12 +49,12 @@ class _Recomputer:
         return self.mapping[name]
 
 
-def checkpoint_activations(ir: GraphIR, scopes, forward_values: set) -> tuple[GraphIR, bool]:
+def checkpoint_activations(ir: GraphIR, scopes, forward_values: set) -> PassResult:
     """Recompute forward values of modules in ``scopes`` (and their submodules) for the
     backward nodes (nodes whose outputs are not in ``forward_values``) that read them."""
     scopes = set(scopes)
     if not scopes:
-        return ir, False
+        return PassResult(ir, False)
     checkpointed = {}
     for node in ir.nodes:
         if _in_scopes(node.scope, scopes) and _recomputable(node) and all(o in forward_values for o in node.outputs):
@@ -72,4 +72,4 @@ def checkpoint_activations(ir: GraphIR, scopes, forward_values: set) -> tuple[Gr
         nodes.append(node)
     ir.nodes = nodes
     ir.attrs["activation_checkpointing"] = sorted(scopes)
-    return ir, changed
+    return PassResult(ir, changed)

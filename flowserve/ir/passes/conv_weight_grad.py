@@ -20,7 +20,7 @@ changes.
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 
 MIN_KERNEL = 16  # kernel positions (kh*kw) from which a conv is a weight gradient
 MAX_OUTPUT = 16  # output positions (oh*ow) up to which taps are worth unrolling
@@ -79,7 +79,7 @@ def _rewrite(ir: GraphIR, node: Node) -> list:
     return e.nodes
 
 
-def conv_weight_grad_as_matmul(ir: GraphIR) -> tuple[GraphIR, bool]:
+def conv_weight_grad_as_matmul(ir: GraphIR) -> PassResult:
     nodes, changed = [], False
     for node in ir.nodes:
         if _matches(ir, node):
@@ -88,4 +88,4 @@ def conv_weight_grad_as_matmul(ir: GraphIR) -> tuple[GraphIR, bool]:
         else:
             nodes.append(node)
     ir.nodes = nodes
-    return ir, changed
+    return PassResult(ir, changed)

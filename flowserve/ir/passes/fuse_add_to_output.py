@@ -2,14 +2,14 @@
 operand is a 2-D matmul's result, used nowhere else, is done by the matmul itself
 (ONNX ``Gemm``: ``y = x @ w + c``), so the product is written once, with the addend.
 
-The fused node's op is ``fused.AddToOutput``; graph-mode lowering emits it
-(``LOWERINGS`` below). The pass runs on the private copy of the IR that graph mode
-lowers, never on the IR a graph saves.
+The fused node's op is ``fused.AddToOutput``; the exporter lowers it
+(``flowserve.exporter.lowering.graph_mode``). The pass runs on the private copy of the IR
+that graph mode lowers, never on the IR a graph saves.
 """
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR, Node
+from flowserve.ir.graph import GraphIR, Node, PassResult
 
 FUSED_OP = "fused.AddToOutput"
 
@@ -22,7 +22,7 @@ def _addend_fits(ir: GraphIR, addend: str, out: str) -> bool:
     return tuple(a.shape) in ((cols,), (1, cols), (rows, cols), (rows, 1), (), (1,), (1, 1))
 
 
-def fuse_add_to_output(ir: GraphIR) -> tuple[GraphIR, bool]:
+def fuse_add_to_output(ir: GraphIR) -> PassResult:
     producers, users = ir.producers(), ir.consumers()
     protected = {v.name for v in ir.outputs} | set(ir.updates.values())
     fused, drop = {}, set()
@@ -44,13 +44,7 @@ def fuse_add_to_output(ir: GraphIR) -> tuple[GraphIR, bool]:
             drop.add(id(mm))
             break
     if not fused:
-        return ir, False
+        return PassResult(ir, False)
     ir.nodes = [fused.get(id(n), n) for n in ir.nodes if id(n) not in drop]
-    return ir, True
+    return PassResult(ir, True)
 
-
-def lower_add_to_output(b, node, ctx) -> None:
-    b.op("Gemm", node.inputs, node.outputs)
-
-
-LOWERINGS = {FUSED_OP: lower_add_to_output}

@@ -10,7 +10,7 @@ results are bit-identical.
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR
+from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes.dce import eliminate_dead_code
 
 # dtype -> dtypes that represent each of its values exactly
@@ -28,7 +28,7 @@ def _replace_uses(ir: GraphIR, old: str, new: str) -> None:
         node.inputs = [new if n == old else n for n in node.inputs]
 
 
-def fuse_cast_scale(ir: GraphIR) -> tuple[GraphIR, bool]:
+def fuse_cast_scale(ir: GraphIR) -> PassResult:
     protected = {v.name for v in ir.outputs} | set(ir.updates.values())
     producers = ir.producers()
     removed = 0
@@ -56,4 +56,4 @@ def fuse_cast_scale(ir: GraphIR) -> tuple[GraphIR, bool]:
     if removed:
 
         eliminate_dead_code(ir)
-    return ir, removed > 0
+    return PassResult(ir, removed > 0)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 
 
-def name_outputs(ir: GraphIR, values: list[str], names: list[str]) -> tuple[GraphIR, bool]:
+def name_outputs(ir: GraphIR, values: list[str], names: list[str]) -> PassResult:
     """Make ``names[i]`` the name of output ``values[i]``: rename the producing node's
     output where that value is used nowhere else as an output, else add a ``copy`` node."""
     producers = ir.producers()
@@ -22,7 +22,7 @@ def name_outputs(ir: GraphIR, values: list[str], names: list[str]) -> tuple[Grap
         ir.values[public] = Value(public, meta.shape, meta.dtype)
         outputs.append(ir.values[public])
     ir.outputs = outputs
-    return ir, True
+    return PassResult(ir, True)
 
 
 def _rename(ir: GraphIR, old: str, new: str) -> None:

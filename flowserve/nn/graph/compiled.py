@@ -52,10 +52,9 @@ class CompiledGraph:
     def _lower(self, fed: list, baked: dict):
         from flowserve.exporter.lower import lower_ir  # local: graph mode loads ONNX on first compile
 
-        ir, lowerings = lowering_ir(self.traced.ir, self.options)
-        kwargs = {"lowerings": lowerings} if lowerings else {}
+        ir, _ = lowering_ir(self.traced.ir, self.options)
         return lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                        dynamic_batch=self.dynamic_batch, **kwargs)
+                        dynamic_batch=self.dynamic_batch)
 
     def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session  # local: as above
@@ -72,13 +71,13 @@ class CompiledGraph:
         self.fed_state = fed
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, graph_mode=True, options=self.options)
+            self.session = create_session(self.model, options=self.options)
         except Exception:
             if not self.dynamic_batch:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, graph_mode=True, options=self.options)
+            self.session = create_session(self.model, options=self.options)
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
 

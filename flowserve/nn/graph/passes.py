@@ -1,19 +1,20 @@
 """Which IR passes a graph's config and its modules' options ask for, in order.
 
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
-convolutions as matrix products, AMP casts, cast fusion, and the stage/ZeRO records. On the private copy graph mode lowers: the
-add-to-output fusion, whose fused node has a graph-mode lowering.
+convolutions as matrix products, AMP casts, cast fusion, and the stage/ZeRO records. On
+the private copy graph mode lowers: the add-to-output fusion (the exporter lowers its
+fused node). Every pass returns ``PassResult(ir, modified)``.
 """
 
 from __future__ import annotations
 
-from flowserve.ir.graph import GraphIR
+from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
-from flowserve.ir.passes.fuse_add_to_output import LOWERINGS, fuse_add_to_output
+from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
 
 
 def _native_low_precision(dtype: str) -> bool:
@@ -56,11 +57,10 @@ def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
     return applied
 
 
-def lowering_ir(ir: GraphIR, options: dict) -> tuple[GraphIR, dict]:
-    """The IR graph mode lowers (a private copy when a graph-mode fusion applies) and the
-    extra lowerings its fused nodes need."""
+def lowering_ir(ir: GraphIR, options: dict) -> PassResult:
+    """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
+    exporter lowers its fused nodes), else ``ir`` itself."""
     if not options.get("fuse_add_to_output"):
-        return ir, {}
-    copy = GraphIR.from_json(ir.to_json(), where=f"graph {ir.name}")
-    copy, changed = fuse_add_to_output(copy)
-    return (copy, dict(LOWERINGS)) if changed else (ir, {})
+        return PassResult(ir, False)
+    copy, changed = fuse_add_to_output(ir.copy())
+    return PassResult(copy, True) if changed else PassResult(ir, False)
