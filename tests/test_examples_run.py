@@ -19,3 +19,11 @@ def test_example_runs(script, tmp_path):
                           timeout=240, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.strip(), "the example printed nothing"
+
+
+def test_autograd_example_runs(tmp_path):
+    script = EXAMPLES / "autograd_and_threads.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "untouched by autograd.grad: True" in done.stdout and "tanh'' (0.5) = -0.7269" in done.stdout
+    assert "main thread still records gradients: True" in done.stdout

@@ -21,15 +21,21 @@ STATE_TENSORS = "state.safetensors"
 _STRUCTURE_KEY = "flowserve.structure"
 
 
-def save(obj, path) -> None:
+def save(obj, path, model=None) -> None:
     """Save an ``nn.Graph`` (a deployable directory) or a state dict.
+
+    For a training graph, ``model`` names the module to deploy
+    (``flow.save(graph, "dir", model=graph.model)``); without it, ``graph.deploy()`` decides,
+    and by default the last top-level module ``build()`` called that is not a loss.
 
     A state dict goes to one safetensors file when ``path`` has a suffix (``model.pt``),
     else to a directory (OneFlow's habit), holding ``state.json`` and ``state.safetensors``.
     """
     if isinstance(obj, Graph):
-        save_graph(obj, path)
+        save_graph(obj, path, model)
         return
+    if model is not None:
+        raise TypeError("flow.save: model= applies to an nn.Graph only")
     tree, arrays = encode_state(obj)
     path = Path(path)
     if path.suffix:

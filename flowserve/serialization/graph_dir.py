@@ -52,14 +52,15 @@ def graph_signature(ir: GraphIR) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return _signature(ir.inputs, batch), _signature(ir.outputs, batch)
 
 
-def save_graph(graph, directory) -> None:
-
-    traced = inference_traced(graph)
+def save_graph(graph, directory, model=None) -> None:
+    """Write ``graph`` as a deployable directory; ``model`` picks the module a training
+    graph deploys (see ``inference_traced``)."""
+    traced = inference_traced(graph, model)
     ir = traced.ir
     arrays = {k: t.numpy() for k, t in traced.state.items()}
     arrays.update(traced.constants)
     if graph.training:  # also carry what resuming needs: optimizer state and the step
-        for name, t in graph._last.traced.state.items():
+        for name, t in graph.parts.traced.state.items():
             arrays.setdefault(name, t.numpy())
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
     inputs, outputs = graph_signature(ir)

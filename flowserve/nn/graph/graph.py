@@ -19,6 +19,7 @@ from flowserve.amp import GradScaler, StaticGradScaler
 from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.debug import DebugPrinter
 from flowserve.nn.graph.memory import PeakMemory
+from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.passes import run_graph_passes
 from flowserve.nn.graph.printing import graph_repr
 from flowserve.nn.graph.state import graph_state_dict
@@ -50,11 +51,11 @@ class Graph:
         cls = type(self)
         object.__setattr__(self, "_name", f"{cls.__name__}_{Graph._child_init_cnt[cls.__name__]}")
         Graph._child_init_cnt[cls.__name__] += 1
-        for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_optimizers", []),
-                            ("_grad_scaler", None), ("_compiled", None), ("_cache", None), ("_last", None),
+        parts = GraphParts(train_step=creation.zeros((), dtype="int64"))
+        for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_parts", parts),
+                            ("_compiled", None), ("_cache", None),
                             ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
-                            ("_warned_modules", set()),
-                            ("_train_step", creation.zeros((), dtype="int64"))]:
+                            ("_warned_modules", set())]:
             object.__setattr__(self, name, value)
 
     # -- attributes (OneFlow's rules) ------------------------------------------------------
@@ -128,7 +129,24 @@ class Graph:
     @property
     def is_compiled(self) -> bool:
         """Whether this graph has been called (traced and compiled) yet."""
-        return self._last is not None
+        return self._parts.last is not None
+
+    @property
+    def parts(self) -> GraphParts:
+        """What the graph holds besides its modules: optimizers, grad scaler, train step and
+        the compiled entry of the latest call (read by tracing, saving and printing)."""
+        return self._parts
+
+    @property
+    def _last(self):
+        """The compiled entry of the latest call (``parts.last``)."""
+        return self._parts.last
+
+    def deploy(self):
+        """Override to name the module ``flow.save`` deploys from a training graph, e.g.
+        ``return self.model``. The default (None) deploys the last top-level module that
+        ``build()`` called that is not a loss."""
+        return None
 
     def build(self, *args, **kwargs):
         """The ``build()`` method must be overridden to define the computation of the graph."""
@@ -150,7 +168,7 @@ class Graph:
                 raise GraphError("lr_scheduler's optimizer must be the same optimizer in add_optimizer.")
         if self.is_compiled:
             raise GraphError(f"nn.Graph {self.name}: add_optimizer must be called before the first call")
-        self._optimizers.append((optim, lr_sch))
+        self._parts.optimizers.append((optim, lr_sch))
         self.config._train(True)
 
     def set_grad_scaler(self, grad_scaler=None) -> None:
@@ -158,7 +176,7 @@ class Graph:
         if not isinstance(grad_scaler, (GradScaler, StaticGradScaler)):
             raise GraphError("set_grad_scaler expects a flowserve.amp.GradScaler or StaticGradScaler, "
                              f"got {type(grad_scaler).__name__}")
-        object.__setattr__(self, "_grad_scaler", grad_scaler)
+        self._parts.grad_scaler = grad_scaler
 
     def state_dict(self, destination=None) -> OrderedDict:
         """A dictionary containing the whole state of the graph: its modules' state dicts
@@ -212,7 +230,7 @@ class Graph:
         leaves, spec = flatten((args, kwargs))
         compiled = self._compiled_for(args, kwargs, leaves, spec)
         first_run = self._debug is not None and compiled.peak_memory is None
-        object.__setattr__(self, "_last", compiled)
+        self._parts.last = compiled
         if first_run:
 
             with PeakMemory() as peak:
@@ -222,7 +240,7 @@ class Graph:
         else:
             outputs = compiled.run(leaves)
         if self.training:
-            for _, sched in self._optimizers:
+            for _, sched in self._parts.optimizers:
                 if sched is not None:
                     sched.step()
         return unflatten(compiled.traced.out_spec, outputs)

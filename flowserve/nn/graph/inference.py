@@ -5,6 +5,7 @@ from __future__ import annotations
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
 from flowserve.nn.graph.graph import Graph
+from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.trace import Traced, trace_build
 from flowserve.nn.module import Module
 from flowserve.nn.modules.loss import _Loss
@@ -24,21 +25,24 @@ class _ModelGraph(Graph):
         return getattr(self, self._attr)(*args)
 
 
-def inference_traced(graph: Graph) -> Traced:
+def inference_traced(graph: Graph, model=None) -> Traced:
     """The inference trace of ``graph``: its own trace when it has no optimizer, else the
-    trace of the last top-level non-loss module it called, in eval mode, without grads."""
-    compiled = graph._last
+    trace of its deployable module in eval mode, without grads. That module is ``model``
+    (``flow.save(graph, dir, model=graph.model)``), else what ``graph.deploy()`` returns,
+    else the last top-level module ``build()`` called that is not a loss."""
+    compiled = graph.parts.last
     if compiled is None:
         raise GraphError(f"(GRAPH:{graph.name}:{type(graph).__name__}) has not been compiled; the graph must be "
                          "compiled first. You can call the graph once on sample inputs to trigger its "
                          "compilation (flow.save and export use what that call traced).")
+    chosen = model if model is not None else graph.deploy()
     if not graph.training:
+        if chosen is not None:
+            raise GraphError(f"{graph.name} is an inference graph: it deploys its own build(); "
+                             "model= and deploy() choose a module of a training graph only")
         return compiled.traced
     traced = compiled.traced
-    calls = [c for c in traced.module_calls if "." not in c[0] and not isinstance(c[1], _Loss)]
-    if not calls:
-        raise GraphError(f"training graph {graph.name} calls no model module in build(); nothing to deploy")
-    attr, module, args, _ = calls[-1]
+    attr, module, args = _deployed_call(graph, traced, chosen)
     inputs = {v.name for v in traced.ir.inputs}
     names = []
     for a in args:
@@ -56,6 +60,27 @@ def inference_traced(graph: Graph) -> Traced:
     finally:
         for m, mode in modes.items():
             object.__setattr__(m, "training", mode)
+
+
+def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
+    """(attribute name, module, lazy args) of the build() call of the module to deploy."""
+    top = [c for c in traced.module_calls if "." not in c[0]]
+    if chosen is None:
+        calls = [c for c in top if not isinstance(c[1], _Loss)]
+        if not calls:
+            raise GraphError(f"training graph {graph.name} calls no model module in build(); nothing to deploy")
+    else:
+        module = chosen.to(Module) if isinstance(chosen, ProxyModule) else chosen
+        if not isinstance(module, Module):
+            raise GraphError(f"the module to deploy must be an nn.Module of {graph.name} (e.g. graph.model), "
+                             f"got {type(chosen).__name__}")
+        calls = [c for c in top if c[1] is module]
+        if not calls:
+            attrs = ", ".join(repr(name) for name in graph._modules) or "none"
+            raise GraphError(f"the module to deploy ({type(module).__name__}) is not a top-level module that "
+                             f"build() of {graph.name} calls (its modules: {attrs})")
+    attr, module, args, _ = calls[-1]
+    return attr, module, args
 
 
 def _sample(lazy):

@@ -20,7 +20,7 @@ from flowserve.utils.tree import flatten
 
 def _module_io(graph) -> dict:
     """Module name -> (inputs, outputs) of its first call in the last compiled trace."""
-    compiled = graph._last
+    compiled = graph.parts.last
     io = {}
     if compiled is not None:
         for name, _module, args, out in compiled.traced.module_calls:
@@ -56,7 +56,7 @@ def _module_lines(module, name: str, indent: str, io: dict, options: dict) -> li
 def graph_repr(graph) -> str:
     lines = [f"(GRAPH:{graph.name}:{type(graph).__name__}): ("]
     lines.append(f"  (CONFIG:config:{graph.config!r})")
-    compiled = graph._last
+    compiled = graph.parts.last
     if compiled is not None:
         for i, v in enumerate(compiled.traced.ir.inputs):
             lines.append(f"  (INPUT:_{graph.name}-input_{i}:{_value_repr(v)})")

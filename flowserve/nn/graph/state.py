@@ -28,7 +28,7 @@ def additional_state(graph, create: bool = False) -> "OrderedDict[str, Tensor]":
     """The graph's non-module states by name; ``create`` makes missing optimizer states."""
     out: OrderedDict = OrderedDict()
     names = _param_names(graph)
-    for opt, _sched in graph._optimizers:
+    for opt, _sched in graph.parts.optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
                 if id(p) not in names:
@@ -37,8 +37,8 @@ def additional_state(graph, create: bool = False) -> "OrderedDict[str, Tensor]":
                 for key, tensor in state.items():
                     out[f"{names[id(p)]}-{opt.graph_state_suffix(key)}"] = tensor
     if graph.training:
-        out[TRAIN_STEP] = graph._train_step
-    scaler = graph._grad_scaler
+        out[TRAIN_STEP] = graph.parts.train_step
+    scaler = graph.parts.grad_scaler
     if scaler is not None:
         for key, tensor in scaler.graph_state().items():
             out[LOSS_SCALE if key == "scale" else f"{LOSS_SCALE}-{key}"] = tensor

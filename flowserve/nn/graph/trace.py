@@ -70,7 +70,7 @@ def register_state(tracer: Tracer, graph) -> None:
 
 def _scaler_state(tracer: Tracer, graph) -> dict:
     """Register the grad scaler's state; the loss scale becomes the backward seed."""
-    scaler = graph._grad_scaler
+    scaler = graph.parts.grad_scaler
     if scaler is None:
         return {}
     lazy = {}
@@ -131,7 +131,7 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         out_leaves, out_spec = _run_build(graph, tracer, lazy_inputs, spec, names, steps)
         if graph.training:
             apply_optimizers(tracer, graph, system_feeds, scaler_state)
-            step = tracer.add_state(TRAIN_STEP, graph._train_step, "system")
+            step = tracer.add_state(TRAIN_STEP, graph.parts.train_step, "system")
             with no_grad():
                 step.copy_(step + 1)
         out_leaves = [tracer.lift(t) for t in out_leaves]

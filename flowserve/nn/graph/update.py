@@ -26,7 +26,7 @@ def _f32(x):
 def _gradients(tracer, graph, scaler_state: dict) -> list:
     """``(optimizer, group, lr, [(param, lazy param, gradient)])`` per parameter group."""
     work = []
-    for oi, (opt, _sched) in enumerate(graph._optimizers):
+    for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
             lr_name = f"System-Optimizer-{oi}-Group-{gi}-LearningRate"
             lr = tracer.add_state(lr_name, Tensor._wrap(_f32(group["lr"])), "system")
@@ -76,7 +76,7 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
     with no_grad():
         work = _gradients(tracer, graph, scaler_state)
         found_inf = None
-        if graph._grad_scaler is not None and graph._grad_scaler.dynamic:
+        if graph.parts.grad_scaler is not None and graph.parts.grad_scaler.dynamic:
             found_inf = found_non_finite([g for *_, items in work for _, _, g in items])
         touched = []
         for opt, group, lr, lr_name, items in work:
@@ -93,4 +93,4 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
                 _keep_old_if(found_inf, snapshot, tracer)
             touched = []
         if found_inf is not None:
-            graph._grad_scaler.graph_update(found_inf, scaler_state)
+            graph.parts.grad_scaler.graph_update(found_inf, scaler_state)
