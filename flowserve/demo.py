@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import typer
+
 import flowserve as flow
 
 

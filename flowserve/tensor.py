@@ -10,11 +10,10 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve._repr import tensor_repr
-from flowserve.device import CPU, as_device, to_device_array
-from flowserve.errors import AutogradError, GraphError
 from flowserve.autograd import tape
+from flowserve.device import CPU, as_device, to_device_array
 from flowserve.dispatch import Meta, current_interpreter
-
+from flowserve.errors import AutogradError, GraphError
 
 _BY_NUMPY = {d.np: d for d in dtypes.ALL}  # numpy dtype -> flowserve dtype, read by _wrap
 

@@ -20,6 +20,7 @@ from flowserve.exporter.runtime import CUDA_PROVIDER, choose_providers, create_s
 
 from .errors import InferenceFailedError, ModelLoadError
 
+
 def widen_bfloat16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str], set[str]]:
     """Copy of ``model`` whose bfloat16 inputs/outputs are float32 (exact casts).
 

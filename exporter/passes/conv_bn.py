@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
-from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.act_match import activation_after
+from flowserve.ir.graph import PassResult
 
 AFFINE = ("add", "sub", "mul", "div")
 RESIDUAL_ACTIVATIONS = ("relu", "tanh", "sigmoid")  # and clip:lo:hi (FusedConv's activations)

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
-from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.act_match import activation_after
+from flowserve.ir.graph import PassResult
 
 
 def _weight(g: ExportGraph, name: str):

@@ -14,8 +14,8 @@ import itertools
 import numpy as np
 
 from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
-from flowserve.ir.graph import PassResult
 from flowserve.exporter.passes.activations import sub_cone
+from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
 
 OPS = {"add", "sub", "mul", "div", "pow", "sqrt", "rsqrt", "neg", "sum"}

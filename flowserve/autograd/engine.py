@@ -10,8 +10,8 @@ calls are recorded into the graph, giving the symbolic backward.
 from __future__ import annotations
 
 from flowserve.autograd.tape import TapeNode
-from flowserve.errors import AutogradError
 from flowserve.dispatch import current_interpreter, pop_interpreter, push_interpreter
+from flowserve.errors import AutogradError
 
 FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
          "they have already been freed). Saved intermediate values of the graph are freed when you call "

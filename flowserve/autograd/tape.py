@@ -9,6 +9,7 @@ index, or the leaf tensor itself.
 
 from __future__ import annotations
 
+
 class TapeNode:
     """One recorded op: what its vjp needs, and where each input's gradient goes."""
 

@@ -13,14 +13,22 @@ import sys
 
 import numpy as np
 
-from flowserve.errors import GraphError
-from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.autograd import tape
-from flowserve.dispatch import Interpreter, Meta, current_interpreter, current_trace, infer_meta, pop_interpreter, push_interpreter
-from flowserve.tensor import Tensor
 from flowserve.autograd.engine import backward
 from flowserve.device import CPU
+from flowserve.dispatch import (
+    Interpreter,
+    Meta,
+    current_interpreter,
+    current_trace,
+    infer_meta,
+    pop_interpreter,
+    push_interpreter,
+)
+from flowserve.errors import GraphError
+from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ops import functional as F
+from flowserve.tensor import Tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +54,6 @@ class LazyTensor(Tensor):
 
     def backward(self, gradient=None, retain_graph: bool | None = None, create_graph: bool = False,
                  inputs=None) -> None:
-
         tracer = current_trace()
         scale = tracer.loss_scale if tracer is not None else None
         if gradient is None and scale is not None:
@@ -121,8 +128,7 @@ class Tracer:
         return f"{prefix}{op}_{self._counter}"
 
     def _lazy(self, value: Value, requires_grad: bool = False):
-
-        t = Tensor._from_lazy(value, self.device or _cpu())
+        t = Tensor._from_lazy(value, self.device or CPU)
         t.__class__ = LazyTensor
         t._requires_grad = requires_grad
         return t
@@ -230,8 +236,3 @@ class Tracer:
             return out
         finally:
             self.scope.pop()
-
-
-def _cpu():
-
-    return CPU

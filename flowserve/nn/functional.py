@@ -17,9 +17,10 @@ import numpy as _np
 from flowserve.ops import conv as _conv
 from flowserve.ops import creation as _creation
 from flowserve.ops import functional as _F
+from flowserve.ops import indexing
 from flowserve.ops import pool as _pool
-from flowserve.ops.activation import (  # noqa: F401
-    dropout as _dropout,
+from flowserve.ops.activation import dropout as _dropout  # noqa: F401
+from flowserve.ops.activation import (
     elu,
     gelu,
     hardsigmoid,
@@ -33,6 +34,7 @@ from flowserve.ops.activation import (  # noqa: F401
     softplus,
 )
 from flowserve.ops.attention import scaled_dot_product_attention  # noqa: F401
+from flowserve.ops.attention import multi_head_attention
 from flowserve.ops.functional import one_hot, relu, sigmoid, tanh  # noqa: F401
 from flowserve.ops.loss import (  # noqa: F401
     binary_cross_entropy,
@@ -45,12 +47,10 @@ from flowserve.ops.loss import (  # noqa: F401
     nll_loss,
     smooth_l1_loss,
 )
+from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.norm import group_norm, layer_norm  # noqa: F401
 from flowserve.ops.padding import pad  # noqa: F401
-from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.registry import fail_shape
-from flowserve.ops import indexing
-from flowserve.ops.attention import multi_head_attention
 
 
 def linear(x, weight, bias=None):

@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 
-from flowserve.ops.creation import _rng
 from flowserve.device import to_device_array
+from flowserve.ops.creation import _rng
 from flowserve.tensor import Tensor
 
 
 def _wrap_like(t, array):
-
     return Tensor._wrap(to_device_array(np.asarray(array, dtype=t.dtype.np), t.device), t.device)
 
 

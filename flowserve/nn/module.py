@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterator
 
+from flowserve import dtypes
+from flowserve.dispatch import current_trace
 from flowserve.errors import FlowserveError
 from flowserve.nn.parameter import Parameter
-from flowserve.dispatch import current_trace
-from flowserve.tensor import Tensor
-from flowserve import dtypes
 from flowserve.nn.state import load_module_state
+from flowserve.tensor import Tensor
 
 
 class Module:
@@ -228,7 +228,6 @@ class Module:
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True):
-
         return load_module_state(self, state_dict, strict)
 
     def train(self, mode: bool = True) -> "Module":
@@ -280,15 +279,12 @@ class Module:
         return self.to("cpu")
 
     def float(self) -> "Module":
-
         return self.to(dtypes.float32)
 
     def double(self) -> "Module":
-
         return self.to(dtypes.float64)
 
     def half(self) -> "Module":
-
         return self.to(dtypes.float16)
 
     # -- printing -------------------------------------------------------------------------
@@ -308,7 +304,6 @@ class Module:
 
 
 def _is_dtype(a) -> bool:
-
     return isinstance(a, dtypes.dtype)
 
 

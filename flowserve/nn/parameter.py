@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from flowserve.ops.creation import empty, tensor
 from flowserve.tensor import Tensor
-from flowserve.ops.creation import empty
-from flowserve.ops.creation import tensor
 
 
 class Parameter(Tensor):

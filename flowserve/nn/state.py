@@ -37,7 +37,6 @@ def load_module_state(module, state_dict, strict: bool = True) -> IncompatibleKe
 
 
 def _copy_into(target, value) -> None:
-
     if not isinstance(value, Tensor):
         value = tensor(value)
     target.data = value.detach().to(target.device, target.dtype).clone()

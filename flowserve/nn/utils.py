@@ -11,7 +11,6 @@ from flowserve.tensor import Tensor
 
 
 def _grads(parameters) -> list:
-
     params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
     return [p.grad for p in params if p.grad is not None]
 

@@ -22,7 +22,6 @@ from flowserve.ops import shape as S
 from flowserve.ops.registry import current_trace, fail_dtype, fail_shape, normalize_axis
 from flowserve.tensor import Tensor
 
-
 # -- promotion -------------------------------------------------------------------------
 
 

@@ -9,8 +9,8 @@ runs therefore drop different elements: training-equality checks use ``p=0`` or 
 
 from __future__ import annotations
 
-from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
 from flowserve.ops.creation import default_generator
+from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
 
 
 def _mask_meta(x: Meta, p: float) -> Meta:
@@ -23,7 +23,6 @@ def _mask_meta(x: Meta, p: float) -> Meta:
 
 @primitive("dropout_mask", shape=_mask_meta, differentiable=False)
 def dropout_mask(xp, x, p: float):
-
     uniform = default_generator.rng.random(x.shape)
     keep = xp.asarray(uniform) >= p
     return keep.astype(x.dtype)

@@ -20,8 +20,8 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.errors import GraphError, ShapeError
-from flowserve.ops import elementwise as E
 from flowserve.ops import basic as F
+from flowserve.ops import elementwise as E
 from flowserve.ops import indexing as I
 from flowserve.ops import sorting as S
 from flowserve.ops.registry import fail_shape, normalize_axis

@@ -15,11 +15,11 @@ from __future__ import annotations
 import math as _math
 
 from flowserve import dtypes
-from flowserve.ops import elementwise as E
 from flowserve.ops import basic as F
 from flowserve.ops import einsum as einsum_impl
-from flowserve.ops.functional_index import max_with_indices, min_with_indices
+from flowserve.ops import elementwise as E
 from flowserve.ops import math as M
+from flowserve.ops.functional_index import max_with_indices, min_with_indices
 from flowserve.ops.registry import fail_dtype, fail_shape
 from flowserve.tensor import Tensor
 

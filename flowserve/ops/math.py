@@ -9,9 +9,8 @@ import math as _math
 import numpy as np
 
 from flowserve.ops.elementwise import broadcast_meta, float_meta, where
-from flowserve.ops.registry import Meta, fail_dtype, primitive
-from flowserve.ops.reduce import reduced_shape
 from flowserve.ops.reduce import reduced_shape, sum_
+from flowserve.ops.registry import Meta, fail_dtype, primitive
 
 
 def _zero_grad(ctx, g):
@@ -138,7 +137,6 @@ def bitwise_not(xp, x):
 # -- products ------------------------------------------------------------------------------------
 
 def _prod_meta(x: Meta, axes: list, keepdims: bool) -> Meta:
-
     return Meta(reduced_shape(x.shape, axes, keepdims), x.dtype)
 
 

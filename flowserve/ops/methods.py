@@ -18,8 +18,7 @@ from flowserve import dtypes
 from flowserve.autograd.engine import backward as _backward
 from flowserve.device import as_device
 from flowserve.errors import DTypeError, ShapeError
-from flowserve.ops import basic
-from flowserve.ops import creation
+from flowserve.ops import basic, creation
 from flowserve.ops import functional as F
 from flowserve.ops import functional_index as FI
 from flowserve.ops import functional_math as FM

@@ -22,8 +22,8 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.ops import basic as F
 from flowserve.ops import conv as C
-from flowserve.ops import creation
 from flowserve.ops import conv_kernels as K
+from flowserve.ops import creation
 from flowserve.ops.indexing import take
 from flowserve.ops.registry import Meta, fail_shape, primitive
 

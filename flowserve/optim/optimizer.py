@@ -14,10 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 
-from flowserve.autograd.grad_mode import no_grad
+from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import FlowserveError
 from flowserve.tensor import Tensor
-from flowserve.autograd.grad_mode import enable_grad
 
 
 class Optimizer(ABC):

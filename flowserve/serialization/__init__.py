@@ -48,7 +48,6 @@ def save(obj, path, model=None) -> None:
 
 
 def _structure_array(tree):
-
     return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
 
 

@@ -17,8 +17,11 @@ from pathlib import Path
 import numpy as np
 
 import flowserve
+from flowserve import dtypes
 from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
+from flowserve.nn.graph.inference import inference_traced
+from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.serialization.manifest import (
     FORMAT_VERSION,
     GRAPH_FILE,
@@ -29,9 +32,6 @@ from flowserve.serialization.manifest import (
     read_manifest,
 )
 from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
-from flowserve import dtypes
-from flowserve.nn.graph.inference import inference_traced
-from flowserve.nn.graph.loaded import LoadedGraph
 
 
 def _signature(values, batch: int | None) -> list[TensorSpec]:
@@ -174,6 +174,5 @@ def _check_signature(manifest: SavedGraphManifest, ir: GraphIR, where: Path) -> 
 
 
 def load_graph(directory):
-
     manifest, ir, params = read_graph_dir(directory)
     return LoadedGraph(manifest, ir, {k: np.asarray(v) for k, v in params.items()})

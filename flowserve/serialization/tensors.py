@@ -97,7 +97,6 @@ def encode_state(obj) -> tuple[object, dict]:
 
 
 def decode_state(tree, arrays: dict, where: str):
-
     def walk(x):
         if isinstance(x, list):
             return [walk(v) for v in x]

@@ -1,6 +1,7 @@
 """Flatten nested inputs and outputs (tuples, lists, dicts, None) to tensor leaves and back."""
 
 from __future__ import annotations
+
 from flowserve.tensor import Tensor
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowserve import dtypes
 from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
+from flowserve.nn.graph.passes import lowering_ir
 from flowserve.nn.graph.trace import Traced
 from flowserve.tensor import Tensor
-from flowserve import dtypes
-from flowserve.nn.graph.passes import lowering_ir
 
 
 def _versions(state: dict, skip=()) -> tuple:
@@ -175,7 +175,6 @@ class _Deferred(list):
 
 
 def _np_dtype(name: str):
-
     return dtypes.from_name(name).np
 
 

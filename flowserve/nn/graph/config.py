@@ -16,6 +16,7 @@
 """
 
 from __future__ import annotations
+
 from flowserve import dtypes
 
 STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")

@@ -65,5 +65,4 @@ class DebugPrinter:
 
 
 def _tensors(payload) -> list:
-
     return flatten(payload)[0]

@@ -7,26 +7,26 @@ import time
 import warnings
 from collections import OrderedDict, defaultdict
 
+import numpy as np
+
+from flowserve.amp import GradScaler, StaticGradScaler
 from flowserve.errors import GraphError
 from flowserve.nn.graph import signature as sig
-from flowserve.nn.graph.config import GraphConfig
-from flowserve.nn.graph.proxy import ProxyModule
-from flowserve.nn.module import Module
-from flowserve.ops import creation
-from flowserve.tensor import Tensor
-from flowserve.utils.tree import flatten, unflatten
-from flowserve.amp import GradScaler, StaticGradScaler
 from flowserve.nn.graph.compiled import CompiledGraph
+from flowserve.nn.graph.config import GraphConfig
 from flowserve.nn.graph.debug import DebugPrinter
 from flowserve.nn.graph.memory import PeakMemory
 from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.passes import run_graph_passes
 from flowserve.nn.graph.printing import graph_repr
-from flowserve.nn.graph.state import graph_state_dict
-from flowserve.nn.graph.state import load_graph_state_dict
+from flowserve.nn.graph.proxy import ProxyModule
+from flowserve.nn.graph.state import graph_state_dict, load_graph_state_dict
 from flowserve.nn.graph.trace import trace_build
+from flowserve.nn.module import Module
+from flowserve.ops import creation
 from flowserve.optim.optimizer import Optimizer
-import numpy as np
+from flowserve.tensor import Tensor
+from flowserve.utils.tree import flatten, unflatten
 
 
 class Graph:
@@ -61,7 +61,6 @@ class Graph:
     # -- attributes (OneFlow's rules) ------------------------------------------------------
 
     def __setattr__(self, name: str, value) -> None:
-
         if isinstance(value, Module):
             self._add_module(name, value)
         elif isinstance(value, Optimizer):
@@ -288,7 +287,6 @@ class Graph:
             object.__setattr__(self, "_debug", debug)
 
     def _compile(self, args, kwargs, leaves):
-
         start = time.perf_counter()
         self._log(0, "start building graph.")
         traced = trace_build(self, args, kwargs)
@@ -335,5 +333,4 @@ class Graph:
 
 
 def _as_tensor_arg(a):
-
     return creation.from_numpy(a) if isinstance(a, np.ndarray) else a

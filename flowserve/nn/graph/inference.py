@@ -84,5 +84,4 @@ def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
 
 
 def _sample(lazy):
-
     return zeros(*lazy.shape, dtype=lazy.dtype)

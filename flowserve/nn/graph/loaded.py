@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from flowserve.ops.creation import from_numpy
-from flowserve.tensor import Tensor
+import numpy as np
+
 from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.trace import Traced
-import numpy as np
+from flowserve.ops.creation import from_numpy
+from flowserve.tensor import Tensor
 
 
 class LoadedGraph:
@@ -18,7 +19,6 @@ class LoadedGraph:
     """
 
     def __init__(self, manifest, ir, params: dict):
-
         self.manifest = manifest
         self.ir = ir
         self.params = params
@@ -60,5 +60,4 @@ class LoadedGraph:
 
 
 def _array(a):
-
     return np.ascontiguousarray(a)

@@ -13,8 +13,8 @@ from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
-from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
+from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 
 
 def _native_low_precision(dtype: str) -> bool:

@@ -6,6 +6,7 @@ gives the graph options of that module, ``.to(nn.Module)`` the module itself.
 """
 
 from __future__ import annotations
+
 from flowserve.device import as_device
 from flowserve.nn.module import Module
 
@@ -56,7 +57,6 @@ class GraphModule:
 
 
 def _placement_name(placement, module: str):
-
     if placement is None:
         return None
     if isinstance(placement, (list, tuple)) and all(isinstance(r, int) and r >= 0 for r in placement):
@@ -83,7 +83,6 @@ class ProxyModule:
         return options[name]
 
     def to(self, kind):
-
         if kind is GraphModule:
             return self._graph_module_of(self._name, self._oneflow_internal_origin)
         if isinstance(kind, type) and issubclass(kind, Module):
@@ -94,7 +93,6 @@ class ProxyModule:
         return self._oneflow_internal_origin(*args, **kwargs)
 
     def _wrap(self, value, name: str):
-
         if isinstance(value, Module):
             return ProxyModule(value, f"{self._name}.{name}", self._options)
         return value

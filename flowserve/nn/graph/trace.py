@@ -6,7 +6,9 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad, set_grad_enabled
+from flowserve.device import CPU
 from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
@@ -14,8 +16,6 @@ from flowserve.ir.tracer import Tracer
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as F
 from flowserve.utils.tree import flatten, leaf_names, unflatten
-from flowserve import dtypes
-from flowserve.device import CPU
 
 TRAIN_STEP = "System-Train-TrainStep"
 LOSS_SCALE = "System-Train-LossScale"
@@ -111,7 +111,7 @@ def _loss_scale(graph, scaler_state: dict, steps: int):
     """The backward seed: the grad scaler's scale, times ``1/steps`` for accumulation."""
     scale = scaler_state.get("scale")
     if steps > 1:
-        scale = scale * (1.0 / steps) if scale is not None else F.scalar_tensor(1.0 / steps, _f32_dtype(), _cpu())
+        scale = scale * (1.0 / steps) if scale is not None else F.scalar_tensor(1.0 / steps, dtypes.float32, CPU)
     return scale
 
 
@@ -143,14 +143,3 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     state = {k: v for k, v in tracer.state_eager.items() if k in ir.state}
     constants = {k: v for k, v in tracer.constants.items() if k in ir.state}
     return Traced(ir, constants, state, system_feeds, spec, out_spec, tracer.module_calls)
-
-
-def _f32_dtype():
-
-    return dtypes.float32
-
-
-def _cpu():
-
-    return CPU
-

@@ -112,7 +112,6 @@ class ParameterList(Module):
             self.append(v)
 
     def _as_parameter(self, value):
-
         return value if isinstance(value, Parameter) else Parameter(value)
 
     def __getitem__(self, index):

@@ -7,9 +7,9 @@ import numbers
 
 import numpy as np
 
-from flowserve.tensor import Tensor
 from flowserve.ops.creation import tensor
 from flowserve.ops.functional import stack
+from flowserve.tensor import Tensor
 
 
 def _is_namedtuple(x) -> bool:
@@ -17,14 +17,12 @@ def _is_namedtuple(x) -> bool:
 
 
 def _numpy_to_tensor(array: np.ndarray) -> Tensor:
-
     if array.dtype.kind in "USO":
         raise TypeError(f"default_collate: numpy arrays of dtype {array.dtype} cannot become tensors")
     return tensor(array)
 
 
 def _collate_numbers(batch: list) -> Tensor:
-
     elem = batch[0]
     if isinstance(elem, np.generic):
         return _numpy_to_tensor(np.asarray(batch))

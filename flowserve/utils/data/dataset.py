@@ -7,8 +7,8 @@ import bisect
 import math
 
 from flowserve.errors import ShapeError
-from flowserve.tensor import Tensor
 from flowserve.ops.creation import randperm
+from flowserve.tensor import Tensor
 
 
 class Dataset:
