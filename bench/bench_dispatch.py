@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import flowserve as flow
@@ -45,6 +46,9 @@ def main() -> None:
         ("a + b, a requires grad", *side_by_side(lambda: g + b, lambda: tg + tb, args.iters)),
         ("a * 2.0 (scalar)", *side_by_side(lambda: a * 2.0, lambda: ta * 2.0, args.iters)),
     ]
+    with flow.no_grad(), torch.no_grad():  # grad mode is per thread: a context-variable read
+        rows.append(("a + b under no_grad", *side_by_side(lambda: a + b, lambda: ta + tb, args.iters)))
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| tiny op (4 elements) | flowserve µs | PyTorch µs | flowserve / PyTorch |")
     print("|---|---|---|---|")
     for name, ours, theirs in rows:

@@ -13,12 +13,6 @@ from flowserve.autograd.tape import TapeNode
 from flowserve.dispatch import current_interpreter, pop_interpreter, push_interpreter
 from flowserve.errors import AutogradError
 
-FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
-         "they have already been freed). Saved intermediate values of the graph are freed when you call "
-         ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
-         "graph a second time or if you need to access saved tensors after calling backward.")
-
-
 def _topological_order(roots: list[TapeNode]) -> list[TapeNode]:
     """Nodes reachable from ``roots``, each before the nodes that produced its inputs."""
     order, visited = [], set()
@@ -73,15 +67,13 @@ class _Walk:
                 self.captured[(id(node), i)] = g
         if all(g is None for g in outs):
             return
-        if node.inputs is None:
-            raise AutogradError(FREED)
-        ctx = node if not self.create_graph else node.with_history()
+        ctx = node.context(self.create_graph)
         in_grads = node.prim.vjp(ctx, *outs) if len(outs) > 1 else node.prim.vjp(ctx, outs[0])
-        for parent, x, g in zip(node.parents, node.inputs, in_grads):
+        for parent, shape, g in zip(node.parents, node.shapes(), in_grads):
             if parent is None or g is None:
                 continue
-            if tuple(g.shape) != tuple(x.shape):
-                g = g.sum_to(x.shape)
+            if tuple(g.shape) != shape:
+                g = g.sum_to(shape)
             producer, index, tensor = parent
             if producer is None:
                 self.to_leaf(tensor, g)

@@ -9,11 +9,18 @@ index, or the leaf tensor itself.
 
 from __future__ import annotations
 
+from flowserve.errors import AutogradError
+
+FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
+         "they have already been freed). Saved intermediate values of the graph are freed when you call "
+         ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+         "graph a second time or if you need to access saved tensors after calling backward.")
+
 
 class TapeNode:
     """One recorded op: what its vjp needs, and where each input's gradient goes."""
 
-    __slots__ = ("prim", "attrs", "inputs", "outputs", "parents", "n_outputs", "hooks")
+    __slots__ = ("prim", "attrs", "inputs", "outputs", "parents", "n_outputs", "hooks", "freed")
 
     def __init__(self, prim, attrs, inputs, outputs, parents):
         self.prim = prim
@@ -23,6 +30,7 @@ class TapeNode:
         self.parents = parents
         self.n_outputs = len(outputs)
         self.hooks = None  # output index -> hooks of that (non-leaf) output, see add_hook
+        self.freed = None  # (inputs, outputs) as FreedValue once the saved values are freed
 
     def needs(self, i: int) -> bool:
         """Whether input ``i`` wants a gradient (vjp rules skip the others)."""
@@ -32,8 +40,23 @@ class TapeNode:
         return f"{self.prim.name}Backward"
 
     def free(self) -> None:
-        """Drop the saved values (``retain_graph=False``); a later walk raises."""
-        self.inputs = self.outputs = None
+        """Drop the saved values (``retain_graph=False``): a later walk through this node
+        works only if its vjp needs none of them, as in PyTorch."""
+        if self.inputs is not None:
+            self.freed = (tuple(map(FreedValue, self.inputs)), tuple(map(FreedValue, self.outputs)))
+            self.inputs = self.outputs = None
+
+    def shapes(self) -> tuple:
+        """The shapes of the inputs (known after ``free`` too)."""
+        inputs = self.freed[0] if self.inputs is None else self.inputs
+        return tuple(tuple(x.shape) for x in inputs)
+
+    def context(self, create_graph: bool):
+        """What the vjp rule reads: this node, its values with history (``create_graph``),
+        or, once freed, a view whose saved values raise PyTorch's error."""
+        if self.inputs is None:
+            return FreedNode(self)
+        return self.with_history() if create_graph else self
 
     def with_history(self) -> "TapeNode":
         """This node with saved values that keep their autograd history (for
@@ -47,6 +70,47 @@ class TapeNode:
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
+
+
+class FreedValue:
+    """A saved value after ``free``: its shape, dtype and device remain (a vjp such as
+    ``sum``'s needs only those, as PyTorch keeps sizes); anything else raises."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, value):
+        self.shape, self.dtype, self.device = tuple(value.shape), value.dtype, value.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getattr__(self, name: str):
+        raise AutogradError(FREED)
+
+
+class FreedNode:
+    """A freed node as its vjp sees it: attributes and value metadata as before."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: TapeNode):
+        self.node = node
+
+    @property
+    def attrs(self):
+        return self.node.attrs
+
+    def needs(self, i: int) -> bool:
+        return self.node.needs(i)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.node.freed[0]
+
+    @property
+    def outputs(self) -> tuple:
+        return self.node.freed[1]
 
 
 def linked(value, node: TapeNode, index: int):
@@ -65,12 +129,11 @@ def record_if_wanted(prim, inputs, outputs, attrs) -> None:
 
 
 def record(prim, inputs, outputs, attrs) -> None:
-    """Attach a node for ``prim`` to its floating point ``outputs``."""
-    parents = tuple(
-        (t._node, t._out_index, t) if t._requires_grad else None for t in inputs
-    )
-    node = TapeNode(prim, attrs, tuple(t._alias() for t in inputs),
-                    tuple(t._alias() for t in outputs), parents)
+    """Attach a node for ``prim`` to its floating point ``outputs`` (list comprehensions,
+    not generators: this runs on every op that records)."""
+    parents = tuple([(t._node, t._out_index, t) if t._requires_grad else None for t in inputs])
+    node = TapeNode(prim, attrs, tuple([t._alias() for t in inputs]), tuple([t._alias() for t in outputs]),
+                    parents)
     for i, out in enumerate(outputs):
         if out._dtype.is_floating_point:
             out._requires_grad = True

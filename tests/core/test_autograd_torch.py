@@ -86,6 +86,23 @@ def test_second_backward_without_retain_graph_raises_as_pytorch_does():
         y.backward()
 
 
+def test_a_graph_with_no_saved_values_backwards_twice_as_in_pytorch():
+    """PyTorch frees saved tensors, not sizes: add and sum keep working; mul's inputs are gone."""
+    (x, tx) = pair([1.0, 2.0, 3.0])
+    y, ty = (x + 1).sum(), (tx + 1).sum()
+    for _ in range(2):
+        y.backward()
+        ty.backward()
+    same(x.grad, tx.grad)
+    z, tz = (x * x + 1).sum(), (tx * tx + 1).sum()
+    z.backward()
+    tz.backward()
+    with pytest.raises(RuntimeError, match="a second time"):
+        tz.backward()
+    with pytest.raises(AutogradError, match="a second time"):
+        z.backward()
+
+
 def test_retain_graph_allows_a_second_backward_that_accumulates():
     (x, tx) = pair([1.0, -2.0, 0.5])
     y, ty = (x.tanh() * x).sum(), (tx.tanh() * tx).sum()

@@ -117,7 +117,7 @@ def test_no_import_circle_in_flowserve():
 def test_the_dispatch_layer_knows_no_tensor_and_no_op():
     deps = import_graph()["flowserve.dispatch"]
     assert deps <= {"flowserve.dtypes", "flowserve.errors", "flowserve.autograd", "flowserve.autograd.tape"}, deps
-    assert import_graph()["flowserve.autograd.tape"] == set()
+    assert import_graph()["flowserve.autograd.tape"] <= {"flowserve.errors"}
 
 
 def test_the_core_knows_no_onnx_at_import():
