@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "backward": "engine", "grad": "engine",
+    "backward": "engine", "grad": "engine", "gradients": "engine",
     "enable_grad": "grad_mode", "inference_mode": "grad_mode", "is_grad_enabled": "grad_mode",
     "no_grad": "grad_mode", "set_grad_enabled": "grad_mode",
 }
