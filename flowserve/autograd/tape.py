@@ -62,7 +62,8 @@ class TapeNode:
         """This node with saved values that keep their autograd history (for
         ``create_graph``): inputs link to their producers or are the leaves themselves,
         outputs link to this node, so vjp ops on them are differentiable again."""
-        inputs = tuple(x if parent is None else (parent[2] if parent[0] is None else linked(x, *parent[:2]))
+        inputs = tuple(x if parent is None else (_unchanged_leaf(parent[2], x) if parent[0] is None
+                                                 else linked(x, *parent[:2]))
                        for x, parent in zip(self.inputs, self.parents))
         outputs = tuple(linked(y, self, i) if y._dtype.is_floating_point else y
                         for i, y in enumerate(self.outputs))
@@ -111,6 +112,17 @@ class FreedNode:
     @property
     def outputs(self) -> tuple:
         return self.node.freed[1]
+
+
+def _unchanged_leaf(leaf, saved):
+    """The leaf itself, for a second-order graph; refused if an in-place update changed it
+    since the op saw it (its history would then describe another value)."""
+    if leaf._data is not saved._data or leaf._lazy is not saved._lazy:
+        raise AutogradError(
+            "one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: a leaf of size {tuple(leaf.shape)} changed after {saved.dtype} values were "
+            "saved; create_graph=True needs the value each op saw")
+    return leaf
 
 
 def linked(value, node: TapeNode, index: int):

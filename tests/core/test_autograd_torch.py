@@ -163,6 +163,19 @@ def test_create_graph_through_a_small_mlp_gradient_penalty_and_hessian_vector():
         same(p.grad, tp.grad)
 
 
+def test_create_graph_refuses_a_leaf_changed_in_place_since_the_forward():
+    (x, tx) = pair([0.5, 1.0])
+    y, ty = (x * x).sum(), (tx * tx).sum()
+    with flow.no_grad():
+        x.mul_(2)
+    with torch.no_grad():
+        tx.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(ty, tx, create_graph=True)
+    with pytest.raises(AutogradError, match="modified by an inplace operation"):
+        flow.autograd.grad(y, x, create_graph=True)
+
+
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
 def test_backward_create_graph_makes_dot_grad_differentiable():
     (x, tx) = pair([0.3, -1.2])
