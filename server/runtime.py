@@ -22,6 +22,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .errors import InferenceFailedError, ModelLoadError
+from .loading import external_tensor_names
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -126,6 +127,10 @@ class OrtRunner:
 
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
                  intra_op_threads: int = 0):
+        external = external_tensor_names(model)
+        if external:  # onnxruntime would resolve them against the working directory
+            raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
+                                 "model with loading.load_onnx_file, which inlines them")
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
         self.providers = choose_providers(device)
         try:
