@@ -213,6 +213,55 @@ def empty_manifest(d):
     (d / "flowserve.json").write_text("")
 
 
+def op_as_list(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(op=["permute"]))
+
+
+def node_input_as_list(d):
+    _edit_graph(d, lambda ir: ir["nodes"][1]["inputs"].__setitem__(0, ["x"]))
+
+
+def missing_attr(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs={}))
+
+
+def huge_perm(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs={"perm": [1e30, 0]}))
+
+
+def attrs_not_object(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs=[1, 0]))
+
+
+def dtypes_metadata_not_json(d):
+    from safetensors.numpy import save as st_save
+    from flowserve.serialization.tensors import read_tensors
+
+    arrays = read_tensors(d / "params.safetensors")
+    data = st_save(arrays, metadata={"flowserve.dtypes": "{not json"})
+    (d / "params.safetensors").write_bytes(data)
+    _rehash(d)
+
+
+def huge_manifest_dim(d):
+    m = _manifest(d)
+    m["inputs"][0]["shape"] = [-1, 100_000_000_000]
+    _write_manifest(d, m)
+
+
+def manifest_shape_differs_from_graph(d):
+    m = _manifest(d)
+    m["inputs"][0]["shape"] = [-1, 13000]
+    _write_manifest(d, m)
+
+
+def manifest_symlink_outside(d):
+    outside = d.parent / "outside.json"
+    shutil.copy(d / "flowserve.json", outside)
+    (d / "flowserve.json").unlink()
+    (d / "flowserve.json").symlink_to(outside)
+
+
 CASES = {
     truncate_params: ("params.safetensors", "checksum"),
     truncate_params_rehashed: ("params.safetensors", "safetensors"),
@@ -240,6 +289,15 @@ CASES = {
     params_symlink_outside: ("params.safetensors", "outside"),
     params_is_directory: ("params.safetensors", "missing"),
     empty_manifest: ("flowserve.json", "not valid JSON"),
+    op_as_list: ("graph.json", "nodes[0].op"),
+    node_input_as_list: ("graph.json", "nodes[1].inputs"),
+    missing_attr: ("graph.json", "node 0 (permute)"),
+    huge_perm: ("graph.json", "node 0 (permute)"),
+    attrs_not_object: ("graph.json", "nodes[0].attrs"),
+    dtypes_metadata_not_json: ("params.safetensors", "flowserve.dtypes"),
+    huge_manifest_dim: ("flowserve.json", "shape"),
+    manifest_shape_differs_from_graph: ("flowserve.json", "13000"),
+    manifest_symlink_outside: ("flowserve.json", "outside"),
 }
 
 
