@@ -111,7 +111,8 @@ class DataPlane:
         return triton_config(self.model(name, version))
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run one request through the model's batcher."""
+        """Run one request through the model's batcher; the response carries the request's
+        ``id`` (one is made up when it has none, as MLServer does)."""
         started = time.monotonic()
         request_id = request.id or f"r{next(self._request_ids)}"
         model = self.model(request.model_name, request.model_version)
@@ -126,7 +127,7 @@ class DataPlane:
             raise
         self.metrics.request(model.name, model.version, True, time.monotonic() - started)
         return InferenceResponse(model.name, model.version, {n: outputs[n] for n in names},
-                                 request.id, model.output_datatypes)
+                                 request_id, model.output_datatypes)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""
@@ -208,7 +209,6 @@ def _duration(d) -> dict:
 
 def _model_statistics(model: ServedModel) -> dict:
     s = model.stats
-    zero = {"count": 0, "ns": 0}
     return {
         "name": model.name,
         "version": model.version,
@@ -217,13 +217,15 @@ def _model_statistics(model: ServedModel) -> dict:
         "execution_count": s.execution_count,
         "inference_stats": {
             "success": _duration(s.success), "fail": _duration(s.fail),
-            "queue": _duration(s.queue), "compute_input": zero,
-            "compute_infer": _duration(s.compute_infer), "compute_output": zero,
+            "queue": _duration(s.queue), "compute_input": _duration(s.compute_input),
+            "compute_infer": _duration(s.compute_infer),
+            "compute_output": _duration(s.compute_output),
         },
         "batch_stats": [
-            {"batch_size": rows, "compute_input": zero, "compute_infer": _duration(d),
-             "compute_output": zero}
-            for rows, d in sorted(s.batches.items())
+            {"batch_size": rows, "compute_input": _duration(b.compute_input),
+             "compute_infer": _duration(b.compute_infer),
+             "compute_output": _duration(b.compute_output)}
+            for rows, b in sorted(s.batches.items())
         ],
     }
 

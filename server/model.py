@@ -77,8 +77,25 @@ class ModelStatistics:
     success: Duration = dataclasses.field(default_factory=Duration)
     fail: Duration = dataclasses.field(default_factory=Duration)
     queue: Duration = dataclasses.field(default_factory=Duration)
+    compute_input: Duration = dataclasses.field(default_factory=Duration)
     compute_infer: Duration = dataclasses.field(default_factory=Duration)
-    batches: dict = dataclasses.field(default_factory=dict)  # rows -> Duration
+    compute_output: Duration = dataclasses.field(default_factory=Duration)
+    batches: dict = dataclasses.field(default_factory=dict)  # rows -> BatchStatistics
+
+
+@dataclasses.dataclass
+class BatchStatistics:
+    """The three compute phases of the executions of one batch size (Triton's batch_stats);
+    each counts every execution, as perf_analyzer's consistency check requires."""
+
+    compute_input: Duration = dataclasses.field(default_factory=Duration)
+    compute_infer: Duration = dataclasses.field(default_factory=Duration)
+    compute_output: Duration = dataclasses.field(default_factory=Duration)
+
+    def add(self, record: BatchRecord) -> None:
+        self.compute_input.add(record.input_s)
+        self.compute_infer.add(record.infer_s)
+        self.compute_output.add(record.output_s)
 
 
 class ServedModel:
@@ -183,8 +200,10 @@ class ServedModel:
                 stats.inference_count += record.rows
                 stats.execution_count += 1
                 stats.last_inference_ms = int(time.time() * 1000)
-                stats.compute_infer.add(record.compute_s)
-                stats.batches.setdefault(record.rows, Duration()).add(record.compute_s)
+                stats.compute_input.add(record.input_s)
+                stats.compute_infer.add(record.infer_s)
+                stats.compute_output.add(record.output_s)
+                stats.batches.setdefault(record.rows, BatchStatistics()).add(record)
             for waited in record.queue_s:
                 stats.queue.add(waited)
         self._on_batch_metrics(self, record)
