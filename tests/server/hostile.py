@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .models import IR_VERSION, OPSET, mlp
+from .models import IR_VERSION, OPSET, mlp  # noqa: F401 (mlp: used by the tests)
 
 SECRET = b"FLOWSERVE-SECRET-7f3a9c-" + bytes(range(200, 232))
 
