@@ -142,3 +142,48 @@ def function_model(location: str, length: int = len(SECRET)) -> onnx.ModelProto:
     return helper.make_model(graph, functions=[function], ir_version=IR_VERSION,
                              opset_imports=[helper.make_opsetid("", OPSET),
                                             helper.make_opsetid("local", 1)])
+
+
+def text_model() -> onnx.ModelProto:
+    """``out = Identity(text)`` on strings, shape [batch, 2]."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["out"])], "text",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["batch", 2])],
+        [helper.make_tensor_value_info("out", TensorProto.STRING, ["batch", 2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
+def int8_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "int8",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, ["batch", 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
+def heavy_model(width: int = 512, layers: int = 6) -> onnx.ModelProto:
+    """``y = sum(x @ W @ W ...)``: light for one row, seconds for thousands of rows."""
+    weight = numpy_helper.from_array(
+        (np.eye(width) + 0.001).astype(np.float32) / 1.5, "w")
+    nodes, previous = [], "x"
+    for index in range(layers):
+        nodes.append(helper.make_node("MatMul", [previous, "w"], [f"h{index}"]))
+        previous = f"h{index}"
+    nodes.append(helper.make_node("ReduceSum", [previous], ["y"], keepdims=0))
+    graph = helper.make_graph(
+        nodes, "heavy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)
+
+
+def request_repository(root: pathlib.Path) -> pathlib.Path:
+    """``good`` (MLP), ``text`` (strings), ``int8`` and ``heavy`` (no batching)."""
+    good_repository(root)
+    write_model(root / "text" / "1", text_model())
+    write_model(root / "int8" / "1", int8_model())
+    write_model(root / "heavy" / "1", heavy_model())
+    (root / "heavy" / "config.json").write_text('{"max_batch_size": 0}')
+    return root
