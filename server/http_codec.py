@@ -29,6 +29,7 @@ from .datatypes import (
     numpy_dtype,
 )
 from .errors import InvalidRequestError, RequestTooLargeError
+from .json_arrays import LiftedArrays, lift_numeric_arrays
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -48,7 +49,7 @@ def _as_list(value, where: str) -> list:
 
 
 HEADER_LENGTH_DIGITS = 19  # a length beyond 64-bit integers is no length
-JSON_DEPTH_ERROR = "body: malformed JSON (nested too deeply)"
+_HEADER_STRINGS = 4096  # names, datatypes and keys of a header with many inputs
 
 
 def parse_json(data, where: str = "body"):
@@ -77,17 +78,19 @@ def header_length_of(value: Optional[str], body_size: int) -> Optional[int]:
     return int(text)
 
 
-def split_body(body: bytes, header_length: Optional[str],
-               limits: DecodeLimits = DecodeLimits()) -> tuple[dict, memoryview]:
-    """The JSON header of ``body`` and the binary part after it."""
+def split_body(body: bytes, header_length: Optional[str], limits: DecodeLimits = DecodeLimits()
+               ) -> tuple[dict, memoryview, LiftedArrays]:
+    """The JSON header of ``body``, the binary part after it, and the large numeric
+    ``data`` arrays of the header, parsed by numpy (``json_arrays``)."""
     view = memoryview(body)
     length = header_length_of(header_length, len(body))
     if length is None:
         json_part, binary = body, view[len(view):]
     else:
         json_part, binary = body[:length], view[length:]
+    json_part, lifted = lift_numeric_arrays(json_part)
     _check_json_size(json_part, limits)
-    return _as_dict(parse_json(json_part), "body"), binary
+    return _as_dict(parse_json(json_part), "body"), binary, lifted
 
 
 def _check_json_size(json_part: bytes, limits: DecodeLimits) -> None:
@@ -103,9 +106,6 @@ def _check_json_size(json_part: bytes, limits: DecodeLimits) -> None:
         raise RequestTooLargeError(
             f"body: {strings} JSON strings exceed the limit of {limits.max_bytes_elements} "
             "BYTES elements (--max-bytes-elements)")
-
-
-_HEADER_STRINGS = 4096  # names, datatypes and keys of a header with many inputs
 
 
 class PlanCache:
@@ -170,12 +170,13 @@ def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limit
 
 def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
                           version: str, limits: DecodeLimits) -> tuple[InferenceRequest, dict, dict]:
-    header, binary = split_body(body, header_length, limits)
+    header, binary, lifted = split_body(body, header_length, limits)
     params = _as_dict(header.get("parameters"), "parameters")
     inputs, offset = {}, 0
     for index, item in enumerate(_as_list(header.get("inputs"), "inputs")):
         where = f"inputs[{index}]"
-        name, array, used = _decode_input(_as_dict(item, where), binary, offset, where, limits)
+        name, array, used = _decode_input(_as_dict(item, where), binary, offset, where, limits,
+                                          lifted)
         if name in inputs:
             raise InvalidRequestError(f"{where}: input {name!r} given twice")
         inputs[name], offset = array, offset + used
@@ -228,7 +229,8 @@ def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list]]:
     return wishes, list(wishes) or None
 
 
-def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limits: DecodeLimits):
+def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limits: DecodeLimits,
+                  lifted: LiftedArrays):
     name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
     if not isinstance(name, str):
         raise InvalidRequestError(f"{where}.name: expected a string")
@@ -253,7 +255,7 @@ def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limit
         raise InvalidRequestError(f"{where}: neither data nor parameters.binary_data_size")
     if datatype == "BYTES":
         check_bytes_elements(count, limits.max_bytes_elements, where)
-    data = item.pop("data")  # the lists are freed as soon as their array exists
+    data = lifted.take(item.pop("data"))  # lists are freed as soon as their array exists
     return name, array_from_json(data, datatype, shape, count, where), 0
 
 

@@ -197,11 +197,16 @@ def huge_safetensors_header(d):
     _rehash(d)
 
 
+def _link_outside(d, name):
+    """Replace ``d/name`` by a link to an identical copy outside ``d``."""
+    outside = d.parent / f"outside-{name}"
+    shutil.copy(d / name, outside)
+    (d / name).unlink()
+    (d / name).symlink_to(outside)
+
+
 def params_symlink_outside(d):
-    outside = d.parent / "outside.safetensors"
-    shutil.copy(d / "params.safetensors", outside)
-    (d / "params.safetensors").unlink()
-    (d / "params.safetensors").symlink_to(outside)
+    _link_outside(d, "params.safetensors")
 
 
 def params_is_directory(d):
@@ -256,10 +261,7 @@ def manifest_shape_differs_from_graph(d):
 
 
 def manifest_symlink_outside(d):
-    outside = d.parent / "outside.json"
-    shutil.copy(d / "flowserve.json", outside)
-    (d / "flowserve.json").unlink()
-    (d / "flowserve.json").symlink_to(outside)
+    _link_outside(d, "flowserve.json")
 
 
 CASES = {

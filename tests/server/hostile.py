@@ -144,21 +144,12 @@ def function_model(location: str, length: int = len(SECRET)) -> onnx.ModelProto:
                                             helper.make_opsetid("local", 1)])
 
 
-def text_model() -> onnx.ModelProto:
-    """``out = Identity(text)`` on strings, shape [batch, 2]."""
+def identity_model(name_in: str, name_out: str, element: int, width: int) -> onnx.ModelProto:
+    """``name_out = Identity(name_in)`` of ``element`` type, shape [batch, width]."""
     graph = helper.make_graph(
-        [helper.make_node("Identity", ["text"], ["out"])], "text",
-        [helper.make_tensor_value_info("text", TensorProto.STRING, ["batch", 2])],
-        [helper.make_tensor_value_info("out", TensorProto.STRING, ["batch", 2])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                             ir_version=IR_VERSION)
-
-
-def int8_model() -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])], "int8",
-        [helper.make_tensor_value_info("x", TensorProto.INT8, ["batch", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.INT8, ["batch", 3])])
+        [helper.make_node("Identity", [name_in], [name_out])], "identity",
+        [helper.make_tensor_value_info(name_in, element, ["batch", width])],
+        [helper.make_tensor_value_info(name_out, element, ["batch", width])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                              ir_version=IR_VERSION)
 
@@ -182,8 +173,8 @@ def heavy_model(width: int = 512, layers: int = 6) -> onnx.ModelProto:
 def request_repository(root: pathlib.Path) -> pathlib.Path:
     """``good`` (MLP), ``text`` (strings), ``int8`` and ``heavy`` (no batching)."""
     good_repository(root)
-    write_model(root / "text" / "1", text_model())
-    write_model(root / "int8" / "1", int8_model())
+    write_model(root / "text" / "1", identity_model("text", "out", TensorProto.STRING, 2))
+    write_model(root / "int8" / "1", identity_model("x", "y", TensorProto.INT8, 3))
     write_model(root / "heavy" / "1", heavy_model())
     (root / "heavy" / "config.json").write_text('{"max_batch_size": 0}')
     return root

@@ -8,14 +8,14 @@ carries any of its bytes, and that the server is alive (and ready) afterwards.
 from __future__ import annotations
 
 import json
-import os
 
 import httpx
 import numpy as np
 import pytest
 
 from flowserve.server.errors import ModelLoadError
-from flowserve.server.loading import load_model_proto
+from flowserve.server.loading import external_tensor_names, load_model_proto
+from flowserve.server.runtime import OrtRunner
 
 from . import hostile
 from .conftest import running_server
@@ -55,9 +55,6 @@ def test_external_data_inside_the_model_folder_is_inlined_wherever_the_tensor_si
     data = bytes(range(len(SECRET)))
     (folder / "weights.bin").write_bytes(data)
     proto = load_model_proto(folder, root=jail / "repo" / "fine")
-    from flowserve.server.loading import external_tensor_names
-    from flowserve.server.runtime import OrtRunner
-
     assert external_tensor_names(proto) == []
     feeds = {"x": np.ones(len(SECRET), np.uint8)}
     if where == "subgraph":
