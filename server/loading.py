@@ -96,8 +96,10 @@ def load_onnx_file(path: pathlib.Path, root: Optional[pathlib.Path] = None) -> o
 def model_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
     """Every tensor a model holds, wherever it sits: initializers, sparse initializers
     (values and indices), tensor and sparse-tensor attributes, in the main graph,
-    every subgraph and every local function body."""
+    every subgraph, every local function body and the training-info graphs."""
     graphs = [model.graph]
+    for info in model.training_info:
+        graphs += [info.initialization, info.algorithm]
     node_lists = [function.node for function in model.functions]
     while graphs or node_lists:
         if graphs:
