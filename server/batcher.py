@@ -37,6 +37,7 @@ import numpy as np
 from .errors import InferenceFailedError, QueueFullError, RequestTimeoutError, ServerError
 
 RunBatch = Callable[[dict], dict]
+SMALL_BATCH_BYTES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -144,12 +145,13 @@ class DynamicBatcher:
 
     def _runs_inline(self, nbytes: int) -> bool:
         """Whether a batch of ``nbytes`` input bytes is expected to take less than
-        ``inline_below_s``: the average compute time, scaled up for inputs larger than
-        the average (a heavy request never runs on the event loop because light ones did)."""
+        ``inline_below_s``: the average compute time, scaled up for inputs larger than both
+        the average and ``SMALL_BATCH_BYTES`` (a heavy request never runs on the event loop
+        because light ones did; small batches cost about the same whatever their size)."""
         if self._compute_ema_s >= self._inline_below_s:
             return False
-        scale = max(1.0, nbytes / self._input_ema_bytes)
-        return self._compute_ema_s * scale < self._inline_below_s
+        scale = nbytes / max(self._input_ema_bytes, SMALL_BATCH_BYTES)
+        return self._compute_ema_s * max(1.0, scale) < self._inline_below_s
 
     def _run_direct(self, inputs: dict, rows: int) -> dict:
         """Run a lone request on the loop now: a batch of one, without the queue."""

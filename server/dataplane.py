@@ -207,6 +207,13 @@ def _duration(d) -> dict:
     return {"count": d.count, "ns": d.ns}
 
 
+def _compute(c) -> dict:
+    """Triton's three compute phases of ``ComputeStatistics``, one count for all."""
+    return {"compute_input": {"count": c.count, "ns": c.input_ns},
+            "compute_infer": {"count": c.count, "ns": c.infer_ns},
+            "compute_output": {"count": c.count, "ns": c.output_ns}}
+
+
 def _model_statistics(model: ServedModel) -> dict:
     s = model.stats
     return {
@@ -215,18 +222,8 @@ def _model_statistics(model: ServedModel) -> dict:
         "last_inference": s.last_inference_ms,
         "inference_count": s.inference_count,
         "execution_count": s.execution_count,
-        "inference_stats": {
-            "success": _duration(s.success), "fail": _duration(s.fail),
-            "queue": _duration(s.queue), "compute_input": _duration(s.compute_input),
-            "compute_infer": _duration(s.compute_infer),
-            "compute_output": _duration(s.compute_output),
-        },
-        "batch_stats": [
-            {"batch_size": rows, "compute_input": _duration(b.compute_input),
-             "compute_infer": _duration(b.compute_infer),
-             "compute_output": _duration(b.compute_output)}
-            for rows, b in sorted(s.batches.items())
-        ],
+        "inference_stats": {"success": _duration(s.success), "fail": _duration(s.fail),
+                            "queue": _duration(s.queue), **_compute(s.compute)},
+        "batch_stats": [{"batch_size": rows, **_compute(c)}
+                        for rows, c in sorted(s.batches.items())],
     }
-
-

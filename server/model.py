@@ -68,6 +68,24 @@ class Duration:
 
 
 @dataclasses.dataclass
+class ComputeStatistics:
+    """Executions and the nanoseconds of their three phases (Triton's compute_input,
+    compute_infer, compute_output): one count for all three, as perf_analyzer's
+    consistency check requires."""
+
+    count: int = 0
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, record: BatchRecord) -> None:
+        self.count += 1
+        self.input_ns += int(record.input_s * 1e9)
+        self.infer_ns += int(record.infer_s * 1e9)
+        self.output_ns += int(record.output_s * 1e9)
+
+
+@dataclasses.dataclass
 class ModelStatistics:
     """Counters of one model version (Triton's statistics extension)."""
 
@@ -77,25 +95,8 @@ class ModelStatistics:
     success: Duration = dataclasses.field(default_factory=Duration)
     fail: Duration = dataclasses.field(default_factory=Duration)
     queue: Duration = dataclasses.field(default_factory=Duration)
-    compute_input: Duration = dataclasses.field(default_factory=Duration)
-    compute_infer: Duration = dataclasses.field(default_factory=Duration)
-    compute_output: Duration = dataclasses.field(default_factory=Duration)
-    batches: dict = dataclasses.field(default_factory=dict)  # rows -> BatchStatistics
-
-
-@dataclasses.dataclass
-class BatchStatistics:
-    """The three compute phases of the executions of one batch size (Triton's batch_stats);
-    each counts every execution, as perf_analyzer's consistency check requires."""
-
-    compute_input: Duration = dataclasses.field(default_factory=Duration)
-    compute_infer: Duration = dataclasses.field(default_factory=Duration)
-    compute_output: Duration = dataclasses.field(default_factory=Duration)
-
-    def add(self, record: BatchRecord) -> None:
-        self.compute_input.add(record.input_s)
-        self.compute_infer.add(record.infer_s)
-        self.compute_output.add(record.output_s)
+    compute: ComputeStatistics = dataclasses.field(default_factory=ComputeStatistics)
+    batches: dict = dataclasses.field(default_factory=dict)  # rows -> ComputeStatistics
 
 
 class ServedModel:
@@ -200,10 +201,11 @@ class ServedModel:
                 stats.inference_count += record.rows
                 stats.execution_count += 1
                 stats.last_inference_ms = int(time.time() * 1000)
-                stats.compute_input.add(record.input_s)
-                stats.compute_infer.add(record.infer_s)
-                stats.compute_output.add(record.output_s)
-                stats.batches.setdefault(record.rows, BatchStatistics()).add(record)
+                stats.compute.add(record)
+                batch = stats.batches.get(record.rows)
+                if batch is None:
+                    batch = stats.batches[record.rows] = ComputeStatistics()
+                batch.add(record)
             for waited in record.queue_s:
                 stats.queue.add(waited)
         self._on_batch_metrics(self, record)
