@@ -72,7 +72,7 @@ def reset_peak(pid: int) -> None:
 
 def probe_health(url: str, stop: threading.Event, latencies: list) -> None:
     with httpx.Client(base_url=url, timeout=60) as client:
-        while not stop.is_set():
+        while not latencies or not stop.is_set():  # at least one probe, however short
             started = time.perf_counter()
             client.get("/v2/health/live")
             latencies.append(time.perf_counter() - started)
