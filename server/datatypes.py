@@ -105,6 +105,9 @@ def element_count(shape: list[int], where: str) -> int:
 
 
 DEFAULT_MAX_BYTES_ELEMENTS = 1 << 20
+# requests and responses above this size are decoded/encoded in a worker thread, so the
+# event loop keeps answering (health checks, small requests); below it the hop costs more
+OFFLOAD_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)

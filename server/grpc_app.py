@@ -9,6 +9,7 @@ Each RPC translates its message, calls the data plane and translates back;
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hmac
 import logging
@@ -19,7 +20,7 @@ from google.protobuf import json_format
 from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import DataPlane
 from .errors import InvalidRequestError, ServerError, UnauthorizedError
-from .datatypes import DecodeLimits
+from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .grpc_codec import decode_infer_request, encode_infer_response
 
 log = logging.getLogger("flowserve.server")
@@ -62,14 +63,21 @@ class InferenceServicer:
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
     async def ModelInfer(self, request, context):
-        response = await self.plane.infer(decode_infer_request(request, self.limits))
+        response = await self.plane.infer(await self._decode(request))
         return encode_infer_response(response)
+
+    async def _decode(self, request):
+        """Decode on the loop, or in a worker thread for a large message (BYTES elements
+        are parsed one by one), so health checks keep being answered."""
+        if request.ByteSize() > OFFLOAD_BYTES:
+            return await asyncio.to_thread(decode_infer_request, request, self.limits)
+        return decode_infer_request(request, self.limits)
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Each message gets its own response: its outputs, or its error (the stream goes on)."""
         async for request in request_iterator:
             try:
-                response = await self.plane.infer(decode_infer_request(request, self.limits))
+                response = await self.plane.infer(await self._decode(request))
                 yield protos.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response))
             except Exception as exc:

@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import http_schemas as schemas
 from .dataplane import DataPlane, server_version
+from .datatypes import OFFLOAD_BYTES
 from .errors import (
     InvalidRequestError,
     ModelNotReadyError,
@@ -64,9 +65,6 @@ def _error(message: str, status: int) -> Response:
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
 _JSON_HEADERS = [(b"content-type", JSON.encode())]
 _BINARY_HEADERS = [(b"content-type", b"application/octet-stream")]
-# bodies and responses above this size are decoded/encoded in a worker thread, so the loop
-# keeps answering (health checks, small requests); below it the hop costs more than the work
-OFFLOAD_BYTES = 1 << 20
 
 
 async def _send_body(send, status: int, headers: list, body: bytes) -> None:

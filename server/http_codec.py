@@ -101,7 +101,7 @@ def _check_json_size(json_part: bytes, limits: DecodeLimits) -> None:
         raise RequestTooLargeError(
             f"body: about {values} JSON values exceed the limit of {limits.max_json_elements} "
             "(--max-json-elements); send large tensors as binary data")
-    strings = json_part.count(b'"') // 2
+    strings = (json_part.count(b'"') - json_part.count(b'\\"')) // 2
     if strings > limits.max_bytes_elements + _HEADER_STRINGS:
         raise RequestTooLargeError(
             f"body: {strings} JSON strings exceed the limit of {limits.max_bytes_elements} "
