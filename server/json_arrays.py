@@ -24,9 +24,10 @@ import numpy as np
 
 LIFT_BODY_BYTES = 1 << 20  # bodies below this are parsed by json alone
 LIFT_ARRAY_BYTES = 1 << 16  # arrays below this stay in the JSON
-CHUNK_BYTES = 1 << 20  # numbers parsed per numpy call (a few ms; the GIL is free between)
+CHUNK_BYTES = 1 << 20  # bytes scanned or parsed per C call (a few ms; the GIL is free between)
 _PLACEHOLDER = "\0flowserve-array-"
-_NUMERIC_DATA = re.compile(rb'(?<!\\)"data"\s*:\s*(\[[0-9eE+\-.,\s\[\]]*\])')
+_DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
+_NOT_NUMERIC = re.compile(rb"[^0-9eE+\-.,\s\[\]]")
 _FLOAT_MARK = re.compile(rb"[.eE]")
 
 
@@ -51,36 +52,62 @@ class LiftedArrays:
 
 def lift_numeric_arrays(body: bytes) -> tuple[bytes, LiftedArrays]:
     """``body`` with its long numeric ``data`` arrays replaced by placeholders."""
-    lifted = LiftedArrays()
+    lifted, pieces, kept = LiftedArrays(), [], 0
     if len(body) < LIFT_BODY_BYTES:
         return body, lifted
+    position = 0
+    while (match := _DATA_KEY.search(body, position)) is not None:
+        position = match.end()
+        if body[match.start() - 1:match.start()] == b"\\":
+            continue  # an escaped quote: the key is inside a string
+        start = match.end() - 1
+        end = _numeric_extent(body, start)
+        long_enough = end - start >= LIFT_ARRAY_BYTES
+        array = _parse_numbers(memoryview(body)[start:end]) if long_enough else None
+        if array is not None:
+            pieces += [body[kept:start], lifted.add(array)]
+            kept = position = end
+    return (b"".join(pieces + [body[kept:]]) if pieces else body), lifted
 
-    def lift(match: re.Match) -> bytes:
-        start, end = match.span(1)
-        if end - start < LIFT_ARRAY_BYTES:
-            return match.group(0)
-        array = _parse_numbers(match.group(1))
-        if array is None:
-            return match.group(0)
-        return body[match.start():start] + lifted.add(array)
 
-    return _NUMERIC_DATA.sub(lift, body), lifted
+def _numeric_extent(body: bytes, start: int) -> int:
+    """End of the run of number characters from ``start``, back to its last ``]``."""
+    position = start
+    while position < len(body):
+        stop = _NOT_NUMERIC.search(body, position, min(len(body), position + CHUNK_BYTES))
+        if stop is not None:
+            position = stop.start()
+            break
+        position = min(len(body), position + CHUNK_BYTES)
+    return body.rfind(b"]", start, position) + 1
 
 
-def _parse_numbers(text: bytes):
-    """The numbers of a (possibly nested) JSON array, or None when numpy cannot be sure."""
-    if text.count(b"[") != text.count(b"]"):
+def _parse_numbers(view: memoryview):
+    """The numbers of a (possibly nested) JSON array, or None when numpy cannot be sure.
+
+    Two passes over ``view`` in chunks split at commas (each chunk holds whole numbers):
+    the first counts values and brackets and finds the dtype, the second parses into one
+    preallocated array; nothing larger than a chunk is copied."""
+    spans, start = [], 0
+    while start < len(view):
+        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
+        end = len(view) if end < 0 else start + CHUNK_BYTES + end
+        spans.append((start, end))
+        start = end + 1
+    commas = opened = closed = 0
+    floats = False
+    for a, b in spans:
+        chunk = bytes(view[a:b])
+        commas, opened, closed = (commas + chunk.count(b","), opened + chunk.count(b"["),
+                                  closed + chunk.count(b"]"))
+        floats = floats or _FLOAT_MARK.search(chunk) is not None
+    tail = bytes(view[-64:]).rstrip(b"] \t\r\n")
+    if not spans or opened != closed or tail.endswith(b",") or tail.endswith(b"["):
         return None
-    flat = text.translate(None, b"[] \t\r\n")
-    if not flat:
-        return None
-    dtype = np.float64 if _FLOAT_MARK.search(flat) else np.int64
-    out = np.empty(flat.count(b",") + 1, dtype)
-    filled, start = 0, 0
-    while start < len(flat):
-        end = flat.find(b",", start + CHUNK_BYTES)
-        end = len(flat) if end < 0 else end
-        chunk = flat[start:end]
+    dtype = np.float64 if floats else np.int64
+    out, filled = np.empty(commas + len(spans), dtype), 0
+    for a, b in spans:
+        chunk = bytes(view[a:b]).translate(None, b"[] \t\r\n")
         try:
             values = np.fromstring(chunk.decode("ascii"), dtype=dtype, sep=",")
         except ValueError:
@@ -88,10 +115,8 @@ def _parse_numbers(text: bytes):
         if values.size != chunk.count(b",") + 1 or filled + values.size > out.size:
             return None
         out[filled:filled + values.size] = values
-        filled, start = filled + values.size, end + 1
-    if filled != out.size or flat.endswith(b","):
-        return None
-    if dtype == np.int64 and _may_have_overflowed(out):
+        filled += values.size
+    if filled != out.size or (dtype == np.int64 and _may_have_overflowed(out)):
         return None  # numpy saturates integers beyond int64; json's are exact
     return out
 
