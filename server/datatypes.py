@@ -98,7 +98,8 @@ def element_count(shape: list[int], where: str) -> int:
     for dim in shape:
         if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= MAX_DIM:
             raise InvalidRequestError(
-                f"{where}: shape {str(shape)[:120]} must be a list of non-negative integers of at most {MAX_DIM}"
+                f"{where}: shape {str(shape)[:120]} must be a list of non-negative integers "
+                f"of at most {MAX_DIM}"
             )
         count *= dim
     return count

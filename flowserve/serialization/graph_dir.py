@@ -2,8 +2,9 @@
 
 Saving writes a temporary sibling directory, fsyncs it, and swaps it into place with one
 atomic exchange (Linux), so at every instant the target is the old or the new directory,
-whole; temporaries of killed saves are removed by the next save. Loading runs no code: JSON, validated; tensors from
-safetensors; every file checked against the manifest's sha256.
+whole; temporaries of killed saves are removed by the next save. Loading runs no code:
+JSON, validated field by field (``graph_check``); tensors from safetensors; every file
+checked against the manifest's sha256; links out of the directory refused.
 """
 
 from __future__ import annotations

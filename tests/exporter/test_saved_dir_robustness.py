@@ -181,10 +181,14 @@ def newer_format(d):
     _write_manifest(d, m)
 
 
-def negative_dims(d):
+def _set_input_shape(d, shape):
     m = _manifest(d)
-    m["inputs"][0]["shape"] = [-7, 6]
+    m["inputs"][0]["shape"] = shape
     _write_manifest(d, m)
+
+
+def negative_dims(d):
+    _set_input_shape(d, [-7, 6])
 
 
 def pickle_as_params(d):
@@ -249,15 +253,11 @@ def dtypes_metadata_not_json(d):
 
 
 def huge_manifest_dim(d):
-    m = _manifest(d)
-    m["inputs"][0]["shape"] = [-1, 100_000_000_000]
-    _write_manifest(d, m)
+    _set_input_shape(d, [-1, 100_000_000_000])
 
 
 def manifest_shape_differs_from_graph(d):
-    m = _manifest(d)
-    m["inputs"][0]["shape"] = [-1, 13000]
-    _write_manifest(d, m)
+    _set_input_shape(d, [-1, 13000])
 
 
 def manifest_symlink_outside(d):
