@@ -77,7 +77,8 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     bounded request heads: a request line plus headers over ``max_header_bytes`` is
     answered 431 and the connection closed before the parser buffers more; a connection
     that has not sent a complete head within ``header_timeout_s`` of opening (or of its
-    first byte after a response) is answered 408 and closed."""
+    first byte after a response) is answered 408 and closed (closed quietly when it sent
+    nothing at all)."""
 
     def __init__(self, *args, max_header_bytes: int = 64 * 1024,
                  header_timeout_s: float = 10.0, **kwargs):
@@ -132,9 +133,13 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and (self.cycle is None or self.cycle.response_complete):
-            self._refuse(408, f"no complete request head within {self._head_timeout_s:g} s "
-                              "(--header-timeout)")
+        if not self._in_head or (self.cycle is not None and not self.cycle.response_complete):
+            return
+        if self._head_seen == 0:  # nothing sent: close quietly, as nginx does
+            self.transport.close()
+            return
+        self._refuse(408, f"no complete request head within {self._head_timeout_s:g} s "
+                          "(--header-timeout)")
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` with a JSON error and close, whatever the parser holds."""
