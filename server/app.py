@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import signal
 import socket
@@ -30,7 +29,7 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
 
 from .dataplane import DataPlane
 from .grpc_app import build_grpc_server
-from .http_app import build_http_app
+from .http_app import build_http_app, error_body
 from .settings import ServerSettings
 
 log = logging.getLogger("flowserve.server")
@@ -147,7 +146,7 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         self._in_head = False
         if self.transport.is_closing():
             return
-        body = json.dumps({"error": message}).encode()
+        body = error_body(message)
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
                              b"content-length: %d\r\nconnection: close\r\n\r\n%s"
