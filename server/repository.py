@@ -234,9 +234,10 @@ class ModelRepository:
 
 def _load_error(name: str, exc: Exception) -> ModelLoadError:
     """``exc`` as the one-line ``ModelLoadError`` the index and the client see."""
-    if isinstance(exc, ModelLoadError):
-        return exc
     if isinstance(exc, FlowserveError):
-        return ModelLoadError(str(exc))
-    log.error("model %s: unexpected failure while loading", name, exc_info=exc)
-    return ModelLoadError(f"model {name!r} could not be loaded: {type(exc).__name__}: {exc}")
+        message = str(exc)
+    else:
+        log.error("model %s: unexpected failure while loading", name, exc_info=exc)
+        message = f"model {name!r} could not be loaded: {type(exc).__name__}: {exc}"
+    one_line = " ".join(message.split())
+    return ModelLoadError(one_line if len(one_line) <= 1000 else one_line[:997] + "...")
