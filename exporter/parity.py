@@ -4,6 +4,7 @@ random inputs at two batch sizes."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,10 @@ from flowserve.ir.interpreter import run_ir
 
 TOLERANCES = {"float16": 1e-2, "bfloat16": 2e-2}  # float32/float64: 1e-5
 DEFAULT_RTOL = 1e-5
+# the check's memory is bounded, whatever a saved graph declares: sample inputs and every
+# value the interpreter computes (the traced shape, scaled to the largest sample batch)
+MAX_SAMPLE_ELEMENTS = 1 << 24
+MAX_VALUE_ELEMENTS = 1 << 27
 
 
 @dataclass
@@ -38,6 +43,10 @@ def sample_inputs(specs, batch: int | None, seed: int) -> dict:
     feeds = {}
     for spec in specs:
         shape = tuple(batch if d == -1 else d for d in spec.shape)
+        if math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+            raise ExportError(f"input {spec.name!r}: a sample of shape {list(shape)} exceeds the "
+                              f"parity check's {MAX_SAMPLE_ELEMENTS} elements; pass inputs= "
+                              "(smaller examples) or check=False")
         np_dtype = dtypes.from_name(spec.dtype).np
         if spec.dtype in ("float16", "bfloat16", "float32", "float64"):
             feeds[spec.name] = rng.standard_normal(shape).astype(np_dtype)
@@ -52,6 +61,7 @@ def check_parity(session, ir: GraphIR, state: dict, specs_in, batches: list, inp
                  rtol: float | None = None) -> list:
     """Compare ``session`` with the interpreter at each batch size; raise ``ExportError``
     naming the first output that diverges. ``rtol`` overrides the per-dtype tolerance."""
+    _check_value_sizes(ir, [b for b in batches if b])
     records = []
     for i, batch in enumerate(batches):
         feeds = inputs if inputs is not None else sample_inputs(specs_in, batch, seed=i)
@@ -62,6 +72,19 @@ def check_parity(session, ir: GraphIR, state: dict, specs_in, batches: list, inp
         if inputs is not None:
             break
     return records
+
+
+def _check_value_sizes(ir: GraphIR, batches: list) -> None:
+    """Refuse a graph whose computed values would exceed ``MAX_VALUE_ELEMENTS``."""
+    traced = {v.shape[0] for v in ir.inputs if v.shape and v.shape[0] > 0}
+    scale = max(batches, default=1) / min(traced) if batches and len(traced) == 1 else 1
+    for node in ir.nodes:
+        for name in node.outputs:
+            elements = math.prod(ir.values[name].shape) * max(1.0, scale)
+            if elements > MAX_VALUE_ELEMENTS:
+                raise ExportError(f"value {name!r} ({node.op}, shape {list(ir.values[name].shape)}) "
+                                  f"would hold about {int(elements)} elements in the parity check, "
+                                  f"more than its {MAX_VALUE_ELEMENTS}; pass check=False")
 
 
 def _compare(name: str, dtype: str, ref: np.ndarray, got: np.ndarray, batch: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -28,7 +29,7 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
 
 from .dataplane import DataPlane
 from .grpc_app import build_grpc_server
-from .http_app import build_http_app
+from .http_app import build_http_app, error_body
 from .settings import ServerSettings
 
 log = logging.getLogger("flowserve.server")
@@ -67,8 +68,23 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+_HEAD_END = b"\r\n\r\n"
+
+
 class NoDelayHTTPProtocol(AutoHTTPProtocol):
-    """uvicorn's HTTP protocol with TCP_NODELAY and coalesced writes on every socket."""
+    """uvicorn's HTTP protocol with TCP_NODELAY and coalesced writes on every socket, and
+    bounded request heads: a request line plus headers over ``max_header_bytes`` is
+    answered 431 and the connection closed before the parser buffers more; a connection
+    that has not sent a complete head within ``header_timeout_s`` of opening (or of its
+    first byte after a response) is answered 408 and closed (closed quietly when it sent
+    nothing at all)."""
+
+    def __init__(self, *args, max_header_bytes: int = 64 * 1024,
+                 header_timeout_s: float = 10.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._max_head, self._head_timeout_s = max_header_bytes, header_timeout_s
+        self._in_head, self._head_seen, self._head_tail = True, 0, b""
+        self._head_timer: Optional[asyncio.TimerHandle] = None
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -76,6 +92,66 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
+        self._arm_head_timer()
+
+    def connection_lost(self, exc) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            if self._head_seen == 0 and self._head_timer is None:
+                self._arm_head_timer()
+            window = self._head_tail + data
+            end = window.find(_HEAD_END)
+            head_part = len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+            self._head_seen += head_part
+            self._head_tail = window[-3:]
+            if self._head_seen > self._max_head:
+                return self._refuse(431, "request line and headers exceed "
+                                         f"{self._max_head} bytes (--max-header-bytes)")
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._head_seen, self._head_tail = False, 0, b""
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head = True
+        super().on_message_complete()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or (self.cycle is not None and not self.cycle.response_complete):
+            return
+        if self._head_seen == 0:  # nothing sent: close quietly, as nginx does
+            self.transport.close()
+            return
+        self._refuse(408, f"no complete request head within {self._head_timeout_s:g} s "
+                          "(--header-timeout)")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` with a JSON error and close, whatever the parser holds."""
+        self._disarm_head_timer()
+        self._in_head = False
+        if self.transport.is_closing():
+            return
+        body = error_body(message)
+        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+                             % (status, reason, len(body), body))
+        self.transport.close()
 
 
 class _Uvicorn(uvicorn.Server):
@@ -121,8 +197,11 @@ class InferenceServer:
         self.http_port = http_socket.getsockname()[1]
         await self.plane.start()
         grpc_server = await self._start_grpc()
+        protocol = functools.partial(
+            NoDelayHTTPProtocol, max_header_bytes=self.settings.max_header_bytes,
+            header_timeout_s=self.settings.header_timeout_s)
         http_server = _Uvicorn(uvicorn.Config(
-            build_http_app(self.plane), http=NoDelayHTTPProtocol, log_config=None,
+            build_http_app(self.plane), http=protocol, log_config=None,
             access_log=False, lifespan="off", proxy_headers=False, server_header=False,
             timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30))
         http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))

@@ -37,6 +37,7 @@ import numpy as np
 from .errors import InferenceFailedError, QueueFullError, RequestTimeoutError, ServerError
 
 RunBatch = Callable[[dict], dict]
+SMALL_BATCH_BYTES = 1 << 16
 
 
 @dataclasses.dataclass
@@ -46,8 +47,11 @@ class BatchRecord:
     rows: int
     requests: int
     queue_s: list[float]
-    compute_s: float
+    compute_s: float  # all of it: inputs merged, the run, outputs split
     failed: bool
+    input_s: float = 0.0  # merging the requests' inputs into one batch
+    infer_s: float = 0.0  # the runner itself
+    output_s: float = 0.0  # splitting the outputs back into the requests
 
 
 @dataclasses.dataclass
@@ -80,6 +84,7 @@ class DynamicBatcher:
         self._closing = False
         self._inline_below_s = inline_below_s if len(self._runners) == 1 else 0.0
         self._compute_ema_s = float("inf")
+        self._input_ema_bytes = 1.0
         self._direct_after_idle_s = direct_after_idle_s
         self._last_arrival = float("-inf")
         self._idle_workers = 0
@@ -118,7 +123,7 @@ class DynamicBatcher:
             )
         now = time.monotonic()
         last_arrival, self._last_arrival = self._last_arrival, now
-        if self._runs_direct(rows, now - last_arrival):
+        if self._runs_direct(rows, now - last_arrival, _nbytes(inputs)):
             return self._run_direct(inputs, rows)
         signature = tuple((name, array.shape[1:], array.dtype.str) for name, array in inputs.items())
         pending = _Pending(
@@ -129,20 +134,30 @@ class DynamicBatcher:
         self._wakeup.set()
         return await pending.future
 
-    def _runs_direct(self, rows: int, idle_s: float) -> bool:
+    def _runs_direct(self, rows: int, idle_s: float, nbytes: int) -> bool:
         return (
             not self._queue
             and self._idle_workers == len(self._runners)
-            and self._compute_ema_s < self._inline_below_s
+            and self._runs_inline(nbytes)
             and idle_s >= self._direct_after_idle_s
             and (self.max_queue_delay_s <= 0 or rows >= self._target)
         )
 
+    def _runs_inline(self, nbytes: int) -> bool:
+        """Whether a batch of ``nbytes`` input bytes is expected to take less than
+        ``inline_below_s``: the average compute time, scaled up for inputs larger than both
+        the average and ``SMALL_BATCH_BYTES`` (a heavy request never runs on the event loop
+        because light ones did; small batches cost about the same whatever their size)."""
+        if self._compute_ema_s >= self._inline_below_s:
+            return False
+        scale = nbytes / max(self._input_ema_bytes, SMALL_BATCH_BYTES)
+        return self._compute_ema_s * max(1.0, scale) < self._inline_below_s
+
     def _run_direct(self, inputs: dict, rows: int) -> dict:
         """Run a lone request on the loop now: a batch of one, without the queue."""
         started = time.monotonic()
-        outputs, error = _run_guarded(self._runners[0], [inputs])
-        self._record(rows, 1, [0.0], started, error is not None)
+        outputs, error, timings = _run_guarded(self._runners[0], [inputs])
+        self._record(rows, 1, [0.0], started, error is not None, _nbytes(inputs), timings)
         if error is not None:
             raise error
         return outputs
@@ -219,44 +234,60 @@ class DynamicBatcher:
         started = time.monotonic()
         queue_s = [started - p.enqueued for p in batch]
         requests = [p.inputs for p in batch]
-        if self._compute_ema_s < self._inline_below_s:
-            outputs, error = _run_guarded(runner, requests)
+        nbytes = sum(_nbytes(inputs) for inputs in requests)
+        if self._runs_inline(nbytes):
+            outputs, error, timings = _run_guarded(runner, requests)
         else:
             loop = asyncio.get_running_loop()
-            outputs, error = await loop.run_in_executor(executor, _run_guarded, runner, requests)
+            outputs, error, timings = await loop.run_in_executor(
+                executor, _run_guarded, runner, requests)
         if error is None:
+            split_started = time.monotonic()
             try:
                 parts = _split(outputs, [p.rows for p in batch])
             except ServerError as exc:
                 error = exc
+            timings = (*timings[:2], time.monotonic() - split_started)
         if error is not None:
             for pending in batch:
                 _settle(pending.future, exc=error)
         else:
             for pending, part in zip(batch, parts):
                 _settle(pending.future, result=part)
-        self._record(sum(p.rows for p in batch), len(batch), queue_s, started, error is not None)
+        self._record(sum(p.rows for p in batch), len(batch), queue_s, started, error is not None,
+                     nbytes, timings)
 
     def _record(self, rows: int, requests: int, queue_s: list, started: float,
-                failed: bool) -> None:
+                failed: bool, nbytes: int, timings: tuple) -> None:
         compute_s = time.monotonic() - started
-        ema = self._compute_ema_s
-        self._compute_ema_s = compute_s if ema == float("inf") else 0.9 * ema + 0.1 * compute_s
-        self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed))
+        first = self._compute_ema_s == float("inf")
+        self._compute_ema_s = compute_s if first else 0.9 * self._compute_ema_s + 0.1 * compute_s
+        nbytes = max(1.0, float(nbytes))
+        self._input_ema_bytes = nbytes if first else 0.9 * self._input_ema_bytes + 0.1 * nbytes
+        self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed, *timings))
 
 
-def _run_guarded(runner: RunBatch, requests: list[dict]) -> tuple[Optional[dict],
-                                                                   Optional[ServerError]]:
-    """``(outputs, None)`` of the merged ``requests``, or ``(None, error)``.
+def _nbytes(inputs: dict) -> int:
+    return sum(array.nbytes for array in inputs.values())
+
+
+def _run_guarded(runner: RunBatch, requests: list[dict]):
+    """``(outputs, None, timings)`` of the merged ``requests``, or ``(None, error, timings)``;
+    ``timings`` are the seconds spent merging inputs and running (outputs: 0 so far).
 
     A runner bug must not hang its requests: every exception becomes an error.
     """
+    started = time.monotonic()
+    merged = started
     try:
-        return runner(_concatenate(requests)), None
+        batch = _concatenate(requests)
+        merged = time.monotonic()
+        return runner(batch), None, (merged - started, time.monotonic() - merged, 0.0)
     except ServerError as exc:
-        return None, exc
+        error = exc
     except Exception as exc:
-        return None, InferenceFailedError(f"batch failed: {type(exc).__name__}: {exc}")
+        error = InferenceFailedError(f"batch failed: {type(exc).__name__}: {exc}")
+    return None, error, (merged - started, time.monotonic() - merged, 0.0)
 
 
 def _concatenate(requests: list[dict]) -> dict:

@@ -41,6 +41,18 @@ def serve(
     max_request_bytes: int = typer.Option(
         64 * 1024 * 1024, help="Largest request body accepted (413 / RESOURCE_EXHAUSTED beyond)."
     ),
+    max_header_bytes: int = typer.Option(
+        64 * 1024, help="Largest request line plus headers accepted (431 beyond)."
+    ),
+    header_timeout: float = typer.Option(
+        10.0, help="Seconds a connection may take to send a request's headers (then closed)."
+    ),
+    max_bytes_elements: int = typer.Option(
+        1 << 20, help="Most BYTES elements one request may carry (400 / INVALID_ARGUMENT beyond)."
+    ),
+    max_json_elements: int = typer.Option(
+        1 << 24, help="Most values one JSON request body may hold (413 beyond)."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
 ) -> None:
     """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
@@ -55,11 +67,13 @@ def serve(
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances,
             allow_model_control=allow_model_control, auth_token=auth_token,
-            max_request_bytes=max_request_bytes, log_level=log_level,
+            max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
+            header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
+            max_json_elements=max_json_elements, log_level=log_level,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}
-        option = "--" + str(first["loc"][0]).replace("_", "-")
+        option = "--" + str(first["loc"][0]).replace("_", "-").removesuffix("-s")
         typer.echo(f"error: {option}: {first['msg']}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)

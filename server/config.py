@@ -93,9 +93,11 @@ def read_config(model_dir: pathlib.Path) -> ModelConfigFile:
     if not path.is_file():
         return ModelConfigFile()
     try:
-        return ModelConfigFile.model_validate(json.loads(path.read_text()))
-    except json.JSONDecodeError as exc:
+        return ModelConfigFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ModelLoadError(f"{path}: not valid JSON (nested too deeply)") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])

@@ -111,7 +111,8 @@ class DataPlane:
         return triton_config(self.model(name, version))
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run one request through the model's batcher."""
+        """Run one request through the model's batcher; the response carries the request's
+        ``id`` (one is made up when it has none, as MLServer does)."""
         started = time.monotonic()
         request_id = request.id or f"r{next(self._request_ids)}"
         model = self.model(request.model_name, request.model_version)
@@ -126,7 +127,7 @@ class DataPlane:
             raise
         self.metrics.request(model.name, model.version, True, time.monotonic() - started)
         return InferenceResponse(model.name, model.version, {n: outputs[n] for n in names},
-                                 request.id, model.output_datatypes)
+                                 request_id, model.output_datatypes)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""
@@ -206,25 +207,23 @@ def _duration(d) -> dict:
     return {"count": d.count, "ns": d.ns}
 
 
+def _compute(c) -> dict:
+    """Triton's three compute phases of ``ComputeStatistics``, one count for all."""
+    return {"compute_input": {"count": c.count, "ns": c.input_ns},
+            "compute_infer": {"count": c.count, "ns": c.infer_ns},
+            "compute_output": {"count": c.count, "ns": c.output_ns}}
+
+
 def _model_statistics(model: ServedModel) -> dict:
     s = model.stats
-    zero = {"count": 0, "ns": 0}
     return {
         "name": model.name,
         "version": model.version,
         "last_inference": s.last_inference_ms,
         "inference_count": s.inference_count,
         "execution_count": s.execution_count,
-        "inference_stats": {
-            "success": _duration(s.success), "fail": _duration(s.fail),
-            "queue": _duration(s.queue), "compute_input": zero,
-            "compute_infer": _duration(s.compute_infer), "compute_output": zero,
-        },
-        "batch_stats": [
-            {"batch_size": rows, "compute_input": zero, "compute_infer": _duration(d),
-             "compute_output": zero}
-            for rows, d in sorted(s.batches.items())
-        ],
+        "inference_stats": {"success": _duration(s.success), "fail": _duration(s.fail),
+                            "queue": _duration(s.queue), **_compute(s.compute)},
+        "batch_stats": [{"batch_size": rows, **_compute(c)}
+                        for rows, c in sorted(s.batches.items())],
     }
-
-

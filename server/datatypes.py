@@ -12,6 +12,7 @@ conversions of raw little-endian bytes (the binary tensor extension and gRPC
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -84,23 +85,54 @@ def numpy_dtype(datatype: str, where: str) -> np.dtype:
         ) from None
 
 
+MAX_DIMS = 32  # numpy holds 64; no served model has more than a handful
+MAX_DIM = 2**31 - 1
+
+
 def element_count(shape: list[int], where: str) -> int:
-    """Number of elements of ``shape``, refusing negative or non-integer dims."""
+    """Number of elements of ``shape``, refusing negative, non-integer or huge dims."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidRequestError(f"{where}: shape has {len(shape)} dims, at most {MAX_DIMS} "
+                                  "are accepted")
     count = 1
     for dim in shape:
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
+        if not isinstance(dim, int) or isinstance(dim, bool) or not 0 <= dim <= MAX_DIM:
             raise InvalidRequestError(
-                f"{where}: shape {shape!r} must be a list of non-negative integers"
+                f"{where}: shape {str(shape)[:120]} must be a list of non-negative integers "
+                f"of at most {MAX_DIM}"
             )
         count *= dim
     return count
 
 
-def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "input") -> np.ndarray:
+DEFAULT_MAX_BYTES_ELEMENTS = 1 << 20
+# requests and responses above this size are decoded/encoded in a worker thread, so the
+# event loop keeps answering (health checks, small requests); below it the hop costs more
+OFFLOAD_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLimits:
+    """What one request may make the server build, checked before it is built."""
+
+    max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS  # each becomes a Python bytes object
+    max_json_elements: int = 1 << 24  # values in a JSON body (numbers, strings)
+
+
+def check_bytes_elements(count: int, limit: int, where: str) -> None:
+    """Refuse a BYTES tensor of more than ``limit`` elements (each is a Python object)."""
+    if count > limit:
+        raise InvalidRequestError(f"{where}: {count} BYTES elements exceed the limit of {limit} "
+                                  "(--max-bytes-elements)")
+
+
+def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "input",
+                   max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS) -> np.ndarray:
     """Array of ``shape`` from little-endian ``raw`` bytes (BYTES: length-prefixed)."""
     dtype = numpy_dtype(datatype, where)
     count = element_count(shape, where)
     if datatype == "BYTES":
+        check_bytes_elements(count, max_bytes_elements, where)
         return _bytes_array_from_raw(raw, count, where).reshape(shape)
     expected = count * dtype.itemsize
     if len(raw) != expected:
@@ -114,6 +146,8 @@ def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "in
 def _bytes_array_from_raw(raw: bytes, count: int, where: str) -> np.ndarray:
     items, offset, view = [], 0, memoryview(raw)
     while offset < len(raw):
+        if len(items) == count:
+            raise InvalidRequestError(f"{where}: more than {count} BYTES elements in the data")
         if offset + 4 > len(raw):
             raise InvalidRequestError(f"{where}: BYTES data ends inside a length prefix")
         (length,) = _LENGTH.unpack_from(view, offset)

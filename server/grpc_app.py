@@ -9,7 +9,9 @@ Each RPC translates its message, calls the data plane and translates back;
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hmac
 import logging
 
 import grpc
@@ -18,6 +20,7 @@ from google.protobuf import json_format
 from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import DataPlane
 from .errors import InvalidRequestError, ServerError, UnauthorizedError
+from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .grpc_codec import decode_infer_request, encode_infer_response
 
 log = logging.getLogger("flowserve.server")
@@ -39,6 +42,8 @@ class InferenceServicer:
 
     def __init__(self, plane: DataPlane):
         self.plane = plane
+        self.limits = DecodeLimits(plane.settings.max_bytes_elements,
+                                   plane.settings.max_json_elements)
 
     async def ServerLive(self, request, context):
         return protos.ServerLiveResponse(live=self.plane.live())
@@ -58,17 +63,26 @@ class InferenceServicer:
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
     async def ModelInfer(self, request, context):
-        response = await self.plane.infer(decode_infer_request(request))
+        response = await self.plane.infer(await self._decode(request))
         return encode_infer_response(response)
 
+    async def _decode(self, request):
+        """Decode on the loop, or in a worker thread for a large message (BYTES elements
+        are parsed one by one), so health checks keep being answered."""
+        if request.ByteSize() > OFFLOAD_BYTES:
+            return await asyncio.to_thread(decode_infer_request, request, self.limits)
+        return decode_infer_request(request, self.limits)
+
     async def ModelStreamInfer(self, request_iterator, context):
+        """Each message gets its own response: its outputs, or its error (the stream goes on)."""
         async for request in request_iterator:
             try:
-                response = await self.plane.infer(decode_infer_request(request))
+                response = await self.plane.infer(await self._decode(request))
                 yield protos.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response))
-            except ServerError as exc:
-                yield protos.ModelStreamInferResponse(error_message=str(exc))
+            except Exception as exc:
+                yield protos.ModelStreamInferResponse(error_message=_message(exc),
+                                                      infer_response=_echo(request))
 
     async def ModelConfig(self, request, context):
         config = self.plane.model_config(request.name, request.version)
@@ -95,6 +109,25 @@ class InferenceServicer:
         return protos.RepositoryModelUnloadResponse()
 
 
+def _message(exc: Exception) -> str:
+    """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
+    if isinstance(exc, ServerError):
+        return str(exc)
+    log.error("unexpected error in a gRPC call", exc_info=exc)
+    return "internal error"
+
+
+def _code(exc: Exception) -> grpc.StatusCode:
+    status = exc.status if isinstance(exc, ServerError) else 500
+    return GRPC_CODES.get(status, grpc.StatusCode.INTERNAL)
+
+
+def _echo(request):
+    """A response naming the request a stream error belongs to (model, version, id)."""
+    return protos.ModelInferResponse(model_name=request.model_name,
+                                     model_version=request.model_version, id=request.id)
+
+
 def _refuse_parameters(request) -> None:
     if len(request.parameters):
         raise InvalidRequestError(
@@ -107,8 +140,8 @@ def _unary(method, name: str, token: str | None):
         try:
             _authorize(context, name, token)
             return await method(request, context)
-        except ServerError as exc:
-            await context.abort(GRPC_CODES.get(exc.status, grpc.StatusCode.INTERNAL), str(exc))
+        except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
+            await context.abort(_code(exc), _message(exc))
 
     return handler
 
@@ -130,7 +163,8 @@ def _authorize(context, name: str, token: str | None) -> None:
     if token is None or name in OPEN_METHODS:
         return
     metadata = dict(context.invocation_metadata() or ())
-    if metadata.get("authorization") != f"Bearer {token}":
+    given = str(metadata.get("authorization", "")).encode()
+    if not hmac.compare_digest(given, f"Bearer {token}".encode()):
         raise UnauthorizedError("authorization: missing or wrong bearer token")
 
 

@@ -14,7 +14,14 @@ import numpy as np
 
 from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import InferenceRequest, InferenceResponse
-from .datatypes import array_from_raw, array_to_raw, element_count, numpy_dtype
+from .datatypes import (
+    DecodeLimits,
+    array_from_raw,
+    array_to_raw,
+    check_bytes_elements,
+    element_count,
+    numpy_dtype,
+)
 from .errors import InvalidRequestError
 
 CONTENTS_FIELD = {
@@ -33,7 +40,7 @@ CONTENTS_FIELD = {
 }
 
 
-def decode_infer_request(message) -> InferenceRequest:
+def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> InferenceRequest:
     """An ``InferenceRequest`` from a ``ModelInferRequest`` message."""
     raw = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
@@ -47,9 +54,10 @@ def decode_infer_request(message) -> InferenceRequest:
             raise InvalidRequestError(f"{where}: given twice")
         shape = list(tensor.shape)
         if raw:
-            inputs[tensor.name] = array_from_raw(raw[index], tensor.datatype, shape, where)
+            inputs[tensor.name] = array_from_raw(raw[index], tensor.datatype, shape, where,
+                                                 limits.max_bytes_elements)
         else:
-            inputs[tensor.name] = _from_contents(tensor, shape, where)
+            inputs[tensor.name] = _from_contents(tensor, shape, where, limits)
     outputs = [o.name for o in message.outputs] or None
     return InferenceRequest(message.model_name, message.model_version, inputs, outputs,
                             message.id, _timeout(message))
@@ -58,15 +66,20 @@ def decode_infer_request(message) -> InferenceRequest:
 def _timeout(message):
     if "timeout" not in message.parameters:
         return None
-    micros = message.parameters["timeout"].int64_param
-    if micros < 0:
+    parameter = message.parameters["timeout"]
+    if parameter.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
+        raise InvalidRequestError("parameters.timeout: expected microseconds as int64_param")
+    micros = getattr(parameter, parameter.WhichOneof("parameter_choice"))
+    if not 0 <= micros < 2**63:
         raise InvalidRequestError("parameters.timeout: expected non-negative microseconds")
     return micros / 1e6 or None
 
 
-def _from_contents(tensor, shape: list, where: str) -> np.ndarray:
+def _from_contents(tensor, shape: list, where: str, limits: DecodeLimits) -> np.ndarray:
     dtype = numpy_dtype(tensor.datatype, where)
     count = element_count(shape, where)
+    if tensor.datatype == "BYTES":
+        check_bytes_elements(count, limits.max_bytes_elements, where)
     field = CONTENTS_FIELD.get(tensor.datatype)
     if field is None:
         raise InvalidRequestError(f"{where}: {tensor.datatype} data must come in "
@@ -80,11 +93,13 @@ def _from_contents(tensor, shape: list, where: str) -> np.ndarray:
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    try:
-        return np.array(values, dtype=dtype).reshape(shape)
-    except OverflowError:
-        raise InvalidRequestError(f"{where}: contents outside the range of "
-                                  f"{tensor.datatype}") from None
+    wide = np.array(values)  # int64/uint64/float64/bool: every proto field fits losslessly
+    if dtype.kind in "iu" and wide.size:
+        info = np.iinfo(dtype)
+        if wide.min() < info.min or wide.max() > info.max:
+            raise InvalidRequestError(f"{where}: contents.{field} holds values outside the "
+                                      f"range of {tensor.datatype} [{info.min}, {info.max}]")
+    return wide.astype(dtype).reshape(shape)
 
 
 def encode_infer_response(response: InferenceResponse):

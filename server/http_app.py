@@ -1,14 +1,17 @@
 """The HTTP front end: Open Inference Protocol REST routes over the ``DataPlane``.
 
 Handlers only translate: read the body, decode with ``http_codec``, call the
-data plane, encode. ``ServerError``s become ``{"error": msg}`` with their
-status in one handler; auth and the body-size limit are one ASGI guard::
+data plane, encode. ``ServerError``s become ``{"error": msg}`` (``error_body``)
+with their status; auth, the body-size limit and the one infer path are the
+outer ASGI app, ``FrontDoor``::
 
     app = build_http_app(plane)      # a FastAPI app; serve it with uvicorn
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
 import logging
 import re
@@ -20,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import http_schemas as schemas
 from .dataplane import DataPlane, server_version
+from .datatypes import OFFLOAD_BYTES
 from .errors import (
     InvalidRequestError,
     ModelNotReadyError,
@@ -27,7 +31,14 @@ from .errors import (
     ServerError,
     UnauthorizedError,
 )
-from .http_codec import HEADER_LENGTH, decode_infer_request, encode_infer_response
+from .http_codec import (
+    HEADER_LENGTH,
+    DecodeLimits,
+    PlanCache,
+    decode_infer_request,
+    encode_infer_response,
+    parse_json,
+)
 
 _HEADER_LENGTH_KEY = HEADER_LENGTH.encode()
 
@@ -42,12 +53,13 @@ def _json(body, status: int = 200) -> Response:
     return Response(json.dumps(body, separators=(",", ":")).encode(), status, media_type=JSON)
 
 
+def error_body(message: str) -> bytes:
+    """The one error body of the HTTP front end: ``{"error": message}``."""
+    return json.dumps({"error": message}, separators=(",", ":")).encode()
+
+
 def _error(message: str, status: int) -> Response:
-    return _json({"error": message}, status)
-
-
-def _error_body(exc: ServerError) -> bytes:
-    return json.dumps({"error": str(exc)}, separators=(",", ":")).encode()
+    return Response(error_body(message), status, media_type=JSON)
 
 
 INFER_PATH = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
@@ -63,12 +75,12 @@ async def _send_body(send, status: int, headers: list, body: bytes) -> None:
 
 
 class FrontDoor:
-    """Outermost ASGI app: auth, the body-size limit, and the infer fast path.
+    """Outermost ASGI app: auth, the body-size limit, and the one infer path.
 
-    ``POST .../infer`` is served here directly (the same codec and data plane as
-    the documented FastAPI route, without FastAPI's per-request routing and
-    dependency machinery, which costs more than a small model's inference);
-    every other request goes on to FastAPI.
+    ``POST .../infer`` is served here (FastAPI's per-request routing and dependency
+    machinery would cost more than a small model's inference; the route is documented in
+    ``/openapi.json`` all the same); every other request goes on to FastAPI. The parsed
+    forms of repeated binary headers (``PlanCache``) live here, one cache per app.
     """
 
     def __init__(self, app, plane: DataPlane):
@@ -76,30 +88,39 @@ class FrontDoor:
         settings = plane.settings
         self.max_bytes = settings.max_request_bytes
         self.expected = f"Bearer {settings.auth_token}".encode() if settings.auth_token else None
+        self.plans = PlanCache()
+        self.limits = DecodeLimits(settings.max_bytes_elements, settings.max_json_elements)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        path = scope["path"]
+        path, started = scope["path"], False
+
+        async def tracked_send(message):
+            nonlocal started
+            started = True
+            await send(message)
+
         match = INFER_PATH.match(path) if scope["method"] == "POST" else None
         headers = dict(scope["headers"])
         try:
             self._guard(path, headers)
             if match is None:
-                return await self.app(scope, self._limited(receive), send)
+                return await self.app(scope, self._limited(receive), tracked_send)
             body = await self._read_body(receive)
             status, response_headers, payload = await self._infer(
                 body, headers, *match.groups(default=""))
         except ServerError as exc:
-            status, response_headers, payload = exc.status, _JSON_HEADERS, _error_body(exc)
+            status, response_headers, payload = exc.status, _JSON_HEADERS, error_body(str(exc))
         except Exception:
             log.exception("unexpected error on %s", path)
-            status, response_headers, payload = 500, _JSON_HEADERS, b'{"error":"internal error"}'
-        await _send_body(send, status, response_headers, payload)
+            status, response_headers, payload = 500, _JSON_HEADERS, error_body("internal error")
+        if not started:  # an app that already answered keeps its answer
+            await _send_body(send, status, response_headers, payload)
 
     def _guard(self, path: str, headers: dict) -> None:
         if self.expected and path not in OPEN_PATHS:
-            if headers.get(b"authorization") != self.expected:
+            if not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
                 raise UnauthorizedError("authorization: missing or wrong bearer token")
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
@@ -122,10 +143,17 @@ class FrontDoor:
 
     async def _infer(self, body: bytes, headers: dict, model: str, version: str):
         header_length = headers.get(_HEADER_LENGTH_KEY)
-        request, wishes = decode_infer_request(
-            body, header_length.decode("latin-1") if header_length is not None else None,
-            model, version)
-        payload, json_length = encode_infer_response(await self.plane.infer(request), wishes)
+        args = (body, header_length.decode("latin-1") if header_length is not None else None,
+                model, version, self.plans, self.limits)
+        if len(body) > OFFLOAD_BYTES:
+            request, wishes = await asyncio.to_thread(decode_infer_request, *args)
+        else:
+            request, wishes = decode_infer_request(*args)
+        response = await self.plane.infer(request)
+        if _output_bytes(response) > OFFLOAD_BYTES:
+            payload, json_length = await asyncio.to_thread(encode_infer_response, response, wishes)
+        else:
+            payload, json_length = encode_infer_response(response, wishes)
         if json_length is None:
             return 200, _JSON_HEADERS, payload
         return 200, _BINARY_HEADERS + [(_HEADER_LENGTH_KEY, str(json_length).encode())], payload
@@ -144,6 +172,10 @@ class FrontDoor:
         return limited_receive
 
 
+def _output_bytes(response) -> int:
+    return sum(array.nbytes for array in response.outputs.values())
+
+
 def build_http_app(plane: DataPlane) -> FrontDoor:
     """The ASGI app serving ``plane`` (``.app`` is the FastAPI app behind it)."""
     app = FastAPI(
@@ -155,6 +187,7 @@ def build_http_app(plane: DataPlane) -> FrontDoor:
     app.include_router(_health_routes(plane))
     app.include_router(_repository_routes(plane))  # before /v2/models/{name}: owns .../stats
     app.include_router(_model_routes(plane))
+    _document_infer(app)
     return FrontDoor(app, plane)
 
 
@@ -229,18 +262,6 @@ def _model_routes(plane: DataPlane) -> APIRouter:
         """Triton-style statistics of one model."""
         return _json(plane.statistics(model_name, model_version))
 
-    async def model_infer(request: Request, model_name: str, model_version: str = ""):
-        """Run inference: JSON tensors or the binary tensor extension."""
-        body = await request.body()
-        infer_request, wishes = decode_infer_request(
-            body, request.headers.get(HEADER_LENGTH), model_name, model_version)
-        response = await plane.infer(infer_request)
-        payload, header_length = encode_infer_response(response, wishes)
-        if header_length is None:
-            return Response(payload, media_type=JSON)
-        return Response(payload, media_type="application/octet-stream",
-                        headers={"Inference-Header-Content-Length": str(header_length)})
-
     errors = schemas.ERRORS
     for suffix in VERSIONED:
         base = "/v2/models/{model_name}" + suffix
@@ -250,21 +271,49 @@ def _model_routes(plane: DataPlane) -> APIRouter:
                              responses={200: {"model": schemas.ReadyBody}, **errors})
         router.add_api_route(base + "/config", model_config, methods=["GET"], responses=errors)
         router.add_api_route(base + "/stats", model_stats, methods=["GET"], responses=errors)
-        router.add_api_route(
-            base + "/infer", model_infer, methods=["POST"],
-            responses={200: {"model": schemas.InferenceResponseBody}, **errors},
-            openapi_extra=schemas.body_schema(schemas.InferenceRequestBody))
     return router
+
+
+def _document_infer(app: FastAPI) -> None:
+    """Add ``POST .../infer`` (served by ``FrontDoor``) to the app's OpenAPI document."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            spec = build()
+            for suffix in VERSIONED:
+                spec["paths"]["/v2/models/{model_name}" + suffix + "/infer"] = {
+                    "post": _infer_operation(suffix, spec)}
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+def _infer_operation(suffix: str, spec: dict) -> dict:
+    names = ["model_name"] + (["model_version"] if suffix else [])
+    responses = {"200": {"description": "Outputs", "content": {"application/json": {
+        "schema": schemas.inline_schema(schemas.InferenceResponseBody)}}}}
+    for code in schemas.ERRORS:
+        responses[str(code)] = {"description": "Error", "content": {"application/json": {
+            "schema": schemas.inline_schema(schemas.ErrorBody)}}}
+    return {
+        "tags": ["models"], "summary": "Model Infer",
+        "description": "Run inference: JSON tensors or the binary tensor extension "
+                       "(Inference-Header-Content-Length).",
+        "operationId": "model_infer" + ("_versioned" if suffix else ""),
+        "parameters": [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                       for n in names],
+        **schemas.body_schema(schemas.InferenceRequestBody),
+        "responses": responses,
+    }
 
 
 async def _optional_json(request: Request) -> dict:
     body = await request.body()
     if not body.strip():
         return {}
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"body: malformed JSON ({exc})") from None
+    value = parse_json(body)
     if not isinstance(value, dict):
         raise InvalidRequestError("body: expected a JSON object")
     return value

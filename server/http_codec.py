@@ -19,8 +19,17 @@ from typing import Optional
 import numpy as np
 
 from .dataplane import InferenceRequest, InferenceResponse
-from .datatypes import array_from_raw, array_to_raw, datatype_of, element_count, numpy_dtype
-from .errors import InvalidRequestError
+from .datatypes import (
+    DecodeLimits,
+    array_from_raw,
+    array_to_raw,
+    check_bytes_elements,
+    datatype_of,
+    element_count,
+    numpy_dtype,
+)
+from .errors import InvalidRequestError, RequestTooLargeError
+from .json_arrays import LiftedArrays, lift_numeric_arrays
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -39,92 +48,135 @@ def _as_list(value, where: str) -> list:
     return value
 
 
-def split_body(body: bytes, header_length: Optional[str]) -> tuple[dict, memoryview]:
-    """The JSON header of ``body`` and the binary part after it."""
-    view = memoryview(body)
-    if header_length is None:
-        json_part, binary = body, view[len(view):]
-    else:
-        try:
-            length = int(header_length)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= len(body):
-            raise InvalidRequestError(
-                f"Inference-Header-Content-Length: {header_length!r} is not a length "
-                f"within the {len(body)}-byte body"
-            )
-        json_part, binary = body[:length], view[length:]
+HEADER_LENGTH_DIGITS = 19  # a length beyond 64-bit integers is no length
+_HEADER_STRINGS = 4096  # names, datatypes and keys of a header with many inputs
+
+
+def parse_json(data, where: str = "body"):
+    """``json.loads`` whose every failure, deep nesting included, is a 400 naming ``where``."""
     try:
         # a UTF-8 object decodes directly; UTF-16/32 need json's encoding detection
-        if json_part[:1] == b"{" and json_part[1:2] != b"\0":
-            header = json.loads(json_part.decode("utf-8", "surrogatepass"))
-        else:
-            header = json.loads(json_part)
+        if data[:1] == b"{" and data[1:2] != b"\0":
+            return json.loads(data.decode("utf-8", "surrogatepass"))
+        return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequestError(f"body: malformed JSON ({exc})") from None
-    return _as_dict(header, "body"), binary
+        raise InvalidRequestError(f"{where}: malformed JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidRequestError(f"{where}: malformed JSON (nested too deeply)") from None
 
 
-_PLANS: dict[tuple[bytes, int], tuple] = {}  # (JSON header, binary bytes) -> parsed header
-_PLAN_HEADER_LIMIT, _PLAN_LIMIT = 4096, 512
+def header_length_of(value: Optional[str], body_size: int) -> Optional[int]:
+    """The ``Inference-Header-Content-Length`` as an int (ASCII digits within the body)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not (0 < len(text) <= HEADER_LENGTH_DIGITS and text.isascii() and text.isdigit()) or int(
+            text) > body_size:
+        raise InvalidRequestError(
+            f"Inference-Header-Content-Length: {value[:40]!r} is not a length within the "
+            f"{body_size}-byte body")
+    return int(text)
+
+
+def split_body(body: bytes, header_length: Optional[str], limits: DecodeLimits = DecodeLimits()
+               ) -> tuple[dict, memoryview, LiftedArrays]:
+    """The JSON header of ``body``, the binary part after it, and the large numeric
+    ``data`` arrays of the header, parsed by numpy (``json_arrays``)."""
+    view = memoryview(body)
+    length = header_length_of(header_length, len(body))
+    if length is None:
+        json_part, binary = body, view[len(view):]
+    else:
+        json_part, binary = body[:length], view[length:]
+    json_part, lifted = lift_numeric_arrays(json_part)
+    _check_json_size(json_part, limits)
+    return _as_dict(parse_json(json_part), "body"), binary, lifted
+
+
+def _check_json_size(json_part: bytes, limits: DecodeLimits) -> None:
+    """Refuse JSON that would become more Python objects than the limits allow, before
+    parsing it: each value but the last is followed by a comma, each string has 2 quotes."""
+    values = json_part.count(b",") + 1
+    if values > limits.max_json_elements:
+        raise RequestTooLargeError(
+            f"body: about {values} JSON values exceed the limit of {limits.max_json_elements} "
+            "(--max-json-elements); send large tensors as binary data")
+    strings = (json_part.count(b'"') - json_part.count(b'\\"')) // 2
+    if strings > limits.max_bytes_elements + _HEADER_STRINGS:
+        raise RequestTooLargeError(
+            f"body: {strings} JSON strings exceed the limit of {limits.max_bytes_elements} "
+            "BYTES elements (--max-bytes-elements)")
+
+
+class PlanCache:
+    """Parsed forms of binary-request JSON headers, by (header bytes, binary byte count).
+
+    A client sending binary tensors repeats the same JSON header request after request;
+    a header seen before (with as many binary bytes after it) is not parsed and checked
+    again. Holds at most ``limit`` plans of headers up to ``header_limit`` bytes.
+    """
+
+    def __init__(self, limit: int = 512, header_limit: int = 4096):
+        self.limit, self.header_limit = limit, header_limit
+        self._plans: dict[tuple[bytes, int], tuple] = {}
+
+    def key(self, body: bytes, length: Optional[int]) -> Optional[tuple[bytes, int]]:
+        if length is None or length > self.header_limit:
+            return None
+        return body[:length], len(body) - length
+
+    def get(self, key) -> Optional[tuple]:
+        return self._plans.get(key) if key is not None else None
+
+    def remember(self, key, request: InferenceRequest, wishes: dict, header: dict) -> None:
+        specs, offset = [], 0
+        for item in header["inputs"]:
+            size = (item.get("parameters") or {}).get("binary_data_size")
+            if size is None:  # JSON data lives in the header: nothing to reuse
+                return
+            specs.append((item["name"], item["datatype"], item["shape"], offset, size))
+            offset += size
+        if len(self._plans) >= self.limit:
+            self._plans.clear()
+        self._plans[key] = (specs, request.outputs, request.id, request.timeout_s, wishes)
 
 
 def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
-                         version: str = "") -> tuple[InferenceRequest, dict]:
+                         version: str = "", plans: Optional[PlanCache] = None,
+                         limits: DecodeLimits = DecodeLimits()) -> tuple[InferenceRequest, dict]:
     """Parse an infer body; returns the request and ``{output: binary?}`` wishes.
 
-    A client sending binary tensors repeats the same JSON header request after
-    request; a header seen before (with as many binary bytes after it) is not
-    parsed and checked again: its parsed form is kept (a few hundred at most).
+    ``plans`` (the app's ``PlanCache``) skips parsing a binary request's header seen before.
     """
-    key = _plan_key(body, header_length)
-    plan = _PLANS.get(key) if key is not None else None
+    key = plans.key(body, header_length_of(header_length, len(body))) if plans else None
+    plan = plans.get(key) if key is not None else None
     if plan is not None:
-        return _apply_plan(plan, memoryview(body)[len(key[0]):], model, version)
-    request, wishes, header = _decode_infer_request(body, header_length, model, version)
-    if key is not None and len(key[0]) <= _PLAN_HEADER_LIMIT:
-        _remember_plan(key, request, wishes, header)
+        return _apply_plan(plan, memoryview(body)[len(key[0]):], model, version, limits)
+    request, wishes, header = _decode_infer_request(body, header_length, model, version, limits)
+    if key is not None:
+        plans.remember(key, request, wishes, header)
     return request, wishes
 
 
-def _plan_key(body: bytes, header_length: Optional[str]) -> Optional[tuple[bytes, int]]:
-    if header_length is None or not header_length.isdigit():
-        return None
-    length = int(header_length)
-    return (body[:length], len(body) - length) if length <= len(body) else None
-
-
-def _remember_plan(key, request: InferenceRequest, wishes: dict, header: dict) -> None:
-    specs, offset = [], 0
-    for item in header["inputs"]:
-        size = (item.get("parameters") or {}).get("binary_data_size")
-        if size is None:  # JSON data lives in the header: nothing to reuse
-            return
-        specs.append((item["name"], item["datatype"], item["shape"], offset, size))
-        offset += size
-    if len(_PLANS) >= _PLAN_LIMIT:
-        _PLANS.clear()
-    _PLANS[key] = (specs, request.outputs, request.id, request.timeout_s, wishes)
-
-
-def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str):
+def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limits: DecodeLimits):
     specs, names, request_id, timeout_s, wishes = plan
     inputs = {
-        name: array_from_raw(bytes(binary[start:start + size]), datatype, shape, f"input {name!r}")
+        name: array_from_raw(bytes(binary[start:start + size]), datatype, shape, f"input {name!r}",
+                             limits.max_bytes_elements)
         for name, datatype, shape, start, size in specs
     }
     return InferenceRequest(model, version, inputs, names, request_id, timeout_s), wishes
 
 
 def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
-                          version: str) -> tuple[InferenceRequest, dict, dict]:
-    header, binary = split_body(body, header_length)
+                          version: str, limits: DecodeLimits) -> tuple[InferenceRequest, dict, dict]:
+    header, binary, lifted = split_body(body, header_length, limits)
     params = _as_dict(header.get("parameters"), "parameters")
     inputs, offset = {}, 0
     for index, item in enumerate(_as_list(header.get("inputs"), "inputs")):
         where = f"inputs[{index}]"
-        name, array, used = _decode_input(_as_dict(item, where), binary, offset, where)
+        name, array, used = _decode_input(_as_dict(item, where), binary, offset, where, limits,
+                                          lifted)
         if name in inputs:
             raise InvalidRequestError(f"{where}: input {name!r} given twice")
         inputs[name], offset = array, offset + used
@@ -133,7 +185,7 @@ def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
             f"body: {len(binary) - offset} bytes of binary data are not claimed by any "
             "input's binary_data_size"
         )
-    default_binary = bool(params.get("binary_data_output", False))
+    default_binary = _flag(params, "binary_data_output", False, "parameters")
     wishes, names = _decode_outputs(header.get("outputs"), default_binary)
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
@@ -143,13 +195,24 @@ def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
     return request, {"*": default_binary, **wishes}, header
 
 
+MAX_TIMEOUT_US = 2**63 - 1
+
+
 def _timeout(params: dict) -> Optional[float]:
     value = params.get("timeout")
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidRequestError("parameters.timeout: expected microseconds as an integer")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TIMEOUT_US:
+        raise InvalidRequestError("parameters.timeout: expected microseconds as an integer "
+                                  f"in [0, {MAX_TIMEOUT_US}]")
     return value / 1e6 or None
+
+
+def _flag(params: dict, key: str, default: bool, where: str) -> bool:
+    value = params.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{where}.{key}: expected true or false, got {value!r:.40}")
+    return value
 
 
 def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list]]:
@@ -162,11 +225,12 @@ def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list]]:
         if not isinstance(name, str):
             raise InvalidRequestError(f"outputs[{index}].name: expected a string")
         params = _as_dict(item.get("parameters"), f"outputs[{index}].parameters")
-        wishes[name] = bool(params.get("binary_data", default_binary))
+        wishes[name] = _flag(params, "binary_data", default_binary, f"outputs[{index}].parameters")
     return wishes, list(wishes) or None
 
 
-def _decode_input(item: dict, binary: memoryview, offset: int, where: str):
+def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limits: DecodeLimits,
+                  lifted: LiftedArrays):
     name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
     if not isinstance(name, str):
         raise InvalidRequestError(f"{where}.name: expected a string")
@@ -186,10 +250,13 @@ def _decode_input(item: dict, binary: memoryview, offset: int, where: str):
                 f"({len(binary) - offset} bytes left)"
             )
         raw = bytes(binary[offset : offset + size])
-        return name, array_from_raw(raw, datatype, shape, where), size
+        return name, array_from_raw(raw, datatype, shape, where, limits.max_bytes_elements), size
     if "data" not in item:
         raise InvalidRequestError(f"{where}: neither data nor parameters.binary_data_size")
-    return name, array_from_json(item["data"], datatype, shape, count, where), 0
+    if datatype == "BYTES":
+        check_bytes_elements(count, limits.max_bytes_elements, where)
+    data = lifted.take(item.pop("data"))  # lists are freed as soon as their array exists
+    return name, array_from_json(data, datatype, shape, count, where), 0
 
 
 def array_from_json(data, datatype: str, shape: list, count: int, where: str) -> np.ndarray:
@@ -260,10 +327,10 @@ def encode_infer_response(response: InferenceResponse, wishes: dict) -> tuple[by
         else:
             entry["data"] = json_data(array, datatype)
         outputs.append(entry)
-    body = {"model_name": response.model_name, "model_version": response.model_version,
-            "outputs": outputs}
+    body = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         body["id"] = response.id
+    body["outputs"] = outputs
     header = json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
     if not blobs:
         return header, None

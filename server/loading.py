@@ -1,19 +1,28 @@
 """Reading a model source into an ``onnx.ModelProto``, never reading outside it.
 
-A source is an ``.onnx`` file, a version folder holding ``model.onnx``, or a
-saved graph directory (``flowserve.json``), which is exported with the fused
-ONNX Runtime target. Nothing here executes code from the source: ONNX files are
-protobuf, saved directories are JSON plus safetensors::
+A source is an ``.onnx`` file, a version folder holding ``model.onnx``, a saved
+graph directory (``flowserve.json``, exported with the fused ONNX Runtime
+target), or a version folder holding exactly one saved directory (as Triton's
+``model.savedmodel/``). Nothing here executes code from the source: ONNX files
+are protobuf, saved directories are JSON plus safetensors.
 
-    proto = load_model_proto(pathlib.Path("repo/mlp/1"))
+Every file a model is read from must resolve (symlinks followed) inside the
+model's ``root``: its folder in a repository, the source itself otherwise.
+External tensor data is read here, from files inside that root, and inlined:
+ONNX Runtime gets a model that references no file at all, so nothing can
+resolve against the server's working directory::
+
+    proto = load_model_proto(pathlib.Path("repo/mlp/1"), root=pathlib.Path("repo/mlp"))
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
+from typing import Iterator, Optional
 
 import onnx
-from onnx import external_data_helper
+from onnx import TensorProto
 
 from flowserve.errors import FlowserveError
 
@@ -21,6 +30,7 @@ from .errors import ModelLoadError
 
 MANIFEST_FILE = "flowserve.json"
 ONNX_FILE = "model.onnx"
+SERVE_PARITY_RTOL = 1e-4
 
 
 def is_model_source(path: pathlib.Path) -> bool:
@@ -30,62 +40,142 @@ def is_model_source(path: pathlib.Path) -> bool:
     return (path / ONNX_FILE).is_file() or (path / MANIFEST_FILE).is_file()
 
 
-def load_model_proto(path: pathlib.Path) -> onnx.ModelProto:
-    """The ONNX model of source ``path``; a ``ModelLoadError`` naming the file if bad."""
+def nested_saved_directory(folder: pathlib.Path) -> Optional[pathlib.Path]:
+    """The one saved directory inside ``folder`` (``<version>/<saved dir>/``), else None."""
+    if not folder.is_dir() or is_model_source(folder):
+        return None
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / MANIFEST_FILE).is_file():
+        return entries[0]
+    return None
+
+
+def check_contained(path: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
+    """``path`` resolved; a ``ModelLoadError`` when it (or a link on the way) leaves ``root``."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise ModelLoadError(f"{path}: resolves to {resolved}, outside the model folder "
+                             f"{root} (links out of a model folder are refused)")
+    return resolved
+
+
+def load_model_proto(path: pathlib.Path, root: Optional[pathlib.Path] = None) -> onnx.ModelProto:
+    """The ONNX model of source ``path``; a ``ModelLoadError`` naming the file if bad.
+
+    ``root`` (default: ``path`` itself, or the folder of the file it names) bounds every
+    file read.
+    """
+    root = root if root is not None else (path.resolve().parent if path.is_file() else path)
+    check_contained(path, root)
     if path.is_file() and path.suffix == ".onnx":
-        return load_onnx_file(path)
+        return load_onnx_file(path, root)
+    nested = nested_saved_directory(path)
+    if nested is not None:
+        path = nested
     if (path / MANIFEST_FILE).is_file():
+        check_contained(path, root)
         return export_saved_directory(path)
     if (path / ONNX_FILE).is_file():
-        return load_onnx_file(path / ONNX_FILE)
-    raise ModelLoadError(f"{path}: holds neither {ONNX_FILE} nor {MANIFEST_FILE}")
+        return load_onnx_file(path / ONNX_FILE, root)
+    raise ModelLoadError(f"{path}: holds neither {ONNX_FILE}, {MANIFEST_FILE} nor one saved "
+                         "directory")
 
 
-def load_onnx_file(path: pathlib.Path) -> onnx.ModelProto:
-    """Parse ``path``; external data may only come from files beside it."""
+def load_onnx_file(path: pathlib.Path, root: Optional[pathlib.Path] = None) -> onnx.ModelProto:
+    """Parse ``path`` and inline its external data, read only from files inside ``root``."""
+    root = root if root is not None else path.parent
+    check_contained(path, root)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
         raise ModelLoadError(f"{path}: not a valid ONNX model ({type(exc).__name__})") from None
-    if any(external_data_helper.uses_external_data(t) for t in _tensors(model)):
-        _check_external_locations(model, path.parent)
-        try:
-            external_data_helper.load_external_data_for_model(model, str(path.parent))
-        except Exception as exc:
-            raise ModelLoadError(f"{path}: external data could not be read ({exc})") from None
+    inline_external_data(model, path.parent, root, str(path))
     return model
 
 
-def _tensors(model: onnx.ModelProto):
-    """Every tensor of the model: initializers and tensor attributes, subgraphs too."""
+def model_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """Every tensor a model holds, wherever it sits: initializers, sparse initializers
+    (values and indices), tensor and sparse-tensor attributes, in the main graph,
+    every subgraph, every local function body and the training-info graphs."""
     graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        yield from graph.initializer
-        for node in graph.node:
+    for info in model.training_info:
+        graphs += [info.initialization, info.algorithm]
+    node_lists = [function.node for function in model.functions]
+    while graphs or node_lists:
+        if graphs:
+            graph = graphs.pop()
+            yield from graph.initializer
+            for sparse in graph.sparse_initializer:
+                yield from (sparse.values, sparse.indices)
+            node_lists.append(graph.node)
+            continue
+        for node in node_lists.pop():
             for attribute in node.attribute:
-                if attribute.HasField("t"):
-                    yield attribute.t
-                yield from attribute.tensors
+                yield from _attribute_tensors(attribute)
                 graphs.extend([attribute.g] if attribute.HasField("g") else [])
                 graphs.extend(attribute.graphs)
 
 
-def _check_external_locations(model: onnx.ModelProto, folder: pathlib.Path) -> None:
-    root = folder.resolve()
-    for tensor in _tensors(model):
-        for entry in tensor.external_data:
-            if entry.key != "location":
-                continue
-            target = (root / entry.value).resolve()
-            if not target.is_relative_to(root) or not target.is_file():
-                raise ModelLoadError(
-                    f"{folder}: tensor {tensor.name!r} points at external data "
-                    f"{entry.value!r} outside the model folder or missing"
-                )
+def _attribute_tensors(attribute: onnx.AttributeProto) -> Iterator[TensorProto]:
+    if attribute.HasField("t"):
+        yield attribute.t
+    yield from attribute.tensors
+    sparse = list(attribute.sparse_tensors)
+    if attribute.HasField("sparse_tensor"):
+        sparse.append(attribute.sparse_tensor)
+    for tensor in sparse:
+        yield from (tensor.values, tensor.indices)
 
 
-SERVE_PARITY_RTOL = 1e-4
+def uses_external_data(tensor: TensorProto) -> bool:
+    """True when ``tensor`` points at a file (either marker counts)."""
+    return tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data) > 0
+
+
+def external_tensor_names(model: onnx.ModelProto) -> list[str]:
+    """Names of the tensors that still reference external files."""
+    return [t.name or "<unnamed>" for t in model_tensors(model) if uses_external_data(t)]
+
+
+def inline_external_data(model: onnx.ModelProto, folder: pathlib.Path, root: pathlib.Path,
+                         where: str) -> None:
+    """Replace every external-data reference by the bytes it names.
+
+    A ``location`` is relative to ``folder`` (the ONNX file's folder) and must resolve
+    inside ``root``; ``offset``/``length`` must lie within the file.
+    """
+    for tensor in model_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        entries = {entry.key: entry.value for entry in tensor.external_data}
+        data = _read_external(entries, folder, root, f"{where}: tensor {tensor.name!r}")
+        tensor.ClearField("external_data")
+        tensor.data_location = TensorProto.DEFAULT
+        tensor.raw_data = data
+
+
+def _read_external(entries: dict, folder: pathlib.Path, root: pathlib.Path, where: str) -> bytes:
+    location = entries.get("location", "")
+    if not location or os.path.isabs(location) or "\0" in location:
+        raise ModelLoadError(f"{where}: external data location {location!r} is not a "
+                             "relative file name")
+    target = folder / location
+    resolved = target.resolve()
+    if not resolved.is_relative_to(root.resolve()) or not resolved.is_file():
+        raise ModelLoadError(f"{where}: external data {location!r} is outside the model "
+                             "folder or missing")
+    try:
+        offset = int(entries.get("offset", 0))
+        size = resolved.stat().st_size
+        length = int(entries.get("length", size - offset))
+    except ValueError:
+        raise ModelLoadError(f"{where}: external data offset/length are not integers") from None
+    if offset < 0 or length < 0 or offset + length > size:
+        raise ModelLoadError(f"{where}: external data range {offset}+{length} lies outside "
+                             f"{location!r} ({size} bytes)")
+    with open(resolved, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)
 
 
 def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:

@@ -68,6 +68,24 @@ class Duration:
 
 
 @dataclasses.dataclass
+class ComputeStatistics:
+    """Executions and the nanoseconds of their three phases (Triton's compute_input,
+    compute_infer, compute_output): one count for all three, as perf_analyzer's
+    consistency check requires."""
+
+    count: int = 0
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, record: BatchRecord) -> None:
+        self.count += 1
+        self.input_ns += int(record.input_s * 1e9)
+        self.infer_ns += int(record.infer_s * 1e9)
+        self.output_ns += int(record.output_s * 1e9)
+
+
+@dataclasses.dataclass
 class ModelStatistics:
     """Counters of one model version (Triton's statistics extension)."""
 
@@ -77,8 +95,8 @@ class ModelStatistics:
     success: Duration = dataclasses.field(default_factory=Duration)
     fail: Duration = dataclasses.field(default_factory=Duration)
     queue: Duration = dataclasses.field(default_factory=Duration)
-    compute_infer: Duration = dataclasses.field(default_factory=Duration)
-    batches: dict = dataclasses.field(default_factory=dict)  # rows -> Duration
+    compute: ComputeStatistics = dataclasses.field(default_factory=ComputeStatistics)
+    batches: dict = dataclasses.field(default_factory=dict)  # rows -> ComputeStatistics
 
 
 class ServedModel:
@@ -183,8 +201,11 @@ class ServedModel:
                 stats.inference_count += record.rows
                 stats.execution_count += 1
                 stats.last_inference_ms = int(time.time() * 1000)
-                stats.compute_infer.add(record.compute_s)
-                stats.batches.setdefault(record.rows, Duration()).add(record.compute_s)
+                stats.compute.add(record)
+                batch = stats.batches.get(record.rows)
+                if batch is None:
+                    batch = stats.batches[record.rows] = ComputeStatistics()
+                batch.add(record)
             for waited in record.queue_s:
                 stats.queue.add(waited)
         self._on_batch_metrics(self, record)

@@ -4,7 +4,12 @@
   * an ``.onnx`` file or a saved graph directory: one model, version ``"1"``,
     named by ``--model-name``, the manifest's graph name, or the file stem;
   * a repository ``repo/<model>/<version>/`` (numeric versions, each holding
-    ``model.onnx`` or a saved directory) with an optional ``repo/<model>/config.json``.
+    ``model.onnx``, being a saved directory, or holding exactly one saved directory)
+    with an optional ``repo/<model>/config.json``.
+
+Every file of a model must resolve inside its folder (``repo/<model>/``): a link
+out of it is refused. A model that fails to load, for whatever reason, is
+``UNAVAILABLE`` with that reason in the index; the others still serve.
 
 Names that come from requests are only ever looked up among the folders the
 repository lists; they never become paths, so ``../`` reaches nothing::
@@ -22,9 +27,18 @@ import logging
 import pathlib
 from typing import Callable, Optional
 
-from .config import ModelConfigFile, read_config, resolve
+from flowserve.errors import FlowserveError
+
+from .config import CONFIG_FILE, ModelConfigFile, read_config, resolve
 from .errors import ModelLoadError, ModelNotFoundError, ModelNotReadyError
-from .loading import MANIFEST_FILE, is_model_source, load_model_proto, saved_graph_name
+from .loading import (
+    MANIFEST_FILE,
+    check_contained,
+    is_model_source,
+    load_model_proto,
+    nested_saved_directory,
+    saved_graph_name,
+)
 from .model import ServedModel
 from .settings import ServerSettings
 
@@ -81,7 +95,7 @@ class ModelRepository:
         for name in self.model_names():
             try:
                 await self.load(name)
-            except ModelLoadError as exc:
+            except ModelLoadError as exc:  # load() turns every failure into one
                 if not self.is_repository:
                     raise  # serving one model that cannot load: nothing to serve, say why and stop
                 log.warning("model %s failed to load: %s", name, exc)
@@ -94,14 +108,17 @@ class ModelRepository:
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             self._index[name] = [IndexEntry(name, "", LOADING)]
+            versions = {}
             try:
                 versions = await asyncio.to_thread(self._build_versions, name)
                 for model in versions.values():
                     await model.start()
-            except ModelLoadError as exc:
-                self._index[name] = [IndexEntry(name, "", UNAVAILABLE, str(exc))]
+            except Exception as exc:  # any failure: this model is unavailable, the rest serve
+                error = _load_error(name, exc)
+                self._index[name] = [IndexEntry(name, "", UNAVAILABLE, str(error))]
+                await self._retire(versions)
                 await self._retire(self._models.pop(name, {}))
-                raise
+                raise error from None
             old = self._models.get(name, {})
             self._models[name] = versions
             self._index[name] = [IndexEntry(name, v, READY) for v in versions]
@@ -133,14 +150,16 @@ class ModelRepository:
     def _build_versions(self, name: str) -> dict[str, ServedModel]:
         """Blocking part of a load (export, sessions, warmup); runs in a thread."""
         folder = self.path / name if self.is_repository else self.path
-        if self.is_repository and not folder.resolve().is_relative_to(self.path.resolve()):
-            raise ModelLoadError(f"model {name!r} resolves outside the repository")
+        root = folder if self.is_repository else None
+        if self.is_repository:
+            check_contained(folder, self.path)
+            check_contained(folder / CONFIG_FILE, folder)
         config_file = read_config(folder) if self.is_repository else ModelConfigFile()
         config = resolve(config_file, self.settings)
         sources = self._version_sources(folder, config.version_policy)
         versions = {}
         for version, source in sources.items():
-            proto = load_model_proto(source)
+            proto = load_model_proto(source, root)
             model = ServedModel(name, version, proto, config, self._on_batch)
             model.warmup()
             versions[version] = model
@@ -155,9 +174,11 @@ class ModelRepository:
             raise ModelLoadError(f"{folder}: no version folder (1/, 2/, ...) matches the "
                                  f"version policy {policy.policy!r}")
         for version in chosen:
-            if not is_model_source(numbered[version]):
-                raise ModelLoadError(f"{numbered[version]}: holds neither model.onnx nor "
-                                     f"{MANIFEST_FILE}")
+            source = numbered[version]
+            check_contained(source, folder)
+            if not is_model_source(source) and nested_saved_directory(source) is None:
+                raise ModelLoadError(f"{source}: holds neither model.onnx, {MANIFEST_FILE} "
+                                     "nor exactly one saved directory")
         return {str(v): numbered[v] for v in chosen}
 
     def get(self, name: str, version: str = "") -> ServedModel:
@@ -209,3 +230,14 @@ class ModelRepository:
             return self.get(name, version)
         except (ModelNotFoundError, ModelNotReadyError):
             return None
+
+
+def _load_error(name: str, exc: Exception) -> ModelLoadError:
+    """``exc`` as the one-line ``ModelLoadError`` the index and the client see."""
+    if isinstance(exc, FlowserveError):
+        message = str(exc)
+    else:
+        log.error("model %s: unexpected failure while loading", name, exc_info=exc)
+        message = f"model {name!r} could not be loaded: {type(exc).__name__}: {exc}"
+    one_line = " ".join(message.split())
+    return ModelLoadError(one_line if len(one_line) <= 1000 else one_line[:997] + "...")

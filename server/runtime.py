@@ -19,6 +19,7 @@ from flowserve.errors import DeviceError
 from flowserve.exporter.runtime import CUDA_PROVIDER, choose_providers, create_session
 
 from .errors import InferenceFailedError, ModelLoadError
+from .loading import external_tensor_names
 
 
 def widen_bfloat16_io(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str], set[str]]:
@@ -73,6 +74,10 @@ class OrtRunner:
 
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
                  intra_op_threads: int = 0):
+        external = external_tensor_names(model)
+        if external:  # onnxruntime would resolve them against the working directory
+            raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
+                                 "model with loading.load_onnx_file, which inlines them")
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
         try:
             self.providers = choose_providers(device)
@@ -86,8 +91,12 @@ class OrtRunner:
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
+        self._string_outputs = {
+            o.name for o in self._session.get_outputs() if o.type == "tensor(string)"
+        }
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._converts_inputs = bool(self._bf16_inputs or self._string_inputs)
+        self._converts_outputs = bool(self._bf16_outputs or self._string_outputs)
 
     @property
     def device(self) -> str:
@@ -103,7 +112,7 @@ class OrtRunner:
             results = self._session.run(self.output_names, feed)
         except Exception as exc:
             raise InferenceFailedError(f"onnxruntime failed: {exc}") from None
-        if not self._bf16_outputs:
+        if not self._converts_outputs:
             return dict(zip(self.output_names, results))
         return {
             name: self._from_session(name, array) for name, array in zip(self.output_names, results)
@@ -120,8 +129,32 @@ class OrtRunner:
     def _from_session(self, name: str, array: np.ndarray) -> np.ndarray:
         if name in self._bf16_outputs:
             return array.astype(ml_dtypes.bfloat16)
+        if name in self._string_outputs and array.size:
+            return np.vectorize(_as_bytes, otypes=[object])(array)
         return array
 
 
+# onnxruntime's Python API takes and gives strings as UTF-8 text. Bytes that are not UTF-8
+# travel as private-use characters U+10FF00 + byte (Plane 16), one per undecodable byte,
+# and come back as those bytes: a string model that passes them through returns them.
+_ESCAPE_BASE = 0x10FF00
+_TO_PRIVATE = {0xDC00 + b: _ESCAPE_BASE + b for b in range(0x80, 0x100)}
+_FROM_PRIVATE = {_ESCAPE_BASE + b: 0xDC00 + b for b in range(0x80, 0x100)}
+
+
 def _as_text(item) -> str:
-    return item.decode("utf-8", "surrogateescape") if isinstance(item, bytes) else str(item)
+    if not isinstance(item, bytes):
+        return str(item)
+    try:
+        return item.decode("utf-8")
+    except UnicodeDecodeError:
+        return item.decode("utf-8", "surrogateescape").translate(_TO_PRIVATE)
+
+
+def _as_bytes(item) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    text = str(item)
+    if text and max(text) >= chr(_ESCAPE_BASE + 0x80):
+        return text.translate(_FROM_PRIVATE).encode("utf-8", "surrogateescape")
+    return text.encode("utf-8", "replace")

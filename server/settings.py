@@ -60,6 +60,18 @@ class ServerSettings(BaseSettings):
     max_request_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest request body accepted (413 beyond)."
     )
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="Largest request line plus headers accepted (431 beyond)."
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a connection may take to send a request's headers."
+    )
+    max_bytes_elements: int = Field(
+        1 << 20, ge=1, description="Most BYTES elements one request may carry (400 beyond)."
+    )
+    max_json_elements: int = Field(
+        1 << 24, ge=1, description="Most values a JSON request body may hold (413 beyond)."
+    )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."
     )

@@ -1,12 +1,16 @@
 """Saved graph directories: ``flowserve.json`` + ``graph.json`` + ``params.safetensors``.
 
-Saving writes a temporary sibling directory, fsyncs it, and renames it into place, so a
-crash leaves the old directory intact. Loading runs no code: JSON, validated; tensors from
-safetensors; every file checked against the manifest's sha256.
+Saving writes a temporary sibling directory, fsyncs it, and swaps it into place with one
+atomic exchange (Linux), so at every instant the target is the old or the new directory,
+whole; temporaries of killed saves are removed by the next save. Loading runs no code:
+JSON, validated field by field (``graph_check``); tensors from safetensors; every file
+checked against the manifest's sha256; links out of the directory refused.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import hashlib
 import json
 import os
@@ -22,6 +26,8 @@ from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.nn.graph.inference import inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
+from flowserve.ir.passes.dce import eliminate_dead_code
+from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
 from flowserve.serialization.manifest import (
     FORMAT_VERSION,
     GRAPH_FILE,
@@ -29,6 +35,7 @@ from flowserve.serialization.manifest import (
     PARAMS_FILE,
     SavedGraphManifest,
     TensorSpec,
+    check_inside,
     read_manifest,
 )
 from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
@@ -77,24 +84,88 @@ def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: b
         raise SavedGraphError(f"{target}: exists and is not a flowserve saved graph directory; "
                               "refusing to replace it (choose an empty or new directory)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    remove_stale_temporaries(target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     try:
         write_bytes(tmp / GRAPH_FILE, graph_bytes)
         write_tensors(tmp / PARAMS_FILE, arrays)
         manifest.files = {name: _sha256(tmp / name) for name in (GRAPH_FILE, PARAMS_FILE)}
         write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1).encode())
         _fsync_dir(tmp)
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.rename(target, old)
-        os.rename(tmp, target)
+        _replace(tmp, target)
         _fsync_dir(target.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the new files (failure) or the old ones
+
+
+def _replace(tmp: Path, target: Path) -> None:
+    """Put ``tmp`` at ``target``; the old ``target`` (if any) ends up at ``tmp``.
+
+    Linux exchanges the two in one atomic ``renameat2(RENAME_EXCHANGE)``, so ``target``
+    names a complete directory at every instant; elsewhere (or on file systems without
+    it) the old directory is moved aside first and a crash between the two renames
+    leaves it as ``.NAME.old-PID``, which the next save cleans up.
+    """
+    if not target.exists():
+        os.rename(tmp, target)
+        return
+    if _exchange(tmp, target):
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    os.rename(target, old)
+    os.rename(tmp, target)
+    os.rename(old, tmp)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap directories ``a`` and ``b``; False where the OS cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not Linux, or a libc without it
+        return False
+    done = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return done == 0
+
+
+_SAVED_FILES = {MANIFEST, GRAPH_FILE, PARAMS_FILE, "examples", "reports"}
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove what killed saves of ``target`` left beside it (``.NAME.tmp-PID-*`` and
+    ``.NAME.old-PID`` of processes no longer running); returns what was removed.
+    Only folders holding nothing but saved-graph files are touched."""
+    removed = []
+    for path in target.parent.glob(f".{glob.escape(target.name)}.*"):
+        pid = _owner_pid(path.name[len(target.name) + 2:])
+        if pid is None or _pid_alive(pid) or not path.is_dir() or path.is_symlink():
+            continue
+        if all(entry.name in _SAVED_FILES for entry in path.iterdir()):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _owner_pid(suffix: str) -> int | None:
+    for prefix in ("tmp-", "old-"):
+        if suffix.startswith(prefix):
+            digits = suffix[len(prefix):].split("-", 1)[0]
+            return int(digits) if digits.isdigit() and len(digits) < 10 else None
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be saving right now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -121,8 +192,7 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
         path = directory / name
         if not path.is_file():
             raise SavedGraphError(f"{path}: missing (listed in {MANIFEST})")
-        if not path.resolve().is_relative_to(directory.resolve()):
-            raise SavedGraphError(f"{path}: a link to a file outside the saved directory (refused)")
+        check_inside(path, directory)
         if _sha256(path) != digest:
             raise SavedGraphError(f"{path}: checksum mismatch (the file was changed or damaged after saving)")
     graph_path = directory / GRAPH_FILE
@@ -133,11 +203,15 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
         raise SavedGraphError(f"{graph_path}: not a flowserve graph ({type(exc).__name__}: {exc})") from None
     except RecursionError:
         raise SavedGraphError(f"{graph_path}: not a flowserve graph (JSON nested too deeply)") from None
+    check_ir_json(ir_json, graph_path)
     ir = GraphIR.from_json(ir_json, where=str(graph_path))
     _check_names(ir, graph_path)
+    check_node_attributes(ir, graph_path)
     params = read_tensors(directory / PARAMS_FILE)
     _check_state(ir, params, directory / PARAMS_FILE)
     _check_signature(manifest, ir, directory / MANIFEST)
+    check_signature_shapes(manifest, ir, directory / MANIFEST)
+    eliminate_dead_code(ir)  # nodes no output needs are never run, whatever they would cost
     return manifest, ir, params
 
 

@@ -14,6 +14,7 @@ FORMAT_VERSION = 1
 MANIFEST = "flowserve.json"
 GRAPH_FILE = "graph.json"
 PARAMS_FILE = "params.safetensors"
+MAX_DIM, MAX_RANK = 2**31 - 1, 32  # ONNX Runtime's int32 dims; numpy holds 64 dims at most
 DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
 
@@ -23,13 +24,15 @@ class TensorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=256)
     dtype: Literal[DTYPE_NAMES]
-    shape: list[int]
+    shape: list[int] = Field(max_length=MAX_RANK)
 
     @field_validator("shape")
     @classmethod
     def _dims(cls, shape: list[int]) -> list[int]:
         if any(d < -1 for d in shape):
             raise ValueError(f"dims must be >= 0 or -1 (dynamic), got {shape}")
+        if any(d > MAX_DIM for d in shape) or len(shape) > MAX_RANK:
+            raise ValueError(f"at most {MAX_RANK} dims of at most {MAX_DIM} each, got {shape}")
         return shape
 
 
@@ -48,6 +51,12 @@ class SavedGraphManifest(BaseModel):
     files: dict[Literal["graph.json", "params.safetensors"], str]
 
 
+def check_inside(path: Path, directory) -> None:
+    """Refuse ``path`` when it (a link, or a link on the way) leads out of ``directory``."""
+    if not Path(path).resolve().is_relative_to(Path(directory).resolve()):
+        raise SavedGraphError(f"{path}: a link to a file outside the saved directory (refused)")
+
+
 def read_manifest(directory) -> SavedGraphManifest:
     """Read and validate ``DIR/flowserve.json``; errors name the file and the problem."""
     path = Path(directory) / MANIFEST
@@ -55,10 +64,13 @@ def read_manifest(directory) -> SavedGraphManifest:
         raise SavedGraphError(f"{directory}: not a directory (expected a saved graph directory with {MANIFEST})")
     if not path.is_file():
         raise SavedGraphError(f"{path}: missing (not a flowserve saved graph directory)")
+    check_inside(path, directory)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SavedGraphError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise SavedGraphError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(raw, dict):
         raise SavedGraphError(f"{path}: expected a JSON object, got {type(raw).__name__}")
     version = raw.get("format_version")

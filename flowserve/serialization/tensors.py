@@ -50,19 +50,35 @@ def read_tensors(path: Path) -> dict:
     try:
         arrays = st_load(data)
         meta = _metadata(data)
-    except (SafetensorError, ValueError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise SavedGraphError(f"{path}: not a valid safetensors file ({exc})") from None
-    kinds = json.loads(meta.get(_DTYPES_KEY, "{}")) if meta else {}
-    for name, kind in kinds.items():
+    except (SafetensorError, ValueError, json.JSONDecodeError, KeyError, TypeError, AttributeError,
+            RecursionError) as exc:
+        raise SavedGraphError(f"{path}: not a valid safetensors file ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})") from None
+    for name, kind in _stored_kinds(meta, path).items():
         if kind == "bfloat16" and name in arrays:
             arrays[name] = arrays[name].view(dtypes.bfloat16.np)
     return arrays
 
 
+def _stored_kinds(meta: dict, path: Path) -> dict:
+    """The ``flowserve.dtypes`` metadata entry: tensor name -> dtype name."""
+    where = f"{path}: metadata entry {_DTYPES_KEY!r}"
+    try:
+        kinds = json.loads(meta.get(_DTYPES_KEY, "{}"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SavedGraphError(f"{where} is not JSON ({type(exc).__name__})") from None
+    if not isinstance(kinds, dict) or not all(isinstance(v, str) for v in kinds.values()):
+        raise SavedGraphError(f"{where}: expected an object of dtype names")
+    return kinds
+
+
 def _metadata(data: bytes) -> dict:
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
-    return header.get("__metadata__", {}) or {}
+    meta = header.get("__metadata__", {}) or {}
+    if not isinstance(meta, dict):
+        raise ValueError("__metadata__ is not an object")
+    return meta
 
 
 # -- nested state dicts ------------------------------------------------------------------

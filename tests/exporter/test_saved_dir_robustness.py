@@ -181,10 +181,14 @@ def newer_format(d):
     _write_manifest(d, m)
 
 
-def negative_dims(d):
+def _set_input_shape(d, shape):
     m = _manifest(d)
-    m["inputs"][0]["shape"] = [-7, 6]
+    m["inputs"][0]["shape"] = shape
     _write_manifest(d, m)
+
+
+def negative_dims(d):
+    _set_input_shape(d, [-7, 6])
 
 
 def pickle_as_params(d):
@@ -197,11 +201,16 @@ def huge_safetensors_header(d):
     _rehash(d)
 
 
+def _link_outside(d, name):
+    """Replace ``d/name`` by a link to an identical copy outside ``d``."""
+    outside = d.parent / f"outside-{name}"
+    shutil.copy(d / name, outside)
+    (d / name).unlink()
+    (d / name).symlink_to(outside)
+
+
 def params_symlink_outside(d):
-    outside = d.parent / "outside.safetensors"
-    shutil.copy(d / "params.safetensors", outside)
-    (d / "params.safetensors").unlink()
-    (d / "params.safetensors").symlink_to(outside)
+    _link_outside(d, "params.safetensors")
 
 
 def params_is_directory(d):
@@ -211,6 +220,48 @@ def params_is_directory(d):
 
 def empty_manifest(d):
     (d / "flowserve.json").write_text("")
+
+
+def op_as_list(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(op=["permute"]))
+
+
+def node_input_as_list(d):
+    _edit_graph(d, lambda ir: ir["nodes"][1]["inputs"].__setitem__(0, ["x"]))
+
+
+def missing_attr(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs={}))
+
+
+def huge_perm(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs={"perm": [1e30, 0]}))
+
+
+def attrs_not_object(d):
+    _edit_graph(d, lambda ir: ir["nodes"][0].update(attrs=[1, 0]))
+
+
+def dtypes_metadata_not_json(d):
+    from safetensors.numpy import save as st_save
+    from flowserve.serialization.tensors import read_tensors
+
+    arrays = read_tensors(d / "params.safetensors")
+    data = st_save(arrays, metadata={"flowserve.dtypes": "{not json"})
+    (d / "params.safetensors").write_bytes(data)
+    _rehash(d)
+
+
+def huge_manifest_dim(d):
+    _set_input_shape(d, [-1, 100_000_000_000])
+
+
+def manifest_shape_differs_from_graph(d):
+    _set_input_shape(d, [-1, 13000])
+
+
+def manifest_symlink_outside(d):
+    _link_outside(d, "flowserve.json")
 
 
 CASES = {
@@ -240,6 +291,15 @@ CASES = {
     params_symlink_outside: ("params.safetensors", "outside"),
     params_is_directory: ("params.safetensors", "missing"),
     empty_manifest: ("flowserve.json", "not valid JSON"),
+    op_as_list: ("graph.json", "nodes[0].op"),
+    node_input_as_list: ("graph.json", "nodes[1].inputs"),
+    missing_attr: ("graph.json", "node 0 (permute)"),
+    huge_perm: ("graph.json", "node 0 (permute)"),
+    attrs_not_object: ("graph.json", "nodes[0].attrs"),
+    dtypes_metadata_not_json: ("params.safetensors", "flowserve.dtypes"),
+    huge_manifest_dim: ("flowserve.json", "shape"),
+    manifest_shape_differs_from_graph: ("flowserve.json", "13000"),
+    manifest_symlink_outside: ("flowserve.json", "outside"),
 }
 
 

@@ -88,7 +88,8 @@ def test_serve_help_documents_every_option():
     for option in ("--host", "--http-port", "--grpc-port", "--model-name", "--device",
                    "--max-batch-size", "--max-queue-delay-us", "--instances",
                    "--allow-model-control", "--auth-token", "--max-request-bytes",
-                   "--log-level"):
+                   "--max-header-bytes", "--header-timeout", "--max-bytes-elements",
+                   "--max-json-elements", "--log-level"):
         assert option in done.stdout, option
 
 
