@@ -47,3 +47,8 @@ class SavedGraphError(FlowserveError, ValueError):
 
 class ExportError(FlowserveError, RuntimeError):
     """The IR could not be lowered to ONNX, or the exported model failed its checks."""
+
+
+class DistributedError(FlowserveError, RuntimeError):
+    """Processes of a distributed run could not meet, a collective failed or timed out,
+    or a rank is gone. The message is one line naming the rank and the peer."""

@@ -9,9 +9,21 @@ calls are recorded into the graph, giving the symbolic backward.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from flowserve.autograd.tape import TapeNode
-from flowserve.dispatch import current_interpreter, pop_interpreter, push_interpreter
+from flowserve.dispatch import current_interpreter, current_trace, pop_interpreter, push_interpreter
 from flowserve.errors import AutogradError
+
+_HOOKS: ContextVar[tuple] = ContextVar("flowserve_backward_hooks", default=())
+
+
+def queue_backward_hooks(hooks) -> None:
+    """Call ``hooks.finished()`` once the next eager ``backward()`` has set every ``.grad``
+    (``DistributedDataParallel`` averages the gradients there)."""
+    queued = _HOOKS.get()
+    if hooks not in queued:
+        _HOOKS.set(queued + (hooks,))
 
 def _topological_order(roots: list[TapeNode]) -> list[TapeNode]:
     """Nodes reachable from ``roots``, each before the nodes that produced its inputs."""
@@ -158,10 +170,16 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
     retain = create_graph if retain_graph is None else retain_graph
     if inputs is not None and not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
+    hooks = ()
+    if current_trace() is None:  # (a graph's traced backward is not the eager pass they wait for)
+        hooks = _HOOKS.get()
+        _HOOKS.set(())
     found = gradients(tensors, grad_tensors, inputs, retain_graph=retain, create_graph=create_graph)
     for leaf, g in found.items():
         if g is not None:
             leaf.grad = g if leaf.grad is None else leaf.grad + g
+    for h in hooks:
+        h.finished()
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,

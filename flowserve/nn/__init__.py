@@ -6,3 +6,4 @@ from flowserve.nn.module import Module  # noqa: F401
 from flowserve.nn.modules import *  # noqa: F401,F403
 from flowserve.nn.parameter import Parameter  # noqa: F401
 from flowserve.nn.graph import Graph  # noqa: F401,E402
+from flowserve.nn import parallel  # noqa: F401,E402

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from flowserve.autograd.grad_mode import no_grad
+from flowserve.ops import collective as C
 from flowserve.ops import functional as F
 from flowserve.ops.registry import fail_shape
 
@@ -25,11 +26,29 @@ def _update_running(running, batch_value, momentum) -> None:
         running.copy_(running * (1 - momentum) + batch_value * momentum)
 
 
+def _local_stats(x, axes: list, count: int):
+    mean = F.mean(x, axes, keepdim=True)
+    centered = x - mean
+    return mean, centered, F.mean(centered * centered, axes, keepdim=True), count
+
+
+def _synced_stats(x, axes: list, count: int):
+    """Mean and biased variance over every rank's batch, in two passes as one process
+    computes them on the whole batch (the ranks' batches may differ in size)."""
+    total = C.all_reduce(F.scalar_tensor(float(count), x.dtype, x.device))
+    mean = C.all_reduce(F.sum(x, axes, keepdim=True)) / total
+    centered = x - mean
+    var = C.all_reduce(F.sum(centered * centered, axes, keepdim=True)) / total
+    return mean, centered, var, total
+
+
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: bool = False,
-               momentum=0.1, eps: float = 1e-5, op: str = "batch_norm"):
+               momentum=0.1, eps: float = 1e-5, op: str = "batch_norm", sync: bool = False):
     """Batch normalisation over all dims but the channel dim 1, as ``torch.nn.functional.batch_norm``.
 
     ``momentum`` may be a tensor (the cumulative average of ``BatchNorm(momentum=None)``).
+    ``sync``: the batch statistics are those of the batches of all ranks together
+    (``nn.SyncBatchNorm``), summed with the ``all_reduce`` collective.
     """
     if x.ndim < 2:
         fail_shape(op, "input (N, C, ...)", tuple(x.shape))
@@ -45,9 +64,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: b
             raise ValueError(f"{op} expected more than 1 value per channel when training, "
                              f"got input size {tuple(x.shape)}")
         axes = [0] + list(range(2, x.ndim))
-        mean = F.mean(x, axes, keepdim=True)
-        centered = x - mean
-        var = F.mean(centered * centered, axes, keepdim=True)
+        mean, centered, var, count = (_synced_stats if sync else _local_stats)(x, axes, count)
         scale = F.rsqrt(var + eps)
         if weight is not None:
             scale = scale * F.reshape(weight, shape)

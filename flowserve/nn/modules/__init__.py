@@ -11,7 +11,7 @@ from flowserve.nn.modules.dropout import Dropout  # noqa: F401
 from flowserve.nn.modules.loss import (  # noqa: F401
     BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, SmoothL1Loss,
 )
-from flowserve.nn.modules.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm  # noqa: F401
+from flowserve.nn.modules.normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, SyncBatchNorm  # noqa: F401
 from flowserve.nn.modules.pooling import (  # noqa: F401
     AdaptiveAvgPool2d, AvgPool2d, MaxPool1d, MaxPool2d, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
 )

@@ -3,7 +3,7 @@ running-statistics rules and state_dict keys)."""
 
 from __future__ import annotations
 
-from flowserve import dtypes
+from flowserve import dtypes, env
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
@@ -16,6 +16,7 @@ from flowserve.ops.registry import fail_shape
 class _BatchNorm(Module):
     _input_dims: tuple = ()
     _input_text = ""
+    _sync = False  # batch statistics over the ranks of a distributed run
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None):
@@ -58,7 +59,8 @@ class _BatchNorm(Module):
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
         return N.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
-                            self.weight, self.bias, use_batch_stats, factor, self.eps, op=name)
+                            self.weight, self.bias, use_batch_stats, factor, self.eps, op=name,
+                            sync=self._sync and use_batch_stats and env.get_world_size() > 1)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -83,6 +85,37 @@ class BatchNorm2d(_BatchNorm):
 
     _input_dims = (4,)
     _input_text = "input (N, {c}, H, W)"
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch normalisation whose training statistics are those of the batches of all ranks
+    together (``torch.nn.SyncBatchNorm``); in a world of one process, ``BatchNorm``.
+
+    >>> import flowserve as flow
+    >>> net = flow.nn.SyncBatchNorm.convert_sync_batchnorm(flow.nn.Sequential(flow.nn.BatchNorm2d(3)))
+    >>> type(net[0]).__name__
+    'SyncBatchNorm'
+    """
+
+    _input_dims = (2, 3, 4, 5)
+    _input_text = "input (N, {c}, *)"
+    _sync = True
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: Module) -> Module:
+        """``module`` with every BatchNorm replaced by a SyncBatchNorm sharing its parameters
+        and buffers (the module itself when it is a BatchNorm)."""
+        if isinstance(module, _BatchNorm) and not isinstance(module, cls):
+            sync = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
+            for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+                if getattr(module, name, None) is not None:
+                    setattr(sync, name, getattr(module, name))
+            sync.train(module.training)
+            return sync
+        for name, child in list(module._modules.items()):
+            if child is not None:
+                module._modules[name] = cls.convert_sync_batchnorm(child)
+        return module
 
 
 class LayerNorm(Module):

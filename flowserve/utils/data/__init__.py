@@ -17,6 +17,7 @@ from flowserve.utils.data.dataset import (  # noqa: F401
     TensorDataset,
     random_split,
 )
+from flowserve.utils.data.distributed import DistributedSampler  # noqa: F401
 from flowserve.utils.data.sampler import (  # noqa: F401
     BatchSampler,
     RandomSampler,
