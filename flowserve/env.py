@@ -14,6 +14,7 @@ collective.
 
 from __future__ import annotations
 
+import atexit
 import os
 
 from flowserve.distributed.communicator import DEFAULT_TIMEOUT_S, Communicator, GlooCommunicator, LocalCommunicator
@@ -89,6 +90,7 @@ def init() -> Communicator:
         addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = _int_env("MASTER_PORT", 29500)
         comm = GlooCommunicator(rank, world, addr, port, timeout_s())
+        atexit.register(destroy)  # gloo's threads must stop before the interpreter does
     _GROUP.communicator = comm
     return comm
 

@@ -287,6 +287,9 @@ class Graph:
             object.__setattr__(self, "_debug", debug)
 
     def _compile(self, args, kwargs, leaves):
+        # flowserve.distributed imports this package's trace: a module-level import would be circular
+        from flowserve.distributed.segments import SegmentedGraph, has_collectives
+
         start = time.perf_counter()
         self._log(0, "start building graph.")
         traced = trace_build(self, args, kwargs)
@@ -295,8 +298,12 @@ class Graph:
         start = time.perf_counter()
         self._log(0, "start building plan.")
         batch = sig.batch_size(leaves) if self._cache is None else None
-        compiled = CompiledGraph(traced, self.training, self.config.options, dynamic_batch=batch is not None,
-                                 key=sig.signature(leaves, traced.in_spec), batch=batch, graph=self)
+        if has_collectives(traced.ir):  # a step of a distributed run: sessions between collectives
+            compiled = SegmentedGraph(traced, self.training, self.config.options,
+                                      key=sig.signature(leaves, traced.in_spec))
+        else:
+            compiled = CompiledGraph(traced, self.training, self.config.options, dynamic_batch=batch is not None,
+                                     key=sig.signature(leaves, traced.in_spec), batch=batch, graph=self)
         self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s.")
         return compiled
 

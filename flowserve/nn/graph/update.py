@@ -13,6 +13,7 @@ import numpy as np
 
 from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
+from flowserve.distributed.graph_step import DataParallelStep
 from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
 from flowserve.ops import functional as F
@@ -75,6 +76,9 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
     fuse = graph.config.options.get("fuse_model_update_ops", False)
     with no_grad():
         work = _gradients(tracer, graph, scaler_state)
+        parallel = DataParallelStep.of(graph)
+        if parallel is not None:
+            work = parallel.reduce_gradients(work)
         found_inf = None
         if graph.parts.grad_scaler is not None and graph.parts.grad_scaler.dynamic:
             found_inf = found_non_finite([g for *_, items in work for _, _, g in items])

@@ -1,0 +1,91 @@
+"""Models, data and training loops shared by the distributed workers and the
+single-process references they are compared with (this file imports in both)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import flowserve as flow
+import flowserve.nn as nn
+
+GLOBAL_BATCH = 8
+SGD_STEPS = ADAMW_STEPS = 5
+
+
+def mlp() -> nn.Module:
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def convnet(sync: bool) -> nn.Module:
+    flow.manual_seed(1)
+    bn = nn.SyncBatchNorm(4) if sync else nn.BatchNorm2d(4)
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1, bias=False), bn, nn.ReLU(), nn.Flatten(), nn.Linear(4 * 5 * 5, 3))
+
+
+MODELS = {"mlp": (mlp, (6,)), "conv": (convnet, (2, 5, 5))}
+
+
+def make_model(kind: str, sync: bool = True) -> nn.Module:
+    build, _ = MODELS[kind]
+    return build(sync) if kind == "conv" else build()
+
+
+def batch(kind: str, step: int, rank: int = 0, world: int = 1):
+    """This rank's slice of the global batch of ``step`` (the whole of it for world 1)."""
+    rng = np.random.default_rng(100 + step)
+    x = rng.standard_normal((GLOBAL_BATCH, *MODELS[kind][1])).astype(np.float32)
+    y = rng.standard_normal((GLOBAL_BATCH, 3)).astype(np.float32)
+    local = GLOBAL_BATCH // world
+    part = slice(rank * local, (rank + 1) * local)
+    return flow.tensor(x[part]), flow.tensor(y[part])
+
+
+def optimizers(model):
+    """5 steps of SGD with momentum, then 5 of AdamW, as (optimizer, steps) pairs."""
+    sgd = flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    adamw = flow.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+    return [(sgd, range(SGD_STEPS)), (adamw, range(SGD_STEPS, SGD_STEPS + ADAMW_STEPS))]
+
+
+def train_eager(model, kind: str, rank: int = 0, world: int = 1, wrap=None) -> None:
+    net = wrap(model) if wrap is not None else model
+    loss_fn = nn.MSELoss()
+    for opt, steps in optimizers(model):
+        for step in steps:
+            x, y = batch(kind, step, rank, world)
+            opt.zero_grad()
+            loss_fn(net(x), y).backward()
+            opt.step()
+
+
+class TrainGraph(nn.Graph):
+    def __init__(self, model, opt, accumulation: int = 1):
+        super().__init__()
+        self.model = model
+        self.loss_fn = nn.MSELoss()
+        self.add_optimizer(opt)
+        if accumulation > 1:
+            self.config.set_gradient_accumulation_steps(accumulation)
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None) -> list:
+    """Graph-mode training; returns the graphs (one per optimizer)."""
+    graphs = []
+    for opt, steps in optimizers(model):
+        graph = TrainGraph(model, opt)
+        if configure is not None:
+            configure(graph)
+        for step in steps:
+            graph(*batch(kind, step, rank, world))
+        graphs.append(graph)
+    return graphs
+
+
+def parameters(model) -> dict:
+    return {k: v.numpy().copy() for k, v in model.state_dict().items()}

@@ -1,0 +1,23 @@
+"""One rank of the data-parallel acceptance run: for each model, DDP (eager) and nn.Graph
+data parallelism, 5 SGD-momentum + 5 AdamW steps on this rank's slice of the batch;
+final parameters to OUT/<mode>-<model>-rank<r>.npz."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import flowserve as flow  # noqa: E402
+from tests.distributed.training import make_model, parameters, train_eager, train_graph  # noqa: E402
+
+out, models = Path(sys.argv[1]), sys.argv[2].split(",")
+rank, world = flow.env.get_rank(), flow.env.get_world_size()
+for kind in models:
+    model = make_model(kind)
+    train_eager(model, kind, rank, world, wrap=flow.nn.parallel.DistributedDataParallel)
+    np.savez(out / f"ddp-{kind}-rank{rank}.npz", **parameters(model))
+    model = make_model(kind)
+    train_graph(model, kind, rank, world)
+    np.savez(out / f"graph-{kind}-rank{rank}.npz", **parameters(model))
