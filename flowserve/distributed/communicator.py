@@ -163,7 +163,7 @@ class GlooCommunicator(Communicator):
         return array[self.rank * k:(self.rank + 1) * k].copy()
 
     def all_gather(self, shard):
-        shard = np.ascontiguousarray(shard)
+        shard = np.asarray(shard, order="C")
         out = np.empty((self.world_size * shard.shape[0],) + shard.shape[1:], shard.dtype)
         parts = [self._torch.from_numpy(p) for p in np.split(out, self.world_size)]
         self._run("all_gather", lambda: self._dist.all_gather(parts, self._t(shard.copy())))
@@ -177,7 +177,7 @@ class GlooCommunicator(Communicator):
         self._run("barrier", lambda: self._dist.barrier())
 
     def send(self, array, dst):
-        self._run(f"send to rank {dst}", lambda: self._dist.send(self._t(np.ascontiguousarray(array)), dst))
+        self._run(f"send to rank {dst}", lambda: self._dist.send(self._t(np.asarray(array, order="C")), dst))
 
     def recv(self, array, src):
         self._run(f"recv from rank {src}", lambda: self._dist.recv(self._t(array), src))

@@ -11,6 +11,8 @@ new values written back into the eager tensors, as a one-session graph does.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from flowserve import env
@@ -56,12 +58,19 @@ class _Segment:
         sub.nodes = nodes
         sub.values = {n: _meta(ir, n) for n in set(reads) | produced}
         baked = {n: constants[n] for n in reads if n in constants}
-        self.session = create_session(lower_ir(sub, baked), graph_mode=True, options=options)
+        self.session = create_session(lower_ir(sub, baked), graph_mode=True, options=options,
+                                      threads=_threads_per_process())
 
     def run(self, values: dict) -> None:
         feeds = {n: np.asarray(values[n]) for n in self.inputs}
         for name, array in zip(self.outputs, self.session.run(self.outputs, feeds)):
             values[name] = array
+
+
+def _threads_per_process() -> int:
+    """The node's cores shared among the processes the launcher started on it."""
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, (os.cpu_count() or 1) // local)
 
 
 def _meta(ir: GraphIR, name: str):
@@ -153,4 +162,4 @@ class SegmentedGraph:
 
 
 def _host(t: Tensor) -> np.ndarray:
-    return np.ascontiguousarray(t.numpy())
+    return np.asarray(t.numpy(), order="C")

@@ -48,4 +48,4 @@ def reduce_scatter(xp, x):
 
 @primitive("all_gather", shape=_gathered_meta, differentiable=False)
 def all_gather(xp, x):
-    return env.communicator().all_gather(np.ascontiguousarray(x))
+    return env.communicator().all_gather(np.asarray(x, order="C"))

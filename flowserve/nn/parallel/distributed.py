@@ -25,7 +25,7 @@ from flowserve.tensor import Tensor
 def broadcast_tensors(comm, tensors: list, src: int = 0) -> None:
     """Overwrite every tensor's data with rank ``src``'s."""
     for t in tensors:
-        data = np.ascontiguousarray(t.numpy()).copy()
+        data = np.array(t.numpy(), copy=True, order="C")
         comm.broadcast(data, src)
         t._data = data
         t._version += 1
@@ -81,7 +81,7 @@ class DistributedDataParallel(Module):
     def _average_gradients(self) -> None:
         """Average every parameter's ``.grad`` over the ranks (a parameter this rank did not
         use counts as a zero gradient, so every rank reduces the same buckets)."""
-        grads = [np.ascontiguousarray(p.grad.numpy()) if p.grad is not None else np.zeros(tuple(p.shape), p.dtype.np)
+        grads = [np.asarray(p.grad.numpy(), order="C") if p.grad is not None else np.zeros(tuple(p.shape), p.dtype.np)
                  for p in self._params]
         for p, mean in zip(self._params, allreduce_mean(self._comm, grads, self._cap_bytes)):
             p.grad = Tensor._wrap(mean, p.device)

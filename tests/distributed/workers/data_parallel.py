@@ -19,5 +19,7 @@ for kind in models:
     train_eager(model, kind, rank, world, wrap=flow.nn.parallel.DistributedDataParallel)
     np.savez(out / f"ddp-{kind}-rank{rank}.npz", **parameters(model))
     model = make_model(kind)
-    train_graph(model, kind, rank, world)
+    graphs = train_graph(model, kind, rank, world)
     np.savez(out / f"graph-{kind}-rank{rank}.npz", **parameters(model))
+    if rank == 0 and kind == "conv":
+        flow.save(graphs[-1], out / "saved")
