@@ -97,17 +97,21 @@ def supervise(workers: list[Worker], poll_s: float = 0.05) -> int:
     """Wait for every worker; the first failure stops the rest. Returns the exit code."""
     running = list(workers)
     while running:
-        for w in list(running):
-            code = w.process.poll()
-            if code is None:
-                continue
+        exited = [(w, w.process.poll()) for w in running]
+        exited = [(w, code) for w, code in exited if code is not None]
+        for w, _ in exited:
             running.remove(w)
-            if code != 0:
-                others = [x.rank for x in running]
-                print(f"{PREFIX}: rank {w.rank} (local rank {w.local_rank}, pid {w.process.pid}) {_describe(code)}"
-                      + (f"; stopping ranks {others}" if others else ""), file=sys.stderr, flush=True)
-                _stop(running)
-                return code if code > 0 else 128 - code
+        failed = [(w, code) for w, code in exited if code != 0]
+        if failed:  # a rank killed by a signal is the cause; the ranks that saw it go follow
+            failed.sort(key=lambda item: (item[1] >= 0, item[0].rank))
+            others = [x.rank for x in running]
+            causes = "; ".join(f"rank {w.rank} (local rank {w.local_rank}, pid {w.process.pid}) {_describe(code)}"
+                               for w, code in failed)
+            print(f"{PREFIX}: {causes}" + (f"; stopping ranks {others}" if others else ""),
+                  file=sys.stderr, flush=True)
+            _stop(running)
+            code = failed[0][1]
+            return code if code > 0 else 128 - code
         time.sleep(poll_s)
     return 0
 

@@ -19,7 +19,8 @@ def main() -> int:
         runpy.run_path(script, run_name="__main__")
     except DistributedError as exc:
         print(f"flowserve: rank {env.get_rank()}: {exc}", file=sys.stderr, flush=True)
-        return 1
+        sys.stdout.flush()
+        os._exit(1)  # the engine is broken now: its threads must not run exit handlers
     return 0
 
 
