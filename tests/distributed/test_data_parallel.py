@@ -33,7 +33,7 @@ def run_and_compare(tmp_path, nproc: int, kinds: list[str]) -> None:
     check(launch("data_parallel.py", tmp_path, ",".join(kinds), nproc=nproc))
     for kind in kinds:
         ref = reference(kind)
-        for mode in ("ddp", "graph"):
+        for mode in ("ddp", "graph") + (("no_sync",) if kind == "mlp" else ()):
             for rank in range(nproc):
                 got = np.load(tmp_path / f"{mode}-{kind}-rank{rank}.npz")
                 assert_close(got, ref, 1e-5, f"{mode} {kind} rank {rank} of {nproc}")
@@ -41,6 +41,8 @@ def run_and_compare(tmp_path, nproc: int, kinds: list[str]) -> None:
 
 def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
     run_and_compare(tmp_path, 2, ["mlp", "conv"])
+    local = [np.load(tmp_path / f"no_sync-local-grad-rank{r}.npy") for r in range(2)]
+    assert np.abs(local[0] - local[1]).max() > 1e-3, "inside no_sync() the gradients must stay each rank's own"
     saved = json.loads((tmp_path / "saved" / "graph.json").read_text())["inference"]
     model = make_model("conv", sync=False)
     graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1))

@@ -59,6 +59,26 @@ def train_eager(model, kind: str, rank: int = 0, world: int = 1, wrap=None) -> N
             opt.step()
 
 
+def train_eager_no_sync(model, kind: str, rank: int, world: int) -> np.ndarray:
+    """DDP with two micro-batches per step, the first inside ``no_sync()``; returns the
+    first parameter's gradient after the first ``no_sync`` backward (this rank's own)."""
+    net = flow.nn.parallel.DistributedDataParallel(model)
+    loss_fn = nn.MSELoss()
+    local = None
+    for opt, steps in optimizers(model):
+        for step in steps:
+            x, y = batch(kind, step, rank, world)
+            half = x.shape[0] // 2
+            opt.zero_grad()
+            with net.no_sync():
+                (loss_fn(net(x[:half]), y[:half]) * 0.5).backward()
+            if local is None:
+                local = next(model.parameters()).grad.numpy().copy()
+            (loss_fn(net(x[half:]), y[half:]) * 0.5).backward()
+            opt.step()
+    return local
+
+
 class TrainGraph(nn.Graph):
     def __init__(self, model, opt, accumulation: int = 1):
         super().__init__()
