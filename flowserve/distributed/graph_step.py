@@ -9,8 +9,9 @@ then runs in segments between the collectives (``flowserve.distributed.segments`
 
 from __future__ import annotations
 
-from flowserve import env
+from flowserve import dtypes, env
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, bucket_indices
+from flowserve.distributed.zero import ZeroShards
 from flowserve.ops import collective as C
 from flowserve.ops import functional as F
 
@@ -45,23 +46,45 @@ def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
 
 
 class DataParallelStep:
-    """Gradient reduction of one training graph over ``world_size`` processes."""
+    """The distributed part of one training graph's step over ``world_size`` processes:
+    gradient reduction, or with ZeRO the sharded update (``flowserve.distributed.zero``).
+    Made once per graph (``graph._parallel``), so the ZeRO shards outlive re-traces."""
 
-    def __init__(self, world_size: int, bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB):
-        self.world_size = world_size
+    def __init__(self, world_size: int, rank: int, zero: dict | None = None,
+                 bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB):
+        self.world_size, self.rank = world_size, rank
         self.cap_bytes = int(bucket_cap_mb * (1 << 20))
+        self.zero = ZeroShards(zero["stage"], rank, world_size) if zero and zero.get("enabled") else None
 
     @classmethod
     def of(cls, graph) -> "DataParallelStep | None":
         world = env.get_world_size()
         if not graph.training or world == 1:
             return None
-        return cls(world)
+        if graph._parallel is None:
+            object.__setattr__(graph, "_parallel", cls(world, env.get_rank(), graph.config.options.get("zero")))
+        return graph._parallel
 
     def reduce_gradients(self, work: list) -> list:
-        """``work`` as ``update._gradients`` makes it, its gradients replaced by their mean."""
+        """``work`` as ``update._gradients`` makes it, its gradients replaced by their mean
+        (with ZeRO, the sharded update reduces them itself)."""
         grads = [g for *_, items in work for _, _, g in items]
-        if not grads:
+        if not grads or self.zero is not None:
             return work
         means = iter(traced_mean(grads, self.world_size, self.cap_bytes))
         return [(*head, [(p, lazy_p, next(means)) for p, lazy_p, _ in items]) for *head, items in work]
+
+    def agree(self, flag):
+        """A boolean every rank computed from its own gradients, true where any rank's is."""
+        if self.zero is None:
+            return flag  # computed from reduced gradients: the same everywhere
+        return F.gt(C.all_reduce(F.cast(flag, dtypes.float32)), 0.0)
+
+    def gather_state(self) -> None:
+        """Before ``graph.state_dict()``: full optimizer states from the ZeRO shards."""
+        if self.zero is not None:
+            self.zero.gather(env.communicator())
+
+    def release_state(self) -> None:
+        if self.zero is not None:
+            self.zero.release()

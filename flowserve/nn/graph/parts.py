@@ -12,12 +12,15 @@ class GraphParts:
     """``optimizers``: (optimizer, lr scheduler or None) pairs, in ``add_optimizer`` order;
     ``grad_scaler``: the ``GradScaler``/``StaticGradScaler`` or None; ``train_step``: a 0-d
     int64 tensor counting training calls; ``last``: the compiled entry the latest call ran
-    (None before the first call)."""
+    (None before the first call); ``parallel``: the distributed part of a training step in a
+    launched run (``flowserve.distributed.graph_step.DataParallelStep``), made at the first
+    trace, or None."""
 
     train_step: object
     optimizers: list = field(default_factory=list)
     grad_scaler: object = None
     last: object = None
+    parallel: object = None
 
     @property
     def traced(self):

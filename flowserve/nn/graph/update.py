@@ -82,17 +82,27 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
         found_inf = None
         if graph.parts.grad_scaler is not None and graph.parts.grad_scaler.dynamic:
             found_inf = found_non_finite([g for *_, items in work for _, _, g in items])
+            found_inf = parallel.agree(found_inf) if parallel is not None else found_inf
+        zero = parallel.zero if parallel is not None else None
         touched = []
         for opt, group, lr, lr_name, items in work:
             system_feeds[lr_name] = (lambda g=group: _f32(g["lr"]))
-            states = []
-            for p, lazy_p, _ in items:
-                state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
-                         for k, v in opt.state_of(p, group).items()}
-                states.append(state)
-                touched += [lazy_p, *state.values()]
+            if zero is not None and items:
+                states = zero.states(tracer, opt, group, lr_name.removesuffix("-LearningRate"),
+                                     [p for p, _, _ in items])
+                touched += [lazy_p for _, lazy_p, _ in items] + list(states.values())
+            else:
+                states = []
+                for p, lazy_p, _ in items:
+                    state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
+                             for k, v in opt.state_of(p, group).items()}
+                    states.append(state)
+                    touched += [lazy_p, *state.values()]
             snapshot = _snapshot(touched) if found_inf is not None else []
-            _update_group(opt, group, lr, items, states, fuse)
+            if zero is not None and items:
+                zero.update(opt, group, lr, items, states)
+            else:
+                _update_group(opt, group, lr, items, states, fuse)
             if found_inf is not None:
                 _keep_old_if(found_inf, snapshot, tracer)
             touched = []

@@ -1,0 +1,27 @@
+"""ZeRO stages 1 and 2 train as plain data parallelism and hold 1/N of the optimizer state."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tests.distributed.helpers import check, launch
+
+
+def test_zero_stages_equal_data_parallelism_with_a_shard_of_the_state(tmp_path):
+    result = launch("zero.py", tmp_path)
+    check(result)
+    print(result.stdout)
+    for rank in range(2):
+        plain = np.load(tmp_path / f"dp-rank{rank}.npz")
+        for variant in ("zero1", "zero2"):
+            sharded = np.load(tmp_path / f"{variant}-rank{rank}.npz")
+            assert sorted(sharded.keys()) == sorted(plain.keys())
+            assert any(k.endswith("-v") for k in plain.keys())
+            for key in plain.keys():
+                np.testing.assert_allclose(sharded[key], plain[key], rtol=1e-6, atol=1e-6 * np.abs(plain[key]).max(),
+                                           err_msg=f"{variant} {key} on rank {rank}")
+            held = json.loads((tmp_path / f"{variant}-rank{rank}.json").read_text())
+            assert held["full"] / 2 <= held["mine"] <= held["full"] / 2 + 64, held
+    assert "ZeRO stage 2: AdamW state" in result.stdout

@@ -1,0 +1,32 @@
+"""One rank of the ZeRO run: the MLP trained by graph data parallelism without ZeRO and
+with ZeRO stages 1 and 2 (5 SGD-momentum + 5 AdamW steps each). Writes
+OUT/<variant>-rank<r>.npz (every state of the AdamW graph's ``state_dict()``) and, for
+the ZeRO variants, OUT/<variant>-rank<r>.json with the optimizer-state bytes held."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import flowserve as flow  # noqa: E402
+from tests.distributed.training import make_model, train_graph  # noqa: E402
+
+out = Path(sys.argv[1])
+rank, world = flow.env.get_rank(), flow.env.get_world_size()
+for variant, stage in (("dp", None), ("zero1", 1), ("zero2", 2)):
+    model = make_model("mlp")
+    configure = None if stage is None else (lambda g, s=stage: g.config.enable_zero(True, stage=s))
+    graph = train_graph(model, "mlp", rank, world, configure=configure)[-1]
+    flat = {}
+    for key, value in graph.state_dict().items():  # a collective with ZeRO: every rank calls it
+        items = value.items() if isinstance(value, dict) else [("", value)]
+        flat.update({f"{key}.{k}" if k else key: v.numpy() for k, v in items})
+    np.savez(out / f"{variant}-rank{rank}.npz", **flat)
+    if stage is not None:
+        mine, full = graph._parallel.zero.state_bytes()
+        print(f"rank {rank} ZeRO stage {stage}: AdamW state {mine} bytes of {full} ({mine / full:.3f} of the "
+              f"whole, 1/N = {1 / world:.3f})", flush=True)
+        (out / f"{variant}-rank{rank}.json").write_text(json.dumps({"mine": mine, "full": full}))
