@@ -70,11 +70,12 @@ class Communicator(ABC):
         """Wait until every rank is here."""
 
     @abstractmethod
-    def send(self, array: np.ndarray, dst: int) -> None:
-        """Send ``array`` to rank ``dst`` (which receives it with ``recv``)."""
+    def send(self, array: np.ndarray, dst: int, tag: int = 0) -> Handle:
+        """Start sending a copy of ``array`` to rank ``dst`` (which receives it with ``recv``
+        and the same ``tag``); ``wait()`` on the handle returns when it has left."""
 
     @abstractmethod
-    def recv(self, array: np.ndarray, src: int) -> np.ndarray:
+    def recv(self, array: np.ndarray, src: int, tag: int = 0) -> np.ndarray:
         """Receive into ``array`` (shape and dtype as sent) from rank ``src``."""
 
     def close(self) -> None:
@@ -110,10 +111,10 @@ class LocalCommunicator(Communicator):
     def barrier(self):
         return None
 
-    def send(self, array, dst):
+    def send(self, array, dst, tag=0):
         raise DistributedError(f"send to rank {dst}: this process is the only rank (world size 1)")
 
-    def recv(self, array, src):
+    def recv(self, array, src, tag=0):
         raise DistributedError(f"recv from rank {src}: this process is the only rank (world size 1)")
 
 
@@ -176,11 +177,13 @@ class GlooCommunicator(Communicator):
     def barrier(self):
         self._run("barrier", lambda: self._dist.barrier())
 
-    def send(self, array, dst):
-        self._run(f"send to rank {dst}", lambda: self._dist.send(self._t(np.asarray(array, order="C")), dst))
+    def send(self, array, dst, tag=0):
+        data = np.array(array, copy=True, order="C")
+        work = self._run(f"send to rank {dst}", lambda: self._dist.isend(self._t(data), dst, tag=tag))
+        return Handle(lambda: self._run(f"send to rank {dst}", work.wait), data)
 
-    def recv(self, array, src):
-        self._run(f"recv from rank {src}", lambda: self._dist.recv(self._t(array), src))
+    def recv(self, array, src, tag=0):
+        self._run(f"recv from rank {src}", lambda: self._dist.recv(self._t(array), src, tag=tag))
         return array
 
     def close(self):

@@ -61,6 +61,8 @@ class DataParallelStep:
         world = env.get_world_size()
         if not graph.training or world == 1:
             return None
+        if any(gm.stage_id is not None for gm in graph._graph_modules().values()):
+            return None  # pipeline stages: each rank holds its stage (flowserve.distributed.pipeline)
         if graph._parallel is None:
             object.__setattr__(graph, "_parallel", cls(world, env.get_rank(), graph.config.options.get("zero")))
         return graph._parallel

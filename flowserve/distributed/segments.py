@@ -41,7 +41,7 @@ def segment_of_nodes(ir: GraphIR) -> list[int]:
     return segments
 
 
-class _Segment:
+class Segment:
     """One session over some non-collective nodes: which values it reads and returns."""
 
     def __init__(self, ir: GraphIR, index: int, nodes: list[Node], needed_later: set, constants: dict,
@@ -98,7 +98,7 @@ class SegmentedGraph:
         self.segments = []
         for k in range(count):
             nodes = [n for n, s in zip(ir.nodes, seg_of) if s == k and n.op not in COLLECTIVES]
-            self.segments.append(_Segment(ir, k, nodes, later, traced.constants, self.options) if nodes else None)
+            self.segments.append(Segment(ir, k, nodes, later, traced.constants, self.options) if nodes else None)
         self._broadcast_state()
 
     @staticmethod
@@ -125,11 +125,11 @@ class SegmentedGraph:
             t._version += 1
 
     def _initial_values(self, inputs: list) -> dict:
-        values = {v.name: _host(t) for v, t in zip(self.traced.ir.inputs, inputs)}
+        values = {v.name: host_array(t) for v, t in zip(self.traced.ir.inputs, inputs)}
         values.update(self.traced.constants)
         for name, t in self.traced.state.items():
             feed = self.traced.system_feeds.get(name)
-            values[name] = feed() if feed is not None else _host(t)
+            values[name] = feed() if feed is not None else host_array(t)
         return values
 
     def _run_collectives(self, nodes: list[Node], values: dict) -> None:
@@ -161,5 +161,5 @@ class SegmentedGraph:
                 else Tensor._wrap(np.array(values[v.name], copy=True)) for v in self.traced.ir.outputs]
 
 
-def _host(t: Tensor) -> np.ndarray:
+def host_array(t: Tensor) -> np.ndarray:
     return np.asarray(t.numpy(), order="C")

@@ -21,6 +21,7 @@ def main() -> int:
         print(f"flowserve: rank {env.get_rank()}: {exc}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)  # the engine is broken now: its threads must not run exit handlers
+    env.destroy()  # leave the group while the interpreter is whole (not from an exit handler)
     return 0
 
 

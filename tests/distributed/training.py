@@ -109,3 +109,40 @@ def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None)
 
 def parameters(model) -> dict:
     return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+
+class TwoStages(nn.Module):
+    """An MLP in two parts, one per pipeline stage."""
+
+    def __init__(self):
+        super().__init__()
+        flow.manual_seed(2)
+        self.front = nn.Sequential(nn.Linear(6, 16), nn.Tanh())
+        self.back = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+
+    def forward(self, x):
+        return self.back(self.front(x))
+
+
+MICRO_BATCHES = 4
+PIPELINE_STEPS = 3
+
+
+def pipeline_optimizers(model):
+    sgd = flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    adamw = flow.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+    return [(sgd, range(PIPELINE_STEPS)), (adamw, range(PIPELINE_STEPS, 2 * PIPELINE_STEPS))]
+
+
+def train_pipeline_reference(model) -> None:
+    """One process, eager, the whole batch as 4 accumulated micro-batches."""
+    loss_fn = nn.MSELoss()
+    for opt, steps in pipeline_optimizers(model):
+        for step in steps:
+            x, y = batch("mlp", step)
+            size = x.shape[0] // MICRO_BATCHES
+            opt.zero_grad()
+            for i in range(MICRO_BATCHES):
+                part = slice(i * size, (i + 1) * size)
+                (loss_fn(model(x[part]), y[part]) * (1.0 / MICRO_BATCHES)).backward()
+            opt.step()

@@ -288,6 +288,8 @@ class Graph:
 
     def _compile(self, args, kwargs, leaves):
         # flowserve.distributed imports this package's trace: a module-level import would be circular
+        from flowserve.distributed.pipeline import PipelineGraph
+        from flowserve.distributed.stages import ATTR as PIPELINE_ATTR
         from flowserve.distributed.segments import SegmentedGraph, has_collectives
 
         start = time.perf_counter()
@@ -298,7 +300,10 @@ class Graph:
         start = time.perf_counter()
         self._log(0, "start building plan.")
         batch = sig.batch_size(leaves) if self._cache is None else None
-        if has_collectives(traced.ir):  # a step of a distributed run: sessions between collectives
+        if PIPELINE_ATTR in traced.ir.attrs:  # this rank's pipeline stage
+            compiled = PipelineGraph(traced, self.training, self.config.options,
+                                     key=sig.signature(leaves, traced.in_spec))
+        elif has_collectives(traced.ir):  # a step of a distributed run: sessions between collectives
             compiled = SegmentedGraph(traced, self.training, self.config.options,
                                       key=sig.signature(leaves, traced.in_spec))
         else:

@@ -8,6 +8,8 @@ fused node). Every pass returns ``PassResult(ir, modified)``.
 
 from __future__ import annotations
 
+from flowserve import env
+from flowserve.distributed.stages import record_stages
 from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
@@ -49,6 +51,8 @@ def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
     stages = {name: gm.options() for name, gm in modules.items() if gm.stage_id is not None}
     if stages:
         ir.attrs["stages"] = stages
+        if graph.training and env.get_world_size() > 1:  # each rank runs its stage's nodes
+            record_stages(ir, {name: o["stage_id"] for name, o in stages.items()}, tracer.forward_values)
     if options.get("zero"):
         ir.attrs["zero"] = dict(options["zero"])
     eliminate_dead_code(ir)
