@@ -47,9 +47,7 @@ class Segment:
     def __init__(self, ir: GraphIR, index: int, nodes: list[Node], needed_later: set, constants: dict,
                  options: dict):
         produced = {name for node in nodes for name in node.outputs}
-        reads = []
-        for node in nodes:
-            reads += [n for n in node.inputs if n not in produced and n not in reads]
+        reads = list(dict.fromkeys(n for node in nodes for n in node.inputs if n not in produced))
         self.inputs = [n for n in reads if n not in constants]
         self.outputs = [n for node in nodes for n in node.outputs if n in needed_later]
         sub = GraphIR(f"{ir.name}_segment{index}")

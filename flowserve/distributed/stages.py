@@ -39,28 +39,48 @@ def record_stages(ir: GraphIR, module_stages: dict, forward_values: set) -> None
 
 
 def assign_stages(ir: GraphIR, module_stages: dict, forward_values: set) -> dict:
-    """First output name of each node -> its stage, for nodes that do not run everywhere."""
-    of_value = _state_stages(ir, module_stages)
-    anchors = set(of_value)  # values whose stage is where they live: state and forward activations
-    out = {}
+    """First output name of each node -> its stage, for nodes that do not run everywhere.
+
+    Forward nodes: their module's stage, else (the loss) the latest stage they read.
+    Update nodes (they read parameters or optimizer state): the stage of that state.
+    Backward nodes: the latest stage among the values they read (the gradient arrives from
+    the later stage); then, walking back from the updates, a backward node whose readers
+    all sit on one other stage moves there (a gradient flowing back goes to the stage
+    that will use it, a weight gradient stays with its weight)."""
+    state_stage = _state_stages(ir, module_stages)
+    of_value = dict(state_stage)
+    out, backward = {}, []
     for node in ir.nodes:
-        staged = [n for n in node.inputs if n in of_value]
-        if not staged:
-            continue
+        local = [n for n in node.inputs if n in of_value]
+        if not local:
+            continue  # reads only inputs, constants and system state: runs on every rank
         forward = all(o in forward_values for o in node.outputs)
+        stages = [of_value[n] for n in local]
         stage = _stage_by_prefix(node.scope, module_stages) if forward and node.scope else None
-        if stage is None:
-            anchored = [of_value[n] for n in staged if n in anchors]
-            if anchored:
-                stage = max(anchored) if forward else min(anchored)
-            else:
-                stage = max(of_value[n] for n in staged)
+        if stage is None and forward:
+            stage = max(stages)
+        elif stage is None:
+            states = [state_stage[n] for n in local if n in state_stage]
+            stage = min(states) if states else max(stages)
+            backward.append(node)
         for o in node.outputs:
             of_value[o] = stage
-            if forward:
-                anchors.add(o)
         out[node.outputs[0]] = stage
+    _follow_readers(ir, backward, state_stage, out)
     return out
+
+
+def _follow_readers(ir: GraphIR, backward: list, state_stage: dict, out: dict) -> None:
+    readers: dict = {}
+    for node in ir.nodes:
+        for name in node.inputs:
+            readers.setdefault(name, []).append(node)
+    updated = {value: state_stage.get(state) for state, value in ir.updates.items()}
+    for node in reversed(backward):
+        stages = {out[r.outputs[0]] for o in node.outputs for r in readers.get(o, ()) if r.outputs[0] in out}
+        stages |= {updated[o] for o in node.outputs if updated.get(o) is not None}
+        if len(stages) == 1:
+            out[node.outputs[0]] = stages.pop()
 
 
 def stage_ranks(stages: dict) -> dict:

@@ -125,3 +125,27 @@ def test_segments_count_collectives_on_the_longest_path():
     ir.nodes = [Node("relu", ["x"], ["a"]), Node("all_reduce", ["a"], ["b"]), Node("add", ["b", "a"], ["c"]),
                 Node("neg", ["x"], ["d"]), Node("all_reduce", ["c"], ["e"]), Node("mul", ["e", "d"], ["f"])]
     assert segment_of_nodes(ir) == [0, 0, 1, 0, 1, 2]
+
+
+def test_pipeline_stage_assignment_keeps_each_update_with_its_parameters(monkeypatch):
+    from flowserve.distributed.stages import ATTR
+    from flowserve.nn.graph import GraphModule
+    from flowserve.nn.graph.trace import trace_build
+    from tests.distributed.training import TrainGraph, TwoStages, batch
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # traced as rank 0 of two; nothing is compiled or joined
+    model = TwoStages()
+    graph = TrainGraph(model, flow.optim.AdamW(model.parameters()), accumulation=4)
+    graph.model.front.to(GraphModule).set_stage(0, [0])
+    graph.model.back.to(GraphModule).set_stage(1, [1])
+    ir = trace_build(graph, batch("mlp", 0), {}).ir
+    stage_of = ir.attrs[ATTR]
+    value_stage = {o: stage_of.get(n.outputs[0]) for n in ir.nodes for o in n.outputs}
+    for state, value in ir.updates.items():
+        if state.startswith("model."):
+            assert value_stage[value] == (0 if state.startswith("model.front") else 1), state
+    for node in ir.nodes:
+        if node.scope.startswith("model.front") or node.scope.startswith("model.back"):
+            assert stage_of[node.outputs[0]] == (0 if node.scope.startswith("model.front") else 1), node
+        if node.scope == "loss_fn":
+            assert stage_of[node.outputs[0]] == 1
