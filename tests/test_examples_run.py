@@ -27,3 +27,17 @@ def test_autograd_example_runs(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "untouched by autograd.grad: True" in done.stdout and "tanh'' (0.5) = -0.7269" in done.stdout
     assert "main thread still records gradients: True" in done.stdout
+
+
+@pytest.mark.slow
+def test_data_parallel_example_trains_with_two_processes(tmp_path):
+    from tests.distributed.helpers import free_port
+
+    done = subprocess.run([sys.executable, "-m", "flowserve.distributed.launch", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), "--timeout", "60",
+                           str(EXAMPLES / "train_data_parallel.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    losses = [float(line.split("loss ")[1].split()[0]) for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
+    assert (tmp_path / "convnet" / "flowserve.json").is_file()

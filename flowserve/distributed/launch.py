@@ -59,6 +59,9 @@ def _child_env(args, local_rank: int) -> dict:
                MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.master_port))
     if args.timeout is not None:
         env["FLOWSERVE_DIST_TIMEOUT"] = str(args.timeout)
+    if "OMP_NUM_THREADS" not in os.environ and args.nproc_per_node > 1:
+        # the node's cores are shared by its processes (as torchrun does); numpy's BLAS reads this
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc_per_node))
     return env
 
 
