@@ -11,22 +11,9 @@ from __future__ import annotations
 
 from flowserve import dtypes, env
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, bucket_indices
-from flowserve.distributed.zero import ZeroShards
+from flowserve.distributed.zero import ZeroShards, flat, split_like
 from flowserve.ops import collective as C
 from flowserve.ops import functional as F
-
-
-def _flat(tensors: list):
-    return F.cat([F.reshape(t, (-1,)) for t in tensors], 0) if len(tensors) > 1 else F.reshape(tensors[0], (-1,))
-
-
-def _split_like(flat, like: list) -> list:
-    out, offset = [], 0
-    for t in like:
-        n = t.numel()
-        out.append(F.reshape(F.slice_axis(flat, 0, offset, offset + n), tuple(t.shape)))
-        offset += n
-    return out
 
 
 def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
@@ -39,8 +26,8 @@ def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
         sizes = [grads[i].numel() * grads[i].dtype.itemsize for i in indices]
         for bucket in bucket_indices(sizes, cap_bytes):
             members = [indices[j] for j in bucket]
-            flat = C.all_reduce(_flat([grads[i] for i in members])) * (1.0 / world)
-            for i, g in zip(members, _split_like(flat, [grads[i] for i in members])):
+            mean = C.all_reduce(flat([grads[i] for i in members])) * (1.0 / world)
+            for i, g in zip(members, split_like(mean, [grads[i] for i in members])):
                 out[i] = g
     return out
 

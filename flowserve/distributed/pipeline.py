@@ -23,13 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes, env
-from flowserve.device import to_device_array
-from flowserve.distributed.segments import host_array, Segment
+from flowserve.distributed.segments import Segment, initial_values, write_back
 from flowserve.distributed.stages import FORWARD_ATTR, stage_ranks
 from flowserve.distributed.stages import ATTR as STAGES_ATTR
 from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
-from flowserve.tensor import Tensor
 
 class PipelineGraph:
     """The compiled step of a graph with pipeline stages on this rank (``CompiledGraph``'s
@@ -110,12 +108,8 @@ class PipelineGraph:
                       if o in self.cross and self.value_stage[o] in self.mine]
         return steps
 
-    def run(self, inputs: list) -> list[Tensor]:
-        values = {v.name: host_array(t) for v, t in zip(self.traced.ir.inputs, inputs)}
-        values.update(self.traced.constants)
-        for name, t in self.traced.state.items():
-            feed = self.traced.system_feeds.get(name)
-            values[name] = feed() if feed is not None else host_array(t)
+    def run(self, inputs: list) -> list:
+        values = initial_values(self.traced, inputs)
         tags = {name: i for i, name in enumerate(self.cross)}
         sending = []  # sends never block: with one node order on every rank, no rank waits on itself
         for step in self.plan:
@@ -130,7 +124,7 @@ class PipelineGraph:
         for handle in sending:
             handle.wait()
         self._share_results(values)
-        return [Tensor._wrap(np.array(values[v.name], copy=True)) for v in self.traced.ir.outputs]
+        return write_back(self.traced, values)
 
     def _share_results(self, values: dict) -> None:
         """Outputs and updated states go from the rank that made them to every rank."""
@@ -143,10 +137,6 @@ class PipelineGraph:
             if stage not in self.mine:
                 values[name] = np.empty(tuple(meta.shape), _np_dtype(meta.dtype))
             values[name] = self.comm.broadcast(np.array(values[name], copy=True, order="C"), self.rank_of[stage])
-        for state, name in ir.updates.items():
-            target = self.traced.state[state]
-            target._data = to_device_array(np.array(values[name], copy=True), target.device)
-            target._version += 1
 
 
 def _np_dtype(name: str):

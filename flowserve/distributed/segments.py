@@ -122,14 +122,6 @@ class SegmentedGraph:
             t._data = to_device_array(data, t.device)
             t._version += 1
 
-    def _initial_values(self, inputs: list) -> dict:
-        values = {v.name: host_array(t) for v, t in zip(self.traced.ir.inputs, inputs)}
-        values.update(self.traced.constants)
-        for name, t in self.traced.state.items():
-            feed = self.traced.system_feeds.get(name)
-            values[name] = feed() if feed is not None else host_array(t)
-        return values
-
     def _run_collectives(self, nodes: list[Node], values: dict) -> None:
         pending = []
         for node in nodes:
@@ -144,19 +136,31 @@ class SegmentedGraph:
             values[name] = handle.wait()
 
     def run(self, inputs: list) -> list[Tensor]:
-        values = self._initial_values(inputs)
+        values = initial_values(self.traced, inputs)
         for segment, collectives in zip(self.segments, self.collectives):
             if segment is not None:
                 segment.run(values)
             self._run_collectives(collectives, values)
-        state = self.traced.state
-        for name, value in self.traced.ir.updates.items():
-            target = state[name]
-            target._data = to_device_array(np.array(values[value], copy=True), target.device)
-            target._version += 1
-        device = inputs[0].device if inputs else None
-        return [Tensor._wrap(np.array(values[v.name], copy=True), device) if device is not None
-                else Tensor._wrap(np.array(values[v.name], copy=True)) for v in self.traced.ir.outputs]
+        return write_back(self.traced, values)
+
+
+def initial_values(traced: Traced, inputs: list) -> dict:
+    """Value name -> array: the call's inputs, the constants, the state (learning rates fed)."""
+    values = {v.name: host_array(t) for v, t in zip(traced.ir.inputs, inputs)}
+    values.update(traced.constants)
+    for name, t in traced.state.items():
+        feed = traced.system_feeds.get(name)
+        values[name] = feed() if feed is not None else host_array(t)
+    return values
+
+
+def write_back(traced: Traced, values: dict) -> list[Tensor]:
+    """The new state into the eager tensors (as a one-session graph leaves it); the outputs."""
+    for name, value in traced.ir.updates.items():
+        target = traced.state[name]
+        target._data = to_device_array(np.array(values[value], copy=True), target.device)
+        target._version += 1
+    return [Tensor._wrap(np.array(values[v.name], copy=True)) for v in traced.ir.outputs]
 
 
 def host_array(t: Tensor) -> np.ndarray:

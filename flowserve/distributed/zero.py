@@ -25,8 +25,19 @@ from flowserve.ops import functional as F
 from flowserve.tensor import Tensor
 
 
-def _flat(tensors: list):
+def flat(tensors: list):
+    """One 1-d lazy tensor holding ``tensors`` one after the other."""
     return F.cat([F.reshape(t, (-1,)) for t in tensors], 0) if len(tensors) > 1 else F.reshape(tensors[0], (-1,))
+
+
+def split_like(flat_tensor, like: list) -> list:
+    """Pieces of 1-d ``flat_tensor`` shaped as ``like``, in order."""
+    out, offset = [], 0
+    for t in like:
+        n = t.numel()
+        out.append(F.reshape(F.slice_axis(flat_tensor, 0, offset, offset + n), tuple(t.shape)))
+        offset += n
+    return out
 
 
 def _padded(flat, pad: int):
@@ -102,19 +113,16 @@ class ZeroShards:
         numel = sum(p.numel() for p in params)
         size = math.ceil(numel / self.world)
         pad = size * self.world - numel
-        flat_g = _padded(_flat([g for _, _, g in items]), pad)
+        flat_g = _padded(flat([g for _, _, g in items]), pad)
         if self.stage >= 2:
             shard_g = C.reduce_scatter(flat_g) * (1.0 / self.world)
         else:
             shard_g = F.slice_axis(C.all_reduce(flat_g) * (1.0 / self.world), 0, self.rank * size,
                                    (self.rank + 1) * size)
-        shard_p = F.slice_axis(_padded(_flat(params), pad), 0, self.rank * size, (self.rank + 1) * size)
+        shard_p = F.slice_axis(_padded(flat(params), pad), 0, self.rank * size, (self.rank + 1) * size)
         opt._update(shard_p, shard_g, states, group, lr)
-        full = F.slice_axis(C.all_gather(shard_p), 0, 0, numel)
-        offset = 0
-        for p in params:
-            p.copy_(F.reshape(F.slice_axis(full, 0, offset, offset + p.numel()), tuple(p.shape)))
-            offset += p.numel()
+        for p, new in zip(params, split_like(F.slice_axis(C.all_gather(shard_p), 0, 0, numel), params)):
+            p.copy_(new)
 
     def state_bytes(self) -> tuple[int, int]:
         """(bytes of optimizer state this rank holds, bytes of the whole unsharded state)."""

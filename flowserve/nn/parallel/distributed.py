@@ -16,6 +16,7 @@ import numpy as np
 
 from flowserve import env
 from flowserve.autograd.engine import queue_post_backward
+from flowserve.device import to_device_array
 from flowserve.autograd.grad_mode import is_grad_enabled
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, allreduce_mean
 from flowserve.nn.module import Module
@@ -27,7 +28,7 @@ def broadcast_tensors(comm, tensors: list, src: int = 0) -> None:
     for t in tensors:
         data = np.array(t.numpy(), copy=True, order="C")
         comm.broadcast(data, src)
-        t._data = data
+        t._data = to_device_array(data, t.device)
         t._version += 1
 
 
