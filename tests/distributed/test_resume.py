@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.distributed.helpers import check, launch
 
 
+@pytest.mark.slow
 def test_resume_from_rank_0_checkpoint_matches_the_uninterrupted_run(tmp_path):
     check(launch("resume.py", "full", tmp_path))
     check(launch("resume.py", "resume", tmp_path))

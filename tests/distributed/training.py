@@ -7,6 +7,7 @@ import numpy as np
 
 import flowserve as flow
 import flowserve.nn as nn
+from tests.graph import helpers
 
 GLOBAL_BATCH = 8
 SGD_STEPS = ADAMW_STEPS = 5
@@ -79,19 +80,12 @@ def train_eager_no_sync(model, kind: str, rank: int, world: int) -> np.ndarray:
     return local
 
 
-class TrainGraph(nn.Graph):
-    def __init__(self, model, opt, accumulation: int = 1):
-        super().__init__()
-        self.model = model
-        self.loss_fn = nn.MSELoss()
-        self.add_optimizer(opt)
-        if accumulation > 1:
-            self.config.set_gradient_accumulation_steps(accumulation)
+class TrainGraph(helpers.TrainGraph):
+    """The graph tests' training graph with the MSE loss of these regressions."""
 
-    def build(self, x, y):
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        return loss
+    def __init__(self, model, opt, accumulation: int = 1):
+        super().__init__(model, opt, accumulation=accumulation)
+        self.loss_fn = nn.MSELoss()
 
 
 def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None) -> list:

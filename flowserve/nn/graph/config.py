@@ -10,8 +10,9 @@
 - ``enable_straighten_algorithm`` / ``enable_compress_memory``: the runtime's execution
   order and memory planning (``flowserve.exporter.runtime.session_options``);
 - ``enable_cudnn_conv_heuristic_search_algo``: the CUDA provider's conv algorithm search;
-- ``enable_zero`` (and ``GraphModule.set_stage``): validated and recorded in the IR
-  (on one device they change no result);
+- ``enable_zero`` (and ``GraphModule.set_stage``): across launched processes, sharded
+  optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
+  they are recorded in the IR and change no result;
 - ``set_outputs_buffer_size``: how many output buffers calls rotate through.
 """
 
@@ -92,7 +93,8 @@ class GraphConfig:
 
     def enable_zero(self, mode: bool = True, *, stage: int = 1, shard_min_size: int = 1024,
                     shard_restore_level: int = 1) -> None:
-        """ZeRO redundancy optimizer settings (recorded; one device shards nothing)."""
+        """ZeRO redundancy optimizer: stage 1 shards the optimizer state over the processes of
+        a launched run, stage 2 the reduced gradients too (one process shards nothing)."""
         if stage not in (1, 2, 3):
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage!r}")
         if not isinstance(shard_min_size, int) or shard_min_size < 1:

@@ -23,8 +23,9 @@ class GraphModule:
         self._activation_checkpointing = False
 
     def set_stage(self, stage_id: int, placement=None) -> None:
-        """Set the pipeline stage id (and placement) of this module. On one device stages
-        change no result; they are validated, recorded in the IR and shown by ``repr``."""
+        """Set the pipeline stage id (and placement: ``[rank]``) of this module. In a launched
+        run each stage runs on its rank; in one process stages change no result. They are
+        validated, recorded in the IR and shown by ``repr``."""
         if isinstance(stage_id, bool) or not isinstance(stage_id, int) or stage_id < 0:
             raise ValueError(f"set_stage of module {self.name!r} expects a non-negative int stage_id, "
                              f"got {stage_id!r}")

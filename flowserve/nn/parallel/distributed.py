@@ -20,6 +20,7 @@ from flowserve.device import to_device_array
 from flowserve.autograd.grad_mode import is_grad_enabled
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, allreduce_mean
 from flowserve.nn.module import Module
+from flowserve.ops.registry import STATE
 from flowserve.tensor import Tensor
 
 
@@ -66,8 +67,8 @@ class DistributedDataParallel(Module):
     def forward(self, *args, **kwargs):
         if self._comm.world_size > 1 and self.broadcast_buffers and self.training:
             broadcast_tensors(self._comm, list(self.module.buffers()))
-        if self._sync and is_grad_enabled() and self._comm.world_size > 1:
-            queue_post_backward(self._average_gradients)
+        if self._sync and is_grad_enabled() and self._comm.world_size > 1 and STATE.trace is None:
+            queue_post_backward(self._average_gradients)  # (an nn.Graph reduces in its own step)
         return self.module(*args, **kwargs)
 
     @contextmanager
