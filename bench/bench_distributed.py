@@ -120,18 +120,13 @@ class TimedCommunicator:
         return timed
 
 
-def step_worker(mode: str, steps: int, out_path: str) -> None:
+def _mlp_step(mode: str, model, world: int):
+    """One training step of ``model`` (global batch split over ``world`` processes)."""
     import flowserve as flow
     import flowserve.nn as nn
-    from flowserve import env
 
-    comm = TimedCommunicator(env.init())
-    env._GROUP.communicator = comm  # the bench's view of the process's communicator
-    rank, world = env.get_rank(), env.get_world_size()
-    flow.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
     opt = flow.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    rng = np.random.default_rng(rank)
+    rng = np.random.default_rng(flow.env.get_rank())
     local = GLOBAL_BATCH // world
     x = flow.tensor(rng.standard_normal((local, 784)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 10, local))
@@ -150,17 +145,27 @@ def step_worker(mode: str, steps: int, out_path: str) -> None:
                 return loss
 
         graph = Step()
+        return lambda: graph(x, y)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
-        def step():
-            graph(x, y)
-    else:
-        net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    def step():
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
 
-        def step():
-            opt.zero_grad()
-            loss_fn(net(x), y).backward()
-            opt.step()
+    return step
 
+
+def step_worker(mode: str, steps: int, out_path: str) -> None:
+    import flowserve as flow
+    import flowserve.nn as nn
+    from flowserve import env
+
+    comm = TimedCommunicator(env.init())
+    env._GROUP.communicator = comm  # the bench's view of the process's communicator
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    step = _mlp_step(mode, model, env.get_world_size())
     for _ in range(2):
         step()  # compile, warm up
     env.barrier()
@@ -170,7 +175,7 @@ def step_worker(mode: str, steps: int, out_path: str) -> None:
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    if rank == 0:
+    if env.get_rank() == 0:
         with open(out_path, "w") as f:
             json.dump({"step_s": float(np.median(times)), "comm_s": comm.seconds / steps}, f)
 
