@@ -2,8 +2,10 @@
 
 At wrap, rank 0's parameters and buffers are broadcast to every rank. Each ``backward()``
 after a forward through the wrapper ends with the gradients averaged over the ranks, in
-buckets (``bucket_cap_mb``) that are all in flight at once; inside ``no_sync()`` the
-gradients only accumulate locally, and the next synchronised backward averages the sum.
+buckets (``bucket_cap_mb``) whose allreduce starts, on the engine's threads, as soon as
+backward has finished their gradients, while the rest of backward runs; inside
+``no_sync()`` the gradients only accumulate locally, and the next synchronised backward
+averages the sum.
 Buffers (BatchNorm's running statistics) are broadcast from rank 0 before each forward,
 as PyTorch does; ``nn.SyncBatchNorm`` computes batch statistics over all ranks.
 """
@@ -15,10 +17,10 @@ from contextlib import contextmanager
 import numpy as np
 
 from flowserve import env
-from flowserve.autograd.engine import queue_post_backward
+from flowserve.autograd.engine import queue_backward_hooks
 from flowserve.device import to_device_array
 from flowserve.autograd.grad_mode import is_grad_enabled
-from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, allreduce_mean
+from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, GradientReducer
 from flowserve.nn.module import Module
 from flowserve.ops.registry import STATE
 from flowserve.tensor import Tensor
@@ -56,7 +58,8 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_sync", True)
         object.__setattr__(self, "_cap_bytes", int(bucket_cap_mb * (1 << 20)))
         object.__setattr__(self, "broadcast_buffers", broadcast_buffers)
-        object.__setattr__(self, "_params", [p for p in module.parameters() if p.requires_grad])
+        params = [p for p in module.parameters() if p.requires_grad]
+        object.__setattr__(self, "_reducer", GradientReducer(self._comm, params, self._cap_bytes, _set_grad))
         if self._comm.world_size > 1:
             broadcast_tensors(self._comm, list(module.parameters()) + list(module.buffers()))
 
@@ -68,7 +71,7 @@ class DistributedDataParallel(Module):
         if self._comm.world_size > 1 and self.broadcast_buffers and self.training:
             broadcast_tensors(self._comm, list(self.module.buffers()))
         if self._sync and is_grad_enabled() and self._comm.world_size > 1 and STATE.trace is None:
-            queue_post_backward(self._average_gradients)  # (an nn.Graph reduces in its own step)
+            queue_backward_hooks(self._reducer)  # (an nn.Graph reduces in its own step)
         return self.module(*args, **kwargs)
 
     @contextmanager
@@ -80,10 +83,6 @@ class DistributedDataParallel(Module):
         finally:
             object.__setattr__(self, "_sync", True)
 
-    def _average_gradients(self) -> None:
-        """Average every parameter's ``.grad`` over the ranks (a parameter this rank did not
-        use counts as a zero gradient, so every rank reduces the same buckets)."""
-        grads = [np.asarray(p.grad.numpy(), order="C") if p.grad is not None else np.zeros(tuple(p.shape), p.dtype.np)
-                 for p in self._params]
-        for p, mean in zip(self._params, allreduce_mean(self._comm, grads, self._cap_bytes)):
-            p.grad = Tensor._wrap(mean, p.device)
+
+def _set_grad(p, mean: np.ndarray) -> None:
+    p.grad = Tensor._wrap(np.array(mean, copy=True), p.device)
