@@ -24,11 +24,11 @@ PREFIX = "flowserve.distributed.launch"
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {PREFIX}", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nproc_per_node", type=int, default=1, help="processes on this node")
+    parser.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=1, help="processes on this node")
     parser.add_argument("--nnodes", type=int, default=1, help="nodes taking part")
-    parser.add_argument("--node_rank", type=int, default=0, help="this node's index, 0..nnodes-1")
-    parser.add_argument("--master_addr", default="127.0.0.1", help="address of the node of rank 0")
-    parser.add_argument("--master_port", type=int, default=29500, help="free port on the master node")
+    parser.add_argument("--node_rank", "--node-rank", type=int, default=0, help="this node's index, 0..nnodes-1")
+    parser.add_argument("--master_addr", "--master-addr", default="127.0.0.1", help="address of the node of rank 0")
+    parser.add_argument("--master_port", "--master-port", type=int, default=29500, help="free port on the master node")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds the rendezvous and each collective may take (FLOWSERVE_DIST_TIMEOUT)")
     parser.add_argument("script", help="the training script")
