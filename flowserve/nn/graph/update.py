@@ -71,6 +71,17 @@ def _update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -
             opt._update(lazy_p, g, state, group, lr)
 
 
+def _param_states(tracer, names: dict, opt, group: dict, items: list) -> tuple[list, list]:
+    """Each parameter's optimizer state as graph state; and every tensor the update writes."""
+    states, touched = [], []
+    for p, lazy_p, _ in items:
+        state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
+                 for k, v in opt.state_of(p, group).items()}
+        states.append(state)
+        touched += [lazy_p, *state.values()]
+    return states, touched
+
+
 def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> None:
     names = {id(t): n for n, t in tracer.state_eager.items()}
     fuse = graph.config.options.get("fuse_model_update_ops", False)
@@ -83,28 +94,22 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
         if graph.parts.grad_scaler is not None and graph.parts.grad_scaler.dynamic:
             found_inf = found_non_finite([g for *_, items in work for _, _, g in items])
             found_inf = parallel.agree(found_inf) if parallel is not None else found_inf
-        zero = parallel.zero if parallel is not None else None
-        touched = []
+        zero = parallel.zero if parallel is not None else None  # ZeRO: a sharded update per group
         for opt, group, lr, lr_name, items in work:
             system_feeds[lr_name] = (lambda g=group: _f32(g["lr"]))
-            if zero is not None and items:
+            sharded = zero is not None and bool(items)
+            if sharded:
                 states = zero.states(tracer, opt, group, lr_name.removesuffix("-LearningRate"),
                                      [p for p, _, _ in items])
-                touched += [lazy_p for _, lazy_p, _ in items] + list(states.values())
+                touched = [lazy_p for _, lazy_p, _ in items] + list(states.values())
             else:
-                states = []
-                for p, lazy_p, _ in items:
-                    state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
-                             for k, v in opt.state_of(p, group).items()}
-                    states.append(state)
-                    touched += [lazy_p, *state.values()]
+                states, touched = _param_states(tracer, names, opt, group, items)
             snapshot = _snapshot(touched) if found_inf is not None else []
-            if zero is not None and items:
+            if sharded:
                 zero.update(opt, group, lr, items, states)
             else:
                 _update_group(opt, group, lr, items, states, fuse)
             if found_inf is not None:
                 _keep_old_if(found_inf, snapshot, tracer)
-            touched = []
         if found_inf is not None:
             graph.parts.grad_scaler.graph_update(found_inf, scaler_state)
