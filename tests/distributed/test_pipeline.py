@@ -22,3 +22,7 @@ def test_two_stage_pipeline_equals_gradient_accumulation(tmp_path):
     losses = [np.load(tmp_path / f"losses-rank{rank}.npy") for rank in range(2)]
     np.testing.assert_array_equal(losses[0], losses[1])  # every rank returns the last stage's loss
     assert losses[0].shape == (6, 4)
+    states = [np.load(tmp_path / f"optimizer-rank{rank}.npz") for rank in range(2)]
+    assert {"model.front.0.weight-m", "model.back.2.weight-v"} <= set(states[0].keys())
+    for key in states[0].keys():  # every rank's graph.state_dict() holds every stage's state
+        np.testing.assert_array_equal(states[0][key], states[1][key], err_msg=key)

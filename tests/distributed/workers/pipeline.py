@@ -1,6 +1,7 @@
 """One rank of a 2-stage pipeline: ``model.front`` on rank 0, ``model.back`` on rank 1,
 4 micro-batches per step (3 SGD-momentum then 3 AdamW steps); every rank is fed the whole
-batch. Final parameters to OUT/pipeline-rank<r>.npz, the losses to OUT/losses-rank<r>.npy."""
+batch. Final parameters to OUT/pipeline-rank<r>.npz, the AdamW graph's other states to
+OUT/optimizer-rank<r>.npz, the losses to OUT/losses-rank<r>.npy."""
 
 import sys
 from pathlib import Path
@@ -31,4 +32,6 @@ for opt, steps in pipeline_optimizers(model):
     for step in steps:
         losses.append(graph(*batch("mlp", step)).numpy())
 np.savez(out / f"pipeline-rank{rank}.npz", **parameters(model))
+optimizer_state = {k: v.numpy() for k, v in graph.state_dict().items() if not isinstance(v, dict)}
+np.savez(out / f"optimizer-rank{rank}.npz", **optimizer_state)
 np.save(out / f"losses-rank{rank}.npy", np.stack(losses))
