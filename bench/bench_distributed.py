@@ -225,10 +225,12 @@ def main() -> None:
         print(f"{r['mode']:>6} {r['nproc']:>5} | {r['step_s'] * 1e3:8.1f} {r['comm_s'] * 1e3:8.1f} "
               f"{r['comm_s'] / r['step_s']:10.0%} | {base[r['mode']] / r['step_s']:.2f}x")
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("This machine has 2 cores shared by every process: 2 processes split the same cores one process "
-          "already uses\n(ONNX Runtime and numpy are multi-threaded), so the speedup here measures overhead, "
-          "not scaling;\nloopback allreduce is a memory copy, not a network. Scaling needs one process per "
-          "device or per node.")
+    print("What 2 cores can show: every process shares them (and other work: see the load), so 2 processes add\n"
+          "no compute. One eager process runs numpy with 2 BLAS threads, two launched processes 1 each (the\n"
+          "launcher divides the cores), so the eager ratio mostly measures thread contention; one graph process\n"
+          "already keeps both cores busy in ONNX Runtime, so the graph ratio measures the cost of the split\n"
+          "step and the communication. Loopback allreduce is a memory copy, not a network; scaling needs one\n"
+          "process per device or per node.")
 
 
 if __name__ == "__main__":
