@@ -69,6 +69,10 @@ class DataParallelStep:
             return flag  # computed from reduced gradients: the same everywhere
         return F.gt(C.all_reduce(F.cast(flag, dtypes.float32)), 0.0)
 
+    def rank_local_state(self) -> set:
+        """Names of the graph state that differs between ranks (the ZeRO shards)."""
+        return self.zero.state_names() if self.zero is not None else set()
+
     def gather_state(self) -> None:
         """Before ``graph.state_dict()``: full optimizer states from the ZeRO shards."""
         if self.zero is not None:

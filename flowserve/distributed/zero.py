@@ -104,8 +104,15 @@ class ZeroShards:
         shards = self.groups.get(prefix)
         if shards is None:
             shards = self.groups[prefix] = _GroupShards(opt, group, params, self.rank, self.world)
-        return {key: tracer.add_state(f"{prefix}-ZeRO-{opt.graph_state_suffix(key)}", t, "optimizer")
+        return {key: tracer.add_state(self._name(prefix, opt, key), t, "optimizer")
                 for key, t in shards.tensors().items()}
+
+    @staticmethod
+    def _name(prefix: str, opt, key: str) -> str:
+        return f"{prefix}-ZeRO-{opt.graph_state_suffix(key)}"
+
+    def state_names(self) -> set:
+        return {self._name(prefix, g.opt, key) for prefix, g in self.groups.items() for key in g.tensors()}
 
     def update(self, opt, group: dict, lr, items: list, states: dict) -> None:
         """Mean gradient shard, the update of the owned shard, all parameters gathered."""

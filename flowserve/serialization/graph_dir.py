@@ -67,8 +67,11 @@ def save_graph(graph, directory, model=None) -> None:
     arrays = {k: t.numpy() for k, t in traced.state.items()}
     arrays.update(traced.constants)
     if graph.training:  # also carry what resuming needs: optimizer state and the step
+        parallel = graph.parts.parallel
+        local = parallel.rank_local_state() if parallel is not None else set()
         for name, t in graph.parts.traced.state.items():
-            arrays.setdefault(name, t.numpy())
+            if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
+                arrays.setdefault(name, t.numpy())
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
     inputs, outputs = graph_signature(ir)
     manifest = SavedGraphManifest(

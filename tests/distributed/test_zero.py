@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from safetensors import safe_open
 
 from tests.distributed.helpers import check, launch
 
@@ -25,3 +26,5 @@ def test_zero_stages_equal_data_parallelism_with_a_shard_of_the_state(tmp_path):
             held = json.loads((tmp_path / f"{variant}-rank{rank}.json").read_text())
             assert held["full"] / 2 <= held["mine"] <= held["full"] / 2 + 64, held
     assert "ZeRO stage 2: AdamW state" in result.stdout
+    saved = safe_open(str(tmp_path / "zero2-saved" / "params.safetensors"), "np")
+    assert "model.0.weight" in saved.keys() and not any("ZeRO" in k for k in saved.keys())

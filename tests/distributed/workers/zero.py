@@ -30,3 +30,5 @@ for variant, stage in (("dp", None), ("zero1", 1), ("zero2", 2)):
         print(f"rank {rank} ZeRO stage {stage}: AdamW state {mine} bytes of {full} ({mine / full:.3f} of the "
               f"whole, 1/N = {1 / world:.3f})", flush=True)
         (out / f"{variant}-rank{rank}.json").write_text(json.dumps({"mine": mine, "full": full}))
+        if rank == 0:
+            flow.save(graph, out / f"{variant}-saved")
