@@ -23,6 +23,15 @@ def test_a_killed_rank_stops_the_others_and_is_named():
     assert time.monotonic() - start < 30
 
 
+def test_an_exception_on_one_rank_stops_the_others_at_once():
+    start = time.monotonic()
+    result = launch("faults.py", "raise", timeout_s=120, wall_s=110)
+    assert result.returncode == 1
+    assert "ValueError: a bug in the training script" in result.stderr, result.stderr
+    assert "rank 1 (local rank 1" in result.stderr and "exited with code 1" in result.stderr, result.stderr
+    assert time.monotonic() - start < 60  # not the 120 s collective timeout
+
+
 def test_a_hanging_rank_fails_the_collective_after_the_timeout():
     result = launch("faults.py", "hang", timeout_s=TIMEOUT_S, wall_s=60)
     assert result.returncode != 0

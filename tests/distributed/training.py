@@ -32,10 +32,15 @@ def make_model(kind: str, sync: bool = True) -> nn.Module:
     return build(sync) if kind == "conv" else build()
 
 
-def batch(kind: str, step: int, rank: int = 0, world: int = 1):
+OVERFLOW_STEP = 2  # with ``overflow``, the last sample of this step's batch overflows the loss
+
+
+def batch(kind: str, step: int, rank: int = 0, world: int = 1, overflow: bool = False):
     """This rank's slice of the global batch of ``step`` (the whole of it for world 1)."""
     rng = np.random.default_rng(100 + step)
     x = rng.standard_normal((GLOBAL_BATCH, *MODELS[kind][1])).astype(np.float32)
+    if overflow and step == OVERFLOW_STEP:
+        x[-1] = 1e30  # only the last rank sees it: every rank must skip the step alike
     y = rng.standard_normal((GLOBAL_BATCH, 3)).astype(np.float32)
     local = GLOBAL_BATCH // world
     part = slice(rank * local, (rank + 1) * local)
@@ -88,7 +93,7 @@ class TrainGraph(helpers.TrainGraph):
         self.loss_fn = nn.MSELoss()
 
 
-def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None) -> list:
+def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None, overflow: bool = False) -> list:
     """Graph-mode training; returns the graphs (one per optimizer)."""
     graphs = []
     for opt, steps in optimizers(model):
@@ -96,9 +101,20 @@ def train_graph(model, kind: str, rank: int = 0, world: int = 1, configure=None)
         if configure is not None:
             configure(graph)
         for step in steps:
-            graph(*batch(kind, step, rank, world))
+            graph(*batch(kind, step, rank, world, overflow))
         graphs.append(graph)
     return graphs
+
+
+def with_grad_scaler(configure=None):
+    """A graph configuration adding a dynamic grad scaler."""
+
+    def apply(graph):
+        if configure is not None:
+            configure(graph)
+        graph.set_grad_scaler(flow.amp.GradScaler(init_scale=1024.0, growth_interval=2))
+
+    return apply
 
 
 def parameters(model) -> dict:

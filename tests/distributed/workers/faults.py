@@ -1,5 +1,6 @@
-"""A rank that fails on purpose: ``kill`` (SIGKILL itself during training), ``hang`` (stop
-answering), or ``join`` (only join the others, then return)."""
+"""A rank that fails on purpose: ``kill`` (SIGKILL itself during training), ``raise`` (a
+Python exception in the script), ``hang`` (stop answering), or ``join`` (only join the
+others, then return)."""
 
 import os
 import signal
@@ -21,6 +22,8 @@ for step in range(1000):
     if rank == 1 and step == 3:
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if how == "raise":
+            raise ValueError("a bug in the training script")
         time.sleep(600)
     comm.allreduce(data)
     data /= comm.world_size

@@ -1,7 +1,8 @@
 """One rank of the ZeRO run: the MLP trained by graph data parallelism without ZeRO and
 with ZeRO stages 1 and 2 (5 SGD-momentum + 5 AdamW steps each). Writes
 OUT/<variant>-rank<r>.npz (every state of the AdamW graph's ``state_dict()``) and, for
-the ZeRO variants, OUT/<variant>-rank<r>.json with the optimizer-state bytes held."""
+the ZeRO variants, OUT/<variant>-rank<r>.json with the optimizer-state bytes held; with a
+grad scaler and a step whose gradients overflow on rank 1 only, the parameters to OUT/zero2_scaler-params-rank<r>.npz."""
 
 import json
 import sys
@@ -12,14 +13,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import flowserve as flow  # noqa: E402
-from tests.distributed.training import make_model, train_graph  # noqa: E402
+from tests.distributed.training import make_model, parameters, train_graph, with_grad_scaler  # noqa: E402
 
 out = Path(sys.argv[1])
 rank, world = flow.env.get_rank(), flow.env.get_world_size()
-for variant, stage in (("dp", None), ("zero1", 1), ("zero2", 2)):
+for variant, stage in (("dp", None), ("zero1", 1), ("zero2", 2), ("zero2_scaler", 2)):
     model = make_model("mlp")
     configure = None if stage is None else (lambda g, s=stage: g.config.enable_zero(True, stage=s))
-    graph = train_graph(model, "mlp", rank, world, configure=configure)[-1]
+    if variant.endswith("scaler"):
+        configure = with_grad_scaler(configure)
+    overflow = variant.endswith("scaler")
+    graph = train_graph(model, "mlp", rank, world, configure=configure, overflow=overflow)[-1]
+    if variant.endswith("scaler"):
+        np.savez(out / f"{variant}-params-rank{rank}.npz", **parameters(model))
+        continue
     flat = {}
     for key, value in graph.state_dict().items():  # a collective with ZeRO: every rank calls it
         items = value.items() if isinstance(value, dict) else [("", value)]
