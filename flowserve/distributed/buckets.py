@@ -49,49 +49,26 @@ def unflatten(flat: np.ndarray, shapes: list[tuple]) -> list[np.ndarray]:
 
 
 class GradientReducer:
-    """Averages the gradients of ``params`` over the ranks, bucket by bucket: a bucket's
-    allreduce starts as soon as the backward pass has finished every gradient in it
-    (``leaf_ready``), and ``finished()`` waits for all of them and sets the ``.grad``s.
-    A parameter with no gradient on this rank counts as zeros (every rank reduces the same
-    buckets)."""
+    """Averages the gradients of ``params`` over the ranks when a backward pass has set them
+    (``finished()``): one allreduce per bucket, every bucket in flight before the first is
+    waited for. A parameter with no gradient on this rank counts as zeros (every rank
+    reduces the same buckets)."""
 
     def __init__(self, comm, params: list, cap_bytes: int, set_grad):
         self.comm, self.params, self.set_grad = comm, params, set_grad
         self.groups = bucket_indices([p.numel() * p.dtype.itemsize for p in params], cap_bytes)
-        self.index_of = {id(p): i for i, p in enumerate(params)}
-        self.bucket_of = {id(params[i]): b for b, group in enumerate(self.groups) for i in group}
-        self._reset()
-
-    def _reset(self) -> None:
-        self.waiting = [set(group) for group in self.groups]
-        self.handles: list = [None] * len(self.groups)
 
     def _grad(self, i: int) -> np.ndarray:
         p = self.params[i]
         return p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), p.dtype.np)
 
-    def _launch(self, b: int) -> None:
-        arrays = [self._grad(i) for i in self.groups[b]]
-        self.handles[b] = self.comm.allreduce_async(flatten(arrays, np.result_type(*arrays)))
-
-    def leaf_ready(self, leaf) -> None:
-        b = self.bucket_of.get(id(leaf))
-        if b is None or self.handles[b] is not None:
-            return
-        self.waiting[b].discard(self.index_of[id(leaf)])
-        if not self.waiting[b]:
-            self._launch(b)
-
     def finished(self) -> None:
-        try:
-            for b, handle in enumerate(self.handles):
-                if handle is None:
-                    self._launch(b)  # gradients this backward did not reach
-            for b, group in enumerate(self.groups):
-                flat = self.handles[b].wait()
-                flat /= self.comm.world_size
-                shapes = [tuple(self.params[i].shape) for i in group]
-                for i, mean in zip(group, unflatten(flat, shapes)):
-                    self.set_grad(self.params[i], mean)
-        finally:
-            self._reset()
+        handles = []
+        for group in self.groups:
+            arrays = [self._grad(i) for i in group]
+            handles.append(self.comm.allreduce_async(flatten(arrays, np.result_type(*arrays))))
+        for group, handle in zip(self.groups, handles):
+            flat = handle.wait()
+            flat /= self.comm.world_size
+            for i, mean in zip(group, unflatten(flat, [tuple(self.params[i].shape) for i in group])):
+                self.set_grad(self.params[i], mean)

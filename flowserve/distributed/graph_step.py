@@ -35,7 +35,7 @@ def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
 class DataParallelStep:
     """The distributed part of one training graph's step over ``world_size`` processes:
     gradient reduction, or with ZeRO the sharded update (``flowserve.distributed.zero``).
-    Made once per graph (``graph._parallel``), so the ZeRO shards outlive re-traces."""
+    Made once per graph (``graph.parts.parallel``), so the ZeRO shards outlive re-traces."""
 
     def __init__(self, world_size: int, rank: int, zero: dict | None = None,
                  bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB):
@@ -50,9 +50,10 @@ class DataParallelStep:
             return None
         if any(gm.stage_id is not None for gm in graph._graph_modules().values()):
             return None  # pipeline stages: each rank holds its stage (flowserve.distributed.pipeline)
-        if graph._parallel is None:
-            object.__setattr__(graph, "_parallel", cls(world, env.get_rank(), graph.config.options.get("zero")))
-        return graph._parallel
+        parts = graph.parts
+        if parts.parallel is None:
+            parts.parallel = cls(world, env.get_rank(), graph.config.options.get("zero"))
+        return parts.parallel
 
     def reduce_gradients(self, work: list) -> list:
         """``work`` as ``update._gradients`` makes it, its gradients replaced by their mean

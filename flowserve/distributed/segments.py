@@ -56,19 +56,14 @@ class Segment:
         sub.nodes = nodes
         sub.values = {n: _meta(ir, n) for n in set(reads) | produced}
         baked = {n: constants[n] for n in reads if n in constants}
-        self.session = create_session(lower_ir(sub, baked), graph_mode=True, options=options,
-                                      threads=_threads_per_process())
+        # the node's cores are shared among the processes the launcher started on it
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        self.session = create_session(lower_ir(sub, baked), options=options, instances=local)
 
     def run(self, values: dict) -> None:
         feeds = {n: np.asarray(values[n]) for n in self.inputs}
         for name, array in zip(self.outputs, self.session.run(self.outputs, feeds)):
             values[name] = array
-
-
-def _threads_per_process() -> int:
-    """The node's cores shared among the processes the launcher started on it."""
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, (os.cpu_count() or 1) // local)
 
 
 def _meta(ir: GraphIR, name: str):

@@ -34,8 +34,22 @@ def _state_stages(ir: GraphIR, stages: dict) -> dict:
 def record_stages(ir: GraphIR, module_stages: dict, forward_values: set) -> None:
     """Write the stage of each node into ``ir.attrs`` (nodes are kept by their names, which
     later passes keep), for ``PipelineGraph``."""
-    ir.attrs[ATTR] = assign_stages(ir, module_stages, forward_values)
-    ir.attrs[FORWARD_ATTR] = [n.outputs[0] for n in ir.nodes if all(o in forward_values for o in n.outputs)]
+    forward = _forward_outputs(ir, forward_values)
+    ir.attrs[ATTR] = assign_stages(ir, module_stages, forward)
+    ir.attrs[FORWARD_ATTR] = [n.outputs[0] for n in ir.nodes if n.outputs[0] in forward]
+
+
+def _forward_outputs(ir: GraphIR, forward_values: set) -> set:
+    """Outputs of the forward nodes: recorded with gradients on (``forward_values``) and
+    reading no value of the backward pass (a gradient accumulated across micro-batches is
+    recorded with gradients on, but it is backward)."""
+    backward, forward = set(), set()
+    for node in ir.nodes:
+        if all(o in forward_values for o in node.outputs) and not any(n in backward for n in node.inputs):
+            forward.update(node.outputs)
+        else:
+            backward.update(node.outputs)
+    return forward
 
 
 def assign_stages(ir: GraphIR, module_stages: dict, forward_values: set) -> dict:

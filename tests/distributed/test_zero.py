@@ -30,7 +30,7 @@ def test_zero_stages_equal_data_parallelism_with_a_shard_of_the_state(tmp_path):
     model = make_model("mlp")  # one process, the same scaler: the same step skipped
     graphs = train_graph(model, "mlp", configure=with_grad_scaler(), overflow=True)
     # the scale doubles every 2 good steps: 4096 after 5 steps, 2048 when step 3 overflowed
-    assert float(graphs[0]._grad_scaler.get_scale()) == 2048.0
+    assert float(graphs[0].parts.grad_scaler.get_scale()) == 2048.0
     ref = parameters(model)
     for rank in range(2):
         got = np.load(tmp_path / f"zero2_scaler-params-rank{rank}.npz")

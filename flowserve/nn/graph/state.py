@@ -49,7 +49,7 @@ def graph_state_dict(graph, destination=None) -> OrderedDict:
     destination = OrderedDict() if destination is None else destination
     for attr, module in graph._original_modules().items():
         destination[attr] = module.state_dict()
-    parallel = graph._parallel  # ZeRO: the optimizer states are gathered from every rank's shard
+    parallel = graph.parts.parallel  # ZeRO: the optimizer states are gathered from every rank's shard
     if parallel is not None:
         parallel.gather_state()
     for name, tensor in additional_state(graph).items():

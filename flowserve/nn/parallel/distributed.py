@@ -2,10 +2,9 @@
 
 At wrap, rank 0's parameters and buffers are broadcast to every rank. Each ``backward()``
 after a forward through the wrapper ends with the gradients averaged over the ranks, in
-buckets (``bucket_cap_mb``) whose allreduce starts, on the engine's threads, as soon as
-backward has finished their gradients, while the rest of backward runs; inside
-``no_sync()`` the gradients only accumulate locally, and the next synchronised backward
-averages the sum.
+buckets (``bucket_cap_mb``) that are all in flight on the engine's threads before the
+first is waited for; inside ``no_sync()`` the gradients only accumulate locally, and the
+next synchronised backward averages the sum.
 Buffers (BatchNorm's running statistics) are broadcast from rank 0 before each forward,
 as PyTorch does; ``nn.SyncBatchNorm`` computes batch statistics over all ranks.
 """
@@ -19,10 +18,10 @@ import numpy as np
 from flowserve import env
 from flowserve.autograd.engine import queue_backward_hooks
 from flowserve.device import to_device_array
+from flowserve.dispatch import current_trace
 from flowserve.autograd.grad_mode import is_grad_enabled
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, GradientReducer
 from flowserve.nn.module import Module
-from flowserve.ops.registry import STATE
 from flowserve.tensor import Tensor
 
 
@@ -70,7 +69,7 @@ class DistributedDataParallel(Module):
     def forward(self, *args, **kwargs):
         if self._comm.world_size > 1 and self.broadcast_buffers and self.training:
             broadcast_tensors(self._comm, list(self.module.buffers()))
-        if self._sync and is_grad_enabled() and self._comm.world_size > 1 and STATE.trace is None:
+        if self._sync and is_grad_enabled() and self._comm.world_size > 1 and current_trace() is None:
             queue_backward_hooks(self._reducer)  # (an nn.Graph reduces in its own step)
         return self.module(*args, **kwargs)
 

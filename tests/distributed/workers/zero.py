@@ -33,7 +33,7 @@ for variant, stage in (("dp", None), ("zero1", 1), ("zero2", 2), ("zero2_scaler"
         flat.update({f"{key}.{k}" if k else key: v.numpy() for k, v in items})
     np.savez(out / f"{variant}-rank{rank}.npz", **flat)
     if stage is not None:
-        mine, full = graph._parallel.zero.state_bytes()
+        mine, full = graph.parts.parallel.zero.state_bytes()
         print(f"rank {rank} ZeRO stage {stage}: AdamW state {mine} bytes of {full} ({mine / full:.3f} of the "
               f"whole, 1/N = {1 / world:.3f})", flush=True)
         (out / f"{variant}-rank{rank}.json").write_text(json.dumps({"mine": mine, "full": full}))
