@@ -126,12 +126,10 @@ class GlooCommunicator(Communicator):
 
     def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int,
                  timeout_s: float = DEFAULT_TIMEOUT_S):
-        # torch is the optional engine (flowserve[distributed]); a single process never loads it
-        import torch
-        import torch.distributed as dist
+        from torch import distributed as dist, from_numpy  # local: the optional engine, multi-process only
 
         self.rank, self.world_size, self.timeout_s = rank, world_size, float(timeout_s)
-        self._torch, self._dist = torch, dist
+        self._from_numpy, self._dist = from_numpy, dist
         where = f"{master_addr}:{master_port}"
         timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
@@ -145,7 +143,7 @@ class GlooCommunicator(Communicator):
     def _t(self, array: np.ndarray):
         if not (array.flags.c_contiguous and array.flags.writeable):
             raise DistributedError(f"collectives need a writable contiguous array, got shape {array.shape}")
-        return self._torch.from_numpy(array)
+        return self._from_numpy(array)
 
     def _run(self, op: str, fn):
         try:
@@ -166,7 +164,7 @@ class GlooCommunicator(Communicator):
     def all_gather(self, shard):
         shard = np.asarray(shard, order="C")
         out = np.empty((self.world_size * shard.shape[0],) + shard.shape[1:], shard.dtype)
-        parts = [self._torch.from_numpy(p) for p in np.split(out, self.world_size)]
+        parts = [self._from_numpy(p) for p in np.split(out, self.world_size)]
         self._run("all_gather", lambda: self._dist.all_gather(parts, self._t(shard.copy())))
         return out
 

@@ -12,17 +12,18 @@ new values written back into the eager tensors, as a one-session graph does.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from flowserve import env
 from flowserve.device import to_device_array
-from flowserve.exporter.lower import lower_ir
-from flowserve.exporter.runtime import create_session
 from flowserve.ir.graph import GraphIR, Node
-from flowserve.nn.graph.trace import Traced
 from flowserve.ops.collective import COLLECTIVES
 from flowserve.tensor import Tensor
+
+if TYPE_CHECKING:
+    from flowserve.nn.graph.trace import Traced
 
 
 def has_collectives(ir: GraphIR) -> bool:
@@ -56,14 +57,20 @@ class Segment:
         sub.nodes = nodes
         sub.values = {n: _meta(ir, n) for n in set(reads) | produced}
         baked = {n: constants[n] for n in reads if n in constants}
-        # the node's cores are shared among the processes the launcher started on it
-        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-        self.session = create_session(lower_ir(sub, baked), options=options, instances=local)
+        self.session = _session(sub, baked, options)
 
     def run(self, values: dict) -> None:
         feeds = {n: np.asarray(values[n]) for n in self.inputs}
         for name, array in zip(self.outputs, self.session.run(self.outputs, feeds)):
             values[name] = array
+
+
+def _session(sub: GraphIR, baked: dict, options: dict):
+    from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
+
+    # the node's cores are shared among the processes the launcher started on it
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return runtime.create_session(lower.lower_ir(sub, baked), options=options, instances=local)
 
 
 def _meta(ir: GraphIR, name: str):

@@ -10,6 +10,9 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 
 from flowserve.amp import GradScaler, StaticGradScaler
+from flowserve.distributed.pipeline import PipelineGraph
+from flowserve.distributed.segments import SegmentedGraph, has_collectives
+from flowserve.distributed.stages import ATTR as PIPELINE_ATTR
 from flowserve.errors import GraphError
 from flowserve.nn.graph import signature as sig
 from flowserve.nn.graph.compiled import CompiledGraph
@@ -287,11 +290,6 @@ class Graph:
             object.__setattr__(self, "_debug", debug)
 
     def _compile(self, args, kwargs, leaves):
-        # flowserve.distributed imports this package's trace: a module-level import would be circular
-        from flowserve.distributed.pipeline import PipelineGraph
-        from flowserve.distributed.stages import ATTR as PIPELINE_ATTR
-        from flowserve.distributed.segments import SegmentedGraph, has_collectives
-
         start = time.perf_counter()
         self._log(0, "start building graph.")
         traced = trace_build(self, args, kwargs)
