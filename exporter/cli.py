@@ -26,7 +26,8 @@ def _fail(exc: Exception) -> None:
 def export(
     dir: Path = typer.Argument(..., help="A saved graph directory (written by flow.save)."),  # noqa: A002
     output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                          help="Where to write the ONNX model (default: DIR.onnx)."),
+                                          help="Where to write the ONNX model (default: DIR.onnx, "
+                                               "DIR.<precision>.onnx for reduced precision)."),
     target: str = typer.Option("portable", help="portable (flowserve-domain local functions, any runtime) "
                                                 "or onnxruntime (com.microsoft fused kernels)."),
     opset: Optional[int] = typer.Option(None, help="ONNX opset (default: the newest ONNX Runtime loads, >= 21)."),
@@ -34,16 +35,30 @@ def export(
                                   help="Skip onnx.checker, shape inference and the parity check."),
     rtol: Optional[float] = typer.Option(None, help="Parity tolerance: relative, and times max|output| "
                                                     "absolute (default 1e-5 for float32)."),
+    precision: str = typer.Option("fp32", help="fp32, int8 (static, calibrated on the saved examples), "
+                                               "int8-dynamic, fp16, or bf16 (CUDA GPU only)."),
+    min_agreement: float = typer.Option(0.99, help="Least top-1 agreement with float32 on the saved examples "
+                                                   "a reduced-precision model needs to be written."),
+    force: bool = typer.Option(False, "--force", help="Write the model even when it misses --min-agreement "
+                                                      "or cannot be checked."),
 ) -> None:
-    """Export a saved graph to ONNX with fused subgraphs, checked against flowserve."""
+    """Export a saved graph to ONNX with fused subgraphs, proven on the saved examples."""
     from flowserve.exporter.export import export as export_model
+    from flowserve.exporter.verified import export_verified
 
-    path = output or dir.with_name(dir.name + ".onnx")
+    suffix = ".onnx" if precision == "fp32" else f".{precision}.onnx"
+    path = output or dir.with_name(dir.name + suffix)
     try:
-        result = export_model(dir, path, target=target, opset=opset, check=not no_check, rtol=rtol)
+        if no_check:
+            if precision != "fp32":
+                raise FlowserveError("--no-check exports float32 only: reduced precision is always checked")
+            typer.echo(export_model(dir, path, target=target, opset=opset, check=False).report.summary())
+        else:
+            result = export_verified(dir, path, precision=precision, target=target, opset=opset, rtol=rtol,
+                                     min_agreement=min_agreement, force=force)
+            typer.echo(result.summary())
     except FlowserveError as exc:
         _fail(exc)
-    typer.echo(result.report.summary())
     typer.echo(f"wrote {path}")
 
 

@@ -4,7 +4,10 @@ tracing, the optimizer update, ``state_dict``, printing and ``flow.save`` read
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+
+RECENT_CALLS = 4  # inputs of an inference graph's last calls, kept as reference examples
 
 
 @dataclass
@@ -12,12 +15,14 @@ class GraphParts:
     """``optimizers``: (optimizer, lr scheduler or None) pairs, in ``add_optimizer`` order;
     ``grad_scaler``: the ``GradScaler``/``StaticGradScaler`` or None; ``train_step``: a 0-d
     int64 tensor counting training calls; ``last``: the compiled entry the latest call ran
-    (None before the first call)."""
+    (None before the first call); ``recent_inputs``: copies of the tensor inputs of an
+    inference graph's last calls (``flow.save`` stores them as reference examples)."""
 
     train_step: object
     optimizers: list = field(default_factory=list)
     grad_scaler: object = None
     last: object = None
+    recent_inputs: deque = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
 
     @property
     def traced(self):
