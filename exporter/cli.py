@@ -95,7 +95,20 @@ def describe(directory) -> dict:
         "parameter_bytes": int(sum(a.nbytes for a in weights)),
         "ops": ir.op_counts(), "nodes": len(ir.nodes),
         "fused": [g.to_json() for g in graph.groups], "nodes_after_fusion": len(graph.ir.nodes),
+        "examples": _examples_info(directory, manifest),
     }
+
+
+def _examples_info(directory, manifest) -> dict | None:
+    """The stored reference examples: batches, rows, tolerance, provenance, files."""
+    from flowserve.serialization import read_examples
+
+    examples = read_examples(directory)
+    if examples is None:
+        return None
+    return {"batches": [b.rows for b in examples.batches], "rows": examples.rows, "rtol": examples.rtol,
+            "inputs": examples.input_names, "outputs": examples.output_names,
+            "provenance": examples.provenance, "files": manifest.examples}
 
 
 def _size(n: int) -> str:
@@ -121,4 +134,16 @@ def format_table(info: dict) -> str:
         lines.append("  (none)")
     lines += [f"  {g['kind']:<12} {g['scope'] or '-':<28} {' + '.join(g['ops']):<36} {g['detail']}"
               for g in info["fused"]]
-    return "\n".join(lines)
+    return "\n".join(lines + _examples_lines(info.get("examples")))
+
+
+def _examples_lines(examples: dict | None) -> list:
+    if examples is None:
+        return ["", "examples: none (flow.save(graph, dir, examples=...) stores reference inputs and outputs)"]
+    made = examples["provenance"]
+    lines = ["", f"examples: {len(examples['batches'])} batch(es), {examples['rows']} row(s), rows per batch "
+                 f"{examples['batches']}, outputs within rtol {examples['rtol']:g}",
+             f"  made from {made.get('source', '?')} on {made.get('created', '?')} "
+             f"(graph {made.get('graph', '?')}, flowserve {made.get('flowserve_version', '?')})"]
+    lines += [f"  {name:<32} sha256 {digest[:16]}" for name, digest in sorted(examples["files"].items())]
+    return lines
