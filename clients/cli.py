@@ -21,6 +21,9 @@ def perf(
     token: Optional[str] = typer.Option(None, envvar="FLOWSERVE_AUTH_TOKEN",
                                         help="Bearer token, if the server wants one."),
     plot: Optional[str] = typer.Option(None, help="Write a latency plot (PNG) to this path."),
+    compare: Optional[str] = typer.Option(
+        None, help="A second model (NAME or NAME:VERSION, e.g. resnet:2 for its int8 export) driven with "
+                   "the same load; MODEL may be NAME:VERSION too. Prints both side by side."),
 ) -> None:
     """Measure throughput and p50/p90/p99 latency of MODEL at URL."""
     from .errors import ClientError
@@ -29,6 +32,10 @@ def perf(
     if protocol not in ("http", "grpc"):
         typer.echo(f"error: --protocol: expected http or grpc, got {protocol!r}", err=True)
         raise typer.Exit(2)
+    if compare:
+        _compare(url, model, compare, concurrency, duration, protocol, not json_tensors, token, plot,
+                 max_requests)
+        return
     try:
         report = asyncio.run(run_load(url, model, concurrency, duration, protocol,
                                       binary=not json_tensors, max_requests=max_requests,
@@ -41,4 +48,22 @@ def perf(
         report.plot(plot)
         typer.echo(f"latency plot written to {plot}")
     if report.errors:
+        raise typer.Exit(1)
+
+
+def _compare(url, model, other, concurrency, duration, protocol, binary, token, plot, max_requests) -> None:
+    from .compare import run_compare
+    from .errors import ClientError
+
+    try:
+        comparison = asyncio.run(run_compare(url, model, other, concurrency, duration, protocol, binary, token,
+                                             max_requests=max_requests))
+    except (ClientError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(comparison.table())
+    if plot:
+        comparison.plot(plot)
+        typer.echo(f"latency plot written to {plot}")
+    if comparison.first.report.errors or comparison.second.report.errors:
         raise typer.Exit(1)

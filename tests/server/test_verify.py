@@ -111,3 +111,24 @@ def test_single_saved_directory_verifies(deployments):
     with running_server(directory, model_name="t") as server:
         parameters = HTTPClient(server.http_url).model_metadata("t")["parameters"]
         assert parameters["verified"] and parameters["verification"]["criteria"] == "rtol 0.0001"
+
+
+def test_perf_compare_puts_two_variants_side_by_side(verified_repo, tmp_path):
+    from typer.testing import CliRunner
+
+    import flowserve.cli
+
+    flowserve.cli._register()
+    plot = tmp_path / "compare.png"
+    with running_server(verified_repo) as server:
+        done = CliRunner().invoke(flowserve.cli.app, [
+            "perf", server.http_url, "-m", "mlp:1", "--compare", "mlp:2", "--concurrency", "4",
+            "--duration", "0.4", "--max-requests", "20", "--plot", str(plot)])
+    assert done.exit_code == 0, done.output
+    lines = {line[:32].strip(): line[32:].split() for line in done.output.splitlines()}
+    assert lines[""] == ["mlp:1", "mlp:2", "ratio"]
+    assert lines["precision"] == ["fp32", "int8"] and lines["verified"] == ["yes", "yes"]
+    assert lines["top-1 agreement (examples)"] == ["100.00%", "100.00%"]
+    assert lines["errors"] == ["0", "0"] and int(lines["requests"][0]) > 0
+    assert lines["throughput (req/s)"][2].endswith("x")
+    assert plot.stat().st_size > 1000
