@@ -134,11 +134,19 @@ def prove(run: Callable[[dict], dict], examples: ExampleSet, criteria: Criteria,
             for name in got:
                 got[name].append(np.asarray(outputs[name]))
         for name in examples.output_names:
-            ref = np.concatenate([b.outputs[name] for b in examples.batches]) if batched \
-                else np.stack([b.outputs[name] for b in examples.batches])
-            actual = np.concatenate(got[name]) if batched else np.stack(got[name])
-            proof.records.append(compare(name, ref, actual, size, criteria))
+            ref = _join([b.outputs[name] for b in examples.batches])
+            proof.records.append(compare(name, ref, _join(got[name]), size, criteria))
     return proof
+
+
+def _join(arrays: list) -> np.ndarray:
+    """Batch-first outputs of several runs, one after the other (scalars stacked)."""
+    if all(a.ndim for a in arrays):
+        try:
+            return np.concatenate(arrays)
+        except ValueError:  # a run gave another shape: compare() reports the mismatch
+            return np.concatenate([a.reshape(-1) for a in arrays])
+    return np.stack([np.asarray(a) for a in arrays])
 
 
 def _batch_plans(examples: ExampleSet, batched: bool, max_batch: int) -> list:

@@ -70,7 +70,7 @@ def verify_before_ready(model: ServedModel, source: pathlib.Path, skip: bool = F
         try:
             proof = prove(runner.run, examples, criteria, batched=bool(model.max_batch_size),
                           precision=precision, max_batch=model.max_batch_size)
-        except FlowserveError as exc:
+        except (FlowserveError, ValueError) as exc:
             raise ModelLoadError(f"{source}: verification could not run the examples: {exc}") from None
         if not proof.passed:
             report = f"verification failed on instance {instance} ({model.device}): {proof.summary()}"

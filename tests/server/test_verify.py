@@ -132,3 +132,17 @@ def test_perf_compare_puts_two_variants_side_by_side(verified_repo, tmp_path):
     assert lines["errors"] == ["0", "0"] and int(lines["requests"][0]) > 0
     assert lines["throughput (req/s)"][2].endswith("x")
     assert plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 2])
+def test_last_calls_verify_without_batching_and_split_to_max_batch(tmp_path, max_batch_size):
+    import flowserve as flow
+    from tests.exporter.helpers import InferenceGraph, mlp
+
+    graph = InferenceGraph(mlp())
+    for rows in (3, 4, 5):
+        graph(flow.randn(rows, 6))
+    flow.save(graph, tmp_path / "d")
+    with running_server(tmp_path / "d", model_name="m", max_batch_size=max_batch_size) as server:
+        figures = HTTPClient(server.http_url).model_metadata("m")["parameters"]["verification"]
+        assert figures["examples"] == 12 and figures["max_abs_err"]["output_0"] < 1e-5
