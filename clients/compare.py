@@ -59,6 +59,13 @@ class Comparison:
         out.append(("max abs err (examples)", _worst(va.get("max_abs_err")), _worst(vb.get("max_abs_err")), ""))
         return out
 
+    @property
+    def errors(self) -> int:
+        return self.first.report.errors + self.second.report.errors
+
+    def summary(self) -> str:
+        return self.table()
+
     def table(self) -> str:
         a, b = self.first, self.second
         width = max(22, len(a.label) + 2, len(b.label) + 2)

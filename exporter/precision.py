@@ -22,8 +22,10 @@ import logging
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx.inliner
+from onnx import helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -73,6 +75,49 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.inliner.inline_local_functions(model)
 
 
+def plain_weight_matmuls(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``com.microsoft.FusedMatMul`` nodes that only multiply by a weight (no alpha, no
+    transposed A) become ``MatMul`` with the weight stored transposed where ``transB``
+    asked for it: the dynamic quantizer knows ``MatMul``, not ``FusedMatMul``."""
+    weights = {t.name: t for t in model.graph.initializer}
+    added = {}
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type != "FusedMatMul" or node.domain != "com.microsoft" or node.input[1] not in weights
+                or set(attrs) - {"transB", "alpha", "transA"} or attrs.get("alpha", 1.0) != 1.0
+                or attrs.get("transA", 0)):
+            continue
+        name = node.input[1]
+        if attrs.get("transB", 0):
+            if name not in added:
+                array = numpy_helper.to_array(weights[name])
+                added[name] = numpy_helper.from_array(np.ascontiguousarray(np.swapaxes(array, -1, -2)), name + "_T")
+            node.input[1] = name + "_T"
+        node.op_type, node.domain = "MatMul", ""
+        del node.attribute[:]
+    model.graph.initializer.extend(added.values())
+    used = {name for node in model.graph.node for name in node.input}
+    kept = [t for t in model.graph.initializer if t.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return model
+
+
+def base_target(precision: str, target: str) -> str:
+    """The export target a precision starts from: static int8 and fp16 need standard ops
+    (the portable target, functions inlined); dynamic int8 keeps ONNX Runtime's fused
+    attention, LayerNorm and GELU kernels and quantizes the weight MatMuls around them."""
+    if precision == "fp32":
+        return target
+    return "onnxruntime" if precision == "int8-dynamic" else "portable"
+
+
+def prepare(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
+    """The float32 export made ready for ``precision``'s tool (see ``base_target``)."""
+    model = inline_functions(model)
+    return plain_weight_matmuls(model) if precision == "int8-dynamic" else model
+
+
 def reduce_precision(model: onnx.ModelProto, precision: str, calibration: ExampleSet | None) -> onnx.ModelProto:
     """``model`` (float32, standard ops) converted to ``precision`` with ONNX Runtime's tools;
     ``calibration`` examples are needed for ``int8``."""
@@ -99,8 +144,9 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
                 quantize_static(str(prepared), str(output), ExampleCalibrationReader(calibration),
                                 quant_format=QuantFormat.QDQ, per_channel=True,
                                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-            else:
-                quantize_dynamic(str(source), str(output), per_channel=True, weight_type=QuantType.QInt8)
+            else:  # the model may hold com.microsoft ops, which shape inference does not type
+                quantize_dynamic(str(source), str(output), per_channel=True, weight_type=QuantType.QInt8,
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         finally:
             root.removeFilter(_drop_preprocessing_advice)
         return onnx.load_model(str(output))

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flowserve.errors import ExportError
 from flowserve.exporter.export import ExportResult, export
-from flowserve.exporter.precision import DESCRIPTIONS, check_precision, inline_functions, reduce_precision
+from flowserve.exporter.precision import DESCRIPTIONS, base_target, check_precision, prepare, reduce_precision
 from flowserve.exporter.proof import Criteria, Proof, prove
 from flowserve.exporter.runtime import create_session
 from flowserve.exporter.writing import write_model
@@ -112,11 +112,11 @@ def export_verified(source, path=None, *, precision: str = "fp32", target: str =
     if not 0 <= min_agreement <= 1:
         raise ExportError(f"min_agreement must be in [0, 1], got {min_agreement}")
     examples = read_examples(source) if isinstance(source, (str, Path)) else None
-    # a reduced-precision variant starts from the portable float32 export with its functions
-    # inlined; proving that float32 model on the examples is its parity check (same oracle,
-    # real inputs), so the random-input one is run only when there are no examples
+    # a reduced-precision variant starts from a float32 export (precision.base_target);
+    # proving that float32 model on the examples is its parity check (same oracle, real
+    # inputs), so the random-input one is run only when there are no examples
     reduced = precision != "fp32"
-    result = export(source, None, target="portable" if reduced else target, opset=opset, rtol=rtol,
+    result = export(source, None, target=base_target(precision, target), opset=opset, rtol=rtol,
                     check=not (reduced and examples is not None))
     batched = _batched(result.model)
     reference = _prove(result.model, examples, Criteria(rtol=examples.rtol), batched, "fp32") if examples else None
@@ -143,7 +143,7 @@ def _reduce(outcome: VerifiedExport, examples, calibration, min_agreement: float
         raise ExportError(f"precision {precision} is checked on the saved directory's examples and "
                           f"{outcome.export.report.source} has none: save the graph with "
                           "flow.save(graph, dir, examples=...), or pass --force to write it unchecked")
-    model = reduce_precision(inline_functions(outcome.model), precision, calibration or examples)
+    model = reduce_precision(prepare(outcome.model, precision), precision, calibration or examples)
     model.metadata_props.add(key="flowserve.precision", value=precision)
     outcome.model = model
     if examples is None:

@@ -146,3 +146,13 @@ def test_last_calls_verify_without_batching_and_split_to_max_batch(tmp_path, max
     with running_server(tmp_path / "d", model_name="m", max_batch_size=max_batch_size) as server:
         figures = HTTPClient(server.http_url).model_metadata("m")["parameters"]["verification"]
         assert figures["examples"] == 12 and figures["max_abs_err"]["output_0"] < 1e-5
+
+
+def test_warmup_defaults_to_the_examples_unless_config_sets_one():
+    from flowserve.server.config import ModelConfigFile, resolve
+    from flowserve.server.settings import ServerSettings
+
+    settings = ServerSettings(model_path="m.onnx")
+    assert resolve(ModelConfigFile(), settings).warmup_from_examples
+    explicit = resolve(ModelConfigFile.model_validate({"warmup": {"batch_sizes": [4]}}), settings)
+    assert not explicit.warmup_from_examples and explicit.warmup_batch_sizes == [4]
