@@ -43,6 +43,7 @@ from flowserve.utils.data import DataLoader
 INDEX_FILE = "examples.json"
 DEFAULT_RTOL = 1e-4  # float32 networks differ between runtimes by rounding, ~1e-5 of the output scale
 DEFAULT_MAX_BATCHES = 4  # batches taken from a DataLoader, or last calls recorded
+LAST_CALLS_MAX_ROWS = 64  # rows kept from the last calls (a saved directory stays small)
 
 
 class ExampleBatchEntry(BaseModel):
@@ -240,7 +241,8 @@ def _input_batches(graph, examples, max_batches: int) -> tuple[list, dict]:
                              f"{graph.name} is {'a training graph' if graph.training else 'not called yet'}")
         if graph.training:
             return [], {}
-        return recent[-max_batches:], {"source": "last_calls", "calls": len(recent[-max_batches:])}
+        batches = _newest_rows(recent[-max_batches:], LAST_CALLS_MAX_ROWS)
+        return batches, {"source": "last_calls", "calls": len(batches)}
     if isinstance(examples, (Tensor, np.ndarray, tuple)):
         return [_as_tuple(examples)], {"source": "tensors", "batches": 1}
     if isinstance(examples, list):
@@ -258,6 +260,21 @@ def _input_batches(graph, examples, max_batches: int) -> tuple[list, dict]:
     if isinstance(examples, DataLoader):
         provenance.update(dataset=type(examples.dataset).__name__, batch_size=examples.batch_size)
     return batches, provenance
+
+
+def _newest_rows(calls: list, limit: int) -> list:
+    """The last calls, oldest first, holding at most ``limit`` rows (the oldest one kept
+    is cut to its last rows)."""
+    kept, rows = [], 0
+    for call in reversed(calls):
+        n = int(call[0].shape[0]) if call and call[0].ndim else 1
+        if rows + n > limit:
+            if rows < limit and call and all(a.ndim for a in call):
+                kept.append(tuple(a[n - (limit - rows):] for a in call))
+            break
+        kept.append(call)
+        rows += n
+    return kept[::-1]
 
 
 def _as_tuple(batch) -> tuple:

@@ -48,8 +48,8 @@ def test_examples_from_tensors_lists_and_dataloaders(graph, tmp_path):
     flow.save(graph, tmp_path / "one", examples=flow.tensor(x), tolerance=1e-3)
     one = read_examples(tmp_path / "one")
     assert (one.rows, one.rtol, one.provenance["source"]) == (5, 1e-3, "tensors")
-    np.testing.assert_array_equal(one.batches[0].inputs["x"] if "x" in one.batches[0].inputs
-                                  else next(iter(one.batches[0].inputs.values())), x)
+    (stored,) = one.batches[0].inputs.values()
+    np.testing.assert_array_equal(stored, x)
     flow.save(graph, tmp_path / "list", examples=[x[:2], (x[2:],)])
     assert [b.rows for b in read_examples(tmp_path / "list").batches] == [2, 3]
     dataset = flow.utils.data.TensorDataset(flow.tensor(np.tile(x, (4, 1))), flow.arange(20))
@@ -130,3 +130,11 @@ def test_inspect_shows_the_examples(graph, tmp_path):
     text = format_table(info)
     assert "examples: 4 batch(es), 18 row(s)" in text and "made from last_calls" in text
     assert "examples/batch_000.safetensors" in text
+
+
+def test_last_calls_keep_at_most_64_rows(tmp_path):
+    graph = InferenceGraph(mlp())
+    for rows in (50, 40, 30):
+        graph(flow.randn(rows, 6))
+    flow.save(graph, tmp_path / "d")
+    assert [b.rows for b in read_examples(tmp_path / "d").batches] == [34, 30]  # newest first kept
