@@ -122,9 +122,11 @@ def export_verified(source, path=None, *, precision: str = "fp32", target: str =
     reference = _prove(result.model, examples, Criteria(rtol=examples.rtol), batched, "fp32") if examples else None
     outcome = VerifiedExport(result, precision, result.model, reference, reference, Path(path) if path else None)
     try:
-        if reference is not None and not reference.passed and not force:
-            raise ExportError(f"{result.report.source}: the float32 export does not reproduce the saved "
-                              f"examples: {reference.summary()}; nothing written (--force writes it anyway)")
+        if reference is not None and not reference.passed:
+            if not force:
+                raise ExportError(f"{result.report.source}: the float32 export does not reproduce the saved "
+                                  f"examples: {reference.summary()}; nothing written (--force writes it anyway)")
+            outcome.forced = True
         if precision != "fp32":
             _reduce(outcome, examples, calibration, min_agreement, force, batched)
     except ExportError as exc:
@@ -175,9 +177,10 @@ def _batched(model: onnx.ModelProto) -> bool:
 
 def serving_criteria(outcome: VerifiedExport, examples: ExampleSet, min_agreement: float) -> Criteria:
     """What the server holds the written model to: the examples' tolerance at full
-    precision; at reduced precision, the agreement threshold (or what a forced export
-    reached) and ``ERROR_MARGIN`` times the errors export measured, plus the tolerance."""
-    if outcome.precision == "fp32":
+    precision; at reduced precision (or for a forced export), the agreement threshold (or
+    what a forced export reached) and ``ERROR_MARGIN`` times the errors export measured,
+    plus the tolerance."""
+    if outcome.precision == "fp32" and not outcome.forced:
         return Criteria(rtol=examples.rtol)
     scale = {n: float(np.max(np.abs(np.concatenate([b.outputs[n].reshape(-1) for b in examples.batches]))))
              for n in examples.output_names}
