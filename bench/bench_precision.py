@@ -180,7 +180,7 @@ def main() -> None:
         for name in args.models.split(","):
             rows += measure_model(name, root, args)
         print()
-        print(f"{"model":<18}{"precision":<14}{'batch':>6}{'fp32 ms':>10}{'low ms':>10}{'speedup':>9}"
+        print(f"{'model':<18}{'precision':<14}{'batch':>6}{'fp32 ms':>10}{'low ms':>10}{'speedup':>9}"
               f"{'top-1 agree':>13}{'max rel err':>13}")
         for name, precision, batch, fp32, low, ratio, agree, rel in rows:
             print(f"{name:<18}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x"
