@@ -113,14 +113,18 @@ def test_single_saved_directory_verifies(deployments):
         assert parameters["verified"] and parameters["verification"]["criteria"] == "rtol 0.0001"
 
 
-def test_perf_compare_puts_two_variants_side_by_side(verified_repo, tmp_path):
+def test_perf_compare_puts_two_variants_side_by_side(deployments, tmp_path):
     from typer.testing import CliRunner
 
     import flowserve.cli
 
+    _, exports = deployments["mlp"]
+    for version, precision in ((1, "fp32"), (2, "int8")):
+        _add_version(tmp_path / "repo" / "mlp", str(version), exports[precision].path)
+    (tmp_path / "repo" / "mlp" / "config.json").write_text(json.dumps({"version_policy": {"policy": "all"}}))
     flowserve.cli._register()
     plot = tmp_path / "compare.png"
-    with running_server(verified_repo) as server:
+    with running_server(tmp_path / "repo") as server:
         done = CliRunner().invoke(flowserve.cli.app, [
             "perf", server.http_url, "-m", "mlp:1", "--compare", "mlp:2", "--concurrency", "4",
             "--duration", "0.4", "--max-requests", "20", "--plot", str(plot)])
