@@ -23,10 +23,11 @@ from typing import Optional
 
 from flowserve.errors import FlowserveError
 from flowserve.exporter.proof import Criteria, prove
-from flowserve.exporter.verified import read_sidecar
+from flowserve.exporter.verified import read_sidecar, sidecar_path
 from flowserve.serialization import MANIFEST, read_examples
 
 from .errors import ModelLoadError
+from .loading import check_contained
 from .model import ServedModel
 
 log = logging.getLogger("flowserve.server")
@@ -41,6 +42,8 @@ def reference_for(source: pathlib.Path):
             examples = read_examples(source)
             return None if examples is None else ("fp32", Criteria(rtol=examples.rtol), examples)
         model_file = source / ONNX_FILE if source.is_dir() else source
+        if sidecar_path(model_file).exists():
+            check_contained(sidecar_path(model_file), model_file.parent)
         found = read_sidecar(model_file)
     except FlowserveError as exc:
         raise ModelLoadError(f"{source}: reference examples unusable: {exc}") from None

@@ -160,3 +160,15 @@ def test_warmup_defaults_to_the_examples_unless_config_sets_one():
     assert resolve(ModelConfigFile(), settings).warmup_from_examples
     explicit = resolve(ModelConfigFile.model_validate({"warmup": {"batch_sizes": [4]}}), settings)
     assert not explicit.warmup_from_examples and explicit.warmup_batch_sizes == [4]
+
+
+def test_examples_linked_from_outside_the_model_folder_are_refused(deployments, tmp_path):
+    _, exports = deployments["mlp"]
+    folder = tmp_path / "repo" / "m" / "1"
+    folder.mkdir(parents=True)
+    shutil.copy(exports["fp32"].path, folder / "model.onnx")
+    shutil.copytree(sidecar_path(exports["fp32"].path), tmp_path / "elsewhere")
+    (folder / "model.examples").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with running_server(tmp_path / "repo") as server:
+        (row,) = HTTPClient(server.http_url).repository_index()
+        assert row["state"] == "UNAVAILABLE" and "outside the model folder" in row["reason"]
