@@ -10,7 +10,7 @@ import typer
 
 def perf(
     url: str = typer.Argument(..., help="Server address: http://HOST:PORT (gRPC: HOST:PORT)."),
-    model: str = typer.Option(..., "--model", "-m", help="Model to drive."),
+    model: str = typer.Option(..., "--model", "-m", help="Model to drive: NAME or NAME:VERSION."),
     concurrency: int = typer.Option(1, min=1, help="Concurrent workers (each one request at a time)."),
     duration: float = typer.Option(10.0, min=0.1, help="Seconds to measure (after a 0.5 s warmup)."),
     protocol: str = typer.Option("http", help="http or grpc."),
@@ -21,24 +21,43 @@ def perf(
     token: Optional[str] = typer.Option(None, envvar="FLOWSERVE_AUTH_TOKEN",
                                         help="Bearer token, if the server wants one."),
     plot: Optional[str] = typer.Option(None, help="Write a latency plot (PNG) to this path."),
+    compare: Optional[str] = typer.Option(
+        None, help="A second model (NAME or NAME:VERSION, e.g. resnet:2 for its int8 export) driven with "
+                   "the same load, alternating with MODEL; prints both side by side."),
 ) -> None:
     """Measure throughput and p50/p90/p99 latency of MODEL at URL."""
-    from .errors import ClientError
+    from .compare import run_compare, split_variant
     from .perf import run_load
 
     if protocol not in ("http", "grpc"):
         typer.echo(f"error: --protocol: expected http or grpc, got {protocol!r}", err=True)
         raise typer.Exit(2)
     try:
-        report = asyncio.run(run_load(url, model, concurrency, duration, protocol,
-                                      binary=not json_tensors, max_requests=max_requests,
-                                      token=token))
+        name, version = split_variant(model)
+    except ValueError as exc:
+        typer.echo(f"error: --model: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if compare:
+        job = run_compare(url, model, compare, concurrency, duration, protocol, not json_tensors, token,
+                          max_requests=max_requests)
+    else:
+        job = run_load(url, name, concurrency, duration, protocol, binary=not json_tensors,
+                       max_requests=max_requests, token=token, version=version)
+    _report(job, plot)
+
+
+def _report(job, plot: Optional[str]) -> None:
+    """Run a load (or a comparison), print its summary, write its plot; exit 1 on errors."""
+    from .errors import ClientError
+
+    try:
+        result = asyncio.run(job)
     except (ClientError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(report.summary())
+    typer.echo(result.summary())
     if plot:
-        report.plot(plot)
+        result.plot(plot)
         typer.echo(f"latency plot written to {plot}")
-    if report.errors:
+    if result.errors:
         raise typer.Exit(1)

@@ -102,16 +102,19 @@ def sample_inputs(metadata: dict, batch_size: int = 1, seed: int = 0) -> dict:
 async def run_load(url: str, model: str, concurrency: int = 1, duration_s: float = 10.0,
                    protocol: str = "http", binary: bool = True,
                    inputs: Optional[dict] = None, max_requests: Optional[int] = None,
-                   token: Optional[str] = None, warmup_s: float = 0.5) -> LoadReport:
-    """Drive ``model`` at ``url`` with ``concurrency`` workers for ``duration_s`` seconds."""
-    client = _client(url, protocol, binary, token)
+                   token: Optional[str] = None, warmup_s: float = 0.5,
+                   version: str = "") -> LoadReport:
+    """Drive ``model`` (``version``: latest when empty) at ``url`` with ``concurrency``
+    workers for ``duration_s`` seconds."""
+    client = client_for(url, protocol, binary, token)
+    target = (model, version)
     try:
         if inputs is None:
-            inputs = sample_inputs(await client.model_metadata(model))
-        await _drive(client, model, inputs, concurrency, warmup_s, None)
+            inputs = sample_inputs(await client.model_metadata(model, version))
+        await _drive(client, target, inputs, concurrency, warmup_s, None)
         latencies, errors, first_error = [], [0], [""]
         started = time.monotonic()
-        await _drive(client, model, inputs, concurrency, duration_s, max_requests,
+        await _drive(client, target, inputs, concurrency, duration_s, max_requests,
                      latencies, errors, first_error)
         elapsed = time.monotonic() - started
     finally:
@@ -119,7 +122,7 @@ async def run_load(url: str, model: str, concurrency: int = 1, duration_s: float
     return LoadReport(protocol, concurrency, elapsed, latencies, errors[0], first_error[0])
 
 
-def _client(url: str, protocol: str, binary: bool, token: Optional[str]):
+def client_for(url: str, protocol: str, binary: bool, token: Optional[str]):
     if protocol == "http":
         return AsyncHTTPClient(url, token=token, binary=binary)
     if protocol == "grpc":
@@ -127,8 +130,9 @@ def _client(url: str, protocol: str, binary: bool, token: Optional[str]):
     raise ValueError(f"protocol: expected 'http' or 'grpc', got {protocol!r}")
 
 
-async def _drive(client, model, inputs, concurrency, duration_s, max_requests,
+async def _drive(client, target, inputs, concurrency, duration_s, max_requests,
                  latencies=None, errors=None, first_error=None) -> None:
+    model, version = target
     deadline = time.monotonic() + duration_s
     budget = [max_requests if max_requests is not None else float("inf")]
 
@@ -137,7 +141,7 @@ async def _drive(client, model, inputs, concurrency, duration_s, max_requests,
             budget[0] -= 1
             sent = time.perf_counter()
             try:
-                await client.infer(model, inputs)
+                await client.infer(model, inputs, version=version)
             except ClientError as exc:
                 if errors is not None:
                     errors[0] += 1

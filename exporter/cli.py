@@ -26,7 +26,8 @@ def _fail(exc: Exception) -> None:
 def export(
     dir: Path = typer.Argument(..., help="A saved graph directory (written by flow.save)."),  # noqa: A002
     output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                          help="Where to write the ONNX model (default: DIR.onnx)."),
+                                          help="Where to write the ONNX model (default: DIR.onnx, "
+                                               "DIR.<precision>.onnx for reduced precision)."),
     target: str = typer.Option("portable", help="portable (flowserve-domain local functions, any runtime) "
                                                 "or onnxruntime (com.microsoft fused kernels)."),
     opset: Optional[int] = typer.Option(None, help="ONNX opset (default: the newest ONNX Runtime loads, >= 21)."),
@@ -34,16 +35,30 @@ def export(
                                   help="Skip onnx.checker, shape inference and the parity check."),
     rtol: Optional[float] = typer.Option(None, help="Parity tolerance: relative, and times max|output| "
                                                     "absolute (default 1e-5 for float32)."),
+    precision: str = typer.Option("fp32", help="fp32, int8 (static, calibrated on the saved examples), "
+                                               "int8-dynamic, fp16, or bf16 (CUDA GPU only)."),
+    min_agreement: float = typer.Option(0.99, help="Least top-1 agreement with float32 on the saved examples "
+                                                   "a reduced-precision model needs to be written."),
+    force: bool = typer.Option(False, "--force", help="Write the model even when it misses --min-agreement "
+                                                      "or cannot be checked."),
 ) -> None:
-    """Export a saved graph to ONNX with fused subgraphs, checked against flowserve."""
+    """Export a saved graph to ONNX with fused subgraphs, proven on the saved examples."""
     from flowserve.exporter.export import export as export_model
+    from flowserve.exporter.verified import export_verified
 
-    path = output or dir.with_name(dir.name + ".onnx")
+    suffix = ".onnx" if precision == "fp32" else f".{precision}.onnx"
+    path = output or dir.with_name(dir.name + suffix)
     try:
-        result = export_model(dir, path, target=target, opset=opset, check=not no_check, rtol=rtol)
+        if no_check:
+            if precision != "fp32":
+                raise FlowserveError("--no-check exports float32 only: reduced precision is always checked")
+            typer.echo(export_model(dir, path, target=target, opset=opset, check=False).report.summary())
+        else:
+            result = export_verified(dir, path, precision=precision, target=target, opset=opset, rtol=rtol,
+                                     min_agreement=min_agreement, force=force)
+            typer.echo(result.summary())
     except FlowserveError as exc:
         _fail(exc)
-    typer.echo(result.report.summary())
     typer.echo(f"wrote {path}")
 
 
@@ -80,7 +95,20 @@ def describe(directory) -> dict:
         "parameter_bytes": int(sum(a.nbytes for a in weights)),
         "ops": ir.op_counts(), "nodes": len(ir.nodes),
         "fused": [g.to_json() for g in graph.groups], "nodes_after_fusion": len(graph.ir.nodes),
+        "examples": _examples_info(directory, manifest),
     }
+
+
+def _examples_info(directory, manifest) -> dict | None:
+    """The stored reference examples: batches, rows, tolerance, provenance, files."""
+    from flowserve.serialization import read_examples
+
+    examples = read_examples(directory)
+    if examples is None:
+        return None
+    return {"batches": [b.rows for b in examples.batches], "rows": examples.rows, "rtol": examples.rtol,
+            "inputs": examples.input_names, "outputs": examples.output_names,
+            "provenance": examples.provenance, "files": manifest.examples}
 
 
 def _size(n: int) -> str:
@@ -106,4 +134,16 @@ def format_table(info: dict) -> str:
         lines.append("  (none)")
     lines += [f"  {g['kind']:<12} {g['scope'] or '-':<28} {' + '.join(g['ops']):<36} {g['detail']}"
               for g in info["fused"]]
-    return "\n".join(lines)
+    return "\n".join(lines + _examples_lines(info.get("examples")))
+
+
+def _examples_lines(examples: dict | None) -> list:
+    if examples is None:
+        return ["", "examples: none (flow.save(graph, dir, examples=...) stores reference inputs and outputs)"]
+    made = examples["provenance"]
+    lines = ["", f"examples: {len(examples['batches'])} batch(es), {examples['rows']} row(s), rows per batch "
+                 f"{examples['batches']}, outputs within rtol {examples['rtol']:g}",
+             f"  made from {made.get('source', '?')} on {made.get('created', '?')} "
+             f"(graph {made.get('graph', '?')}, flowserve {made.get('flowserve_version', '?')})"]
+    lines += [f"  {name:<32} sha256 {digest[:16]}" for name, digest in sorted(examples["files"].items())]
+    return lines

@@ -31,6 +31,10 @@ def serve(
         1024, help="Queued requests per model before 503 / UNAVAILABLE."
     ),
     instances: int = typer.Option(1, help="ONNX Runtime sessions per model, run in parallel."),
+    skip_verify: bool = typer.Option(
+        False, "--skip-verify",
+        help="UNSAFE: serve models without checking that they reproduce their reference examples.",
+    ),
     allow_model_control: bool = typer.Option(
         False, help="Accept repository load/unload requests (only models inside PATH)."
     ),
@@ -65,7 +69,7 @@ def serve(
             model_path=path, host=host, http_port=http_port,
             grpc_port=None if no_grpc else grpc_port, model_name=model_name, device=device,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
-            max_queue_size=max_queue_size, instances=instances,
+            max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
@@ -77,6 +81,9 @@ def serve(
         typer.echo(f"error: {option}: {first['msg']}", err=True)
         raise typer.Exit(2) from None
     configure_logging(settings.log_level)
+    if skip_verify:
+        typer.echo("WARNING: --skip-verify: models are served WITHOUT verifying them on their reference "
+                   "examples; a damaged or wrong model will answer with wrong numbers", err=True)
     try:
         InferenceServer(settings).run()
     except FlowserveError as exc:

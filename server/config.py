@@ -57,7 +57,8 @@ class VersionPolicy(_Strict):
 
 
 class Warmup(_Strict):
-    """Batch sizes run once on every instance (zero-filled inputs) before ready."""
+    """Batch sizes run once on every instance (zero-filled inputs) before ready. Without
+    this section a model with reference examples is warmed up by verifying them."""
 
     batch_sizes: list[int] = Field(default_factory=lambda: [1])
 
@@ -85,6 +86,7 @@ class ResolvedModelConfig(_Strict):
     device: str
     version_policy: VersionPolicy
     warmup_batch_sizes: list[int]
+    warmup_from_examples: bool = True  # no warmup in config.json: the verification runs are the warmup
 
 
 def read_config(model_dir: pathlib.Path) -> ModelConfigFile:
@@ -121,4 +123,5 @@ def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelC
         device=pick(config.device, settings.device),
         version_policy=config.version_policy,
         warmup_batch_sizes=config.warmup.batch_sizes,
+        warmup_from_examples="warmup" not in config.model_fields_set,
     )

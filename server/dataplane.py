@@ -104,6 +104,7 @@ class DataPlane:
             "platform": model.platform,
             "inputs": [_tensor_metadata(s) for s in model.inputs],
             "outputs": [_tensor_metadata(s) for s in model.outputs],
+            "parameters": model.parameters,
         }
 
     def model_config(self, name: str, version: str = "") -> dict:

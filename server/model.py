@@ -112,6 +112,7 @@ class ServedModel:
         self.outputs = tensor_specs(proto.graph.output)
         self.max_batch_size = config.max_batch_size if self._batchable() else 0
         self.stats = ModelStatistics()
+        self.parameters: dict = {}  # shown in model metadata: verification result and figures
         self._stats_lock = threading.Lock()
         self._on_batch_metrics = on_batch or (lambda model, record: None)
         self.runners = [

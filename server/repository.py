@@ -41,6 +41,7 @@ from .loading import (
 )
 from .model import ServedModel
 from .settings import ServerSettings
+from .verify import verify_before_ready
 
 log = logging.getLogger("flowserve.server")
 
@@ -161,7 +162,7 @@ class ModelRepository:
         for version, source in sources.items():
             proto = load_model_proto(source, root)
             model = ServedModel(name, version, proto, config, self._on_batch)
-            model.warmup()
+            model.parameters = verify_before_ready(model, source, self.settings.skip_verify)
             versions[version] = model
         return versions
 

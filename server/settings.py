@@ -48,6 +48,9 @@ class ServerSettings(BaseSettings):
         0, ge=0, description="Queue timeout of a request without its own, in µs (0: none)."
     )
     instances: int = Field(1, ge=1, description="Sessions per model run in parallel.")
+    skip_verify: bool = Field(
+        False, description="Serve models without verifying them on their reference examples (unsafe)."
+    )
     intra_op_threads: int = Field(
         0, ge=0, description="Threads per session (0: cores divided by instances)."
     )

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from flowserve.errors import SavedGraphError
+from flowserve.serialization.examples import ExampleSet, read_examples  # noqa: F401
 from flowserve.serialization.graph_dir import load_graph, read_graph_dir, save_graph  # noqa: F401
 from flowserve.serialization.manifest import MANIFEST, SavedGraphManifest, TensorSpec, read_manifest  # noqa: F401
 from flowserve.serialization.tensors import decode_state, encode_state, read_tensors, write_bytes, write_tensors
@@ -21,21 +22,27 @@ STATE_TENSORS = "state.safetensors"
 _STRUCTURE_KEY = "flowserve.structure"
 
 
-def save(obj, path, model=None) -> None:
+def save(obj, path, model=None, *, examples=None, tolerance: float | None = None) -> None:
     """Save an ``nn.Graph`` (a deployable directory) or a state dict.
 
     For a training graph, ``model`` names the module to deploy
     (``flow.save(graph, "dir", model=graph.model)``); without it, ``graph.deploy()`` decides,
     and by default the last top-level module ``build()`` called that is not a loss.
+    ``examples`` are reference inputs stored with the graph's outputs on them in
+    ``dir/examples/`` (tensors, a list of batches, a DataLoader, or ``"last"``; by default
+    an inference graph stores its last calls), reproduced within ``tolerance`` (relative,
+    default 1e-4) by every export and by the server before it is ready.
 
     A state dict goes to one safetensors file when ``path`` has a suffix (``model.pt``),
     else to a directory (OneFlow's habit), holding ``state.json`` and ``state.safetensors``.
     """
     if isinstance(obj, Graph):
-        save_graph(obj, path, model)
+        save_graph(obj, path, model, examples, tolerance)
         return
     if model is not None:
         raise TypeError("flow.save: model= applies to an nn.Graph only")
+    if examples is not None or tolerance is not None:
+        raise TypeError(f"flow.save: examples and tolerance apply to an nn.Graph, not a {type(obj).__name__}")
     tree, arrays = encode_state(obj)
     path = Path(path)
     if path.suffix:

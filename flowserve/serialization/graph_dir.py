@@ -28,7 +28,9 @@ from flowserve.nn.graph.inference import inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
+from flowserve.serialization.examples import ExampleSet, collect_examples
 from flowserve.serialization.manifest import (
+    EXAMPLES_DIR,
     FORMAT_VERSION,
     GRAPH_FILE,
     MANIFEST,
@@ -59,9 +61,10 @@ def graph_signature(ir: GraphIR) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return _signature(ir.inputs, batch), _signature(ir.outputs, batch)
 
 
-def save_graph(graph, directory, model=None) -> None:
+def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None) -> None:
     """Write ``graph`` as a deployable directory; ``model`` picks the module a training
-    graph deploys (see ``inference_traced``)."""
+    graph deploys (see ``inference_traced``); ``examples`` and ``tolerance`` as described
+    in ``flowserve.serialization.examples``."""
     traced = inference_traced(graph, model)
     ir = traced.ir
     arrays = {k: t.numpy() for k, t in traced.state.items()}
@@ -79,10 +82,12 @@ def save_graph(graph, directory, model=None) -> None:
         graph_class=type(graph).__name__, training=graph.training,
         inputs=inputs, outputs=outputs,
         config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})
-    _write_atomically(Path(directory), manifest, graph_bytes, arrays)
+    example_set = collect_examples(graph, ir, arrays, examples, tolerance)
+    _write_atomically(Path(directory), manifest, graph_bytes, arrays, example_set)
 
 
-def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: bytes, arrays: dict) -> None:
+def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: bytes, arrays: dict,
+                      example_set: ExampleSet | None = None) -> None:
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / MANIFEST).exists())):
         raise SavedGraphError(f"{target}: exists and is not a flowserve saved graph directory; "
                               "refusing to replace it (choose an empty or new directory)")
@@ -93,6 +98,9 @@ def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: b
         write_bytes(tmp / GRAPH_FILE, graph_bytes)
         write_tensors(tmp / PARAMS_FILE, arrays)
         manifest.files = {name: _sha256(tmp / name) for name in (GRAPH_FILE, PARAMS_FILE)}
+        if example_set is not None:
+            written = example_set.write(tmp / EXAMPLES_DIR)
+            manifest.examples = {f"{EXAMPLES_DIR}/{name}": digest for name, digest in written.items()}
         write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1).encode())
         _fsync_dir(tmp)
         _replace(tmp, target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -10,11 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from flowserve.errors import SavedGraphError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest lists the reference examples (examples/)
 MANIFEST = "flowserve.json"
 GRAPH_FILE = "graph.json"
 PARAMS_FILE = "params.safetensors"
 MAX_DIM, MAX_RANK = 2**31 - 1, 32  # ONNX Runtime's int32 dims; numpy holds 64 dims at most
+EXAMPLES_DIR = "examples"
+FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")  # a plain file name inside examples/
 DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
 
@@ -49,6 +52,16 @@ class SavedGraphManifest(BaseModel):
     outputs: list[TensorSpec]
     config: dict = Field(default_factory=dict)
     files: dict[Literal["graph.json", "params.safetensors"], str]
+    examples: dict[str, str] = Field(default_factory=dict)  # "examples/<file>" -> sha256
+
+    @field_validator("examples")
+    @classmethod
+    def _example_files(cls, files: dict) -> dict:
+        for name in files:
+            folder, _, base = name.partition("/")
+            if folder != EXAMPLES_DIR or not FILE_NAME.match(base):
+                raise ValueError(f"example files are named {EXAMPLES_DIR}/<file name>, got {name[:80]!r}")
+        return files
 
 
 def check_inside(path: Path, directory) -> None:

@@ -54,6 +54,8 @@ def test_model_metadata_follows_the_spec(http):
             "name": "mlp", "versions": ["1", "2"], "platform": "onnxruntime_onnx",
             "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}],
+            # the protocol's optional parameters: these models carry no reference examples
+            "parameters": {"verified": False, "verification": "no reference examples stored with the model"},
         }
 
 

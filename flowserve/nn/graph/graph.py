@@ -241,6 +241,8 @@ class Graph:
             self._log(0, f"first run: {peak}.")
         else:
             outputs = compiled.run(leaves)
+        if not self.training:  # flow.save stores the last calls as the graph's reference examples
+            self._parts.recent_inputs.append(tuple(t.numpy().copy() for t in leaves if isinstance(t, Tensor)))
         if self.training:
             for _, sched in self._parts.optimizers:
                 if sched is not None:

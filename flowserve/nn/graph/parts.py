@@ -4,7 +4,10 @@ tracing, the optimizer update, ``state_dict``, printing and ``flow.save`` read
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+
+RECENT_CALLS = 4  # inputs of an inference graph's last calls, kept as reference examples
 
 
 @dataclass
@@ -14,13 +17,15 @@ class GraphParts:
     int64 tensor counting training calls; ``last``: the compiled entry the latest call ran
     (None before the first call); ``parallel``: the distributed part of a training step in a
     launched run (``flowserve.distributed.graph_step.DataParallelStep``), made at the first
-    trace, or None."""
+    trace, or None; ``recent_inputs``: copies of the tensor inputs of an inference graph's
+    last calls (``flow.save`` stores them as reference examples)."""
 
     train_step: object
     optimizers: list = field(default_factory=list)
     grad_scaler: object = None
     last: object = None
     parallel: object = None
+    recent_inputs: deque = field(default_factory=lambda: deque(maxlen=RECENT_CALLS))
 
     @property
     def traced(self):

@@ -1,0 +1,220 @@
+"""int8 vs float32: ONNX Runtime latency at batch 1 and 32 with the accuracy on the stored
+examples, and the same models served over HTTP (binary tensors) at concurrency 32.
+
+    python bench/bench_precision.py [--runs 60] [--threads 2] [--serve-seconds 8]   # ~5-8 min on 2 cores
+
+Models (``flowserve.models``): ResNet-18 and MobileNetV2 for CIFAR (3x32x32) with static
+int8 (QDQ, per-channel, calibrated on the examples), and the Transformer encoder
+classifier (128 tokens; default d_model 64, and a d_model 256 variant) with dynamic int8
+(and static int8 for the default one). Each is trained a few steps in
+graph mode on synthetic data whose classes are separable (so that top-1 agreement means
+something), saved with 64 example rows, and exported with ``export_verified`` at each
+precision: the accuracy columns are the export's proof on those examples against the
+float32 reference outputs. Latency: median of ``--runs`` calls per session in blocks
+that alternate between the two sessions (load on the machine falls on both alike).
+Serving: one ``flowserve serve`` process with both variants as versions of one model,
+driven by ``flowserve perf --compare``'s load generator, alternating between them.
+Goals: int8 >= 2x faster than float32 on ResNet-18 and MobileNetV2 with top-1 agreement
+>= 99%; int8-dynamic >= 1.5x on the Transformer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_serving  # noqa: E402  (free_port, start, stop)
+import flowserve as flow  # noqa: E402
+import flowserve.models as fm  # noqa: E402
+import flowserve.nn as nn  # noqa: E402
+from flowserve.clients.compare import run_compare  # noqa: E402
+from flowserve.exporter.verified import export_verified, sidecar_path  # noqa: E402
+from flowserve.serialization import read_examples  # noqa: E402
+
+CLASSES = 10
+EXAMPLE_ROWS, EXAMPLE_BATCH = 64, 16
+
+
+def images(rows: int, labels: np.ndarray, seed: int) -> np.ndarray:
+    templates = np.random.default_rng(99).standard_normal((CLASSES, 3, 32, 32)).astype(np.float32)
+    noise = np.random.default_rng(seed).standard_normal((rows, 3, 32, 32)).astype(np.float32)
+    return templates[labels] + 0.5 * noise
+
+
+def tokens(rows: int, labels: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (labels[:, None] * 100 + rng.integers(0, 100, (rows, 128))).astype(np.int64)
+
+
+MODELS = {  # name: (factory, inputs, precisions compared with fp32)
+    "resnet18": (lambda: fm.resnet18(num_classes=CLASSES), images, ("int8",)),
+    "mobilenet_v2": (lambda: fm.mobilenet_v2(num_classes=CLASSES), images, ("int8",)),
+    "transformer": (lambda: fm.transformer_classifier(vocab_size=1000, num_classes=CLASSES, dropout=0.0), tokens,
+                    ("int8-dynamic", "int8")),
+    # the same classifier four times wider (d_model 256, feed-forward 1024): MatMuls large
+    # enough for int8 kernels to pay for quantizing activations per call
+    "transformer_d256": (lambda: fm.transformer_classifier(vocab_size=1000, num_classes=CLASSES, d_model=256,
+                                                           dim_feedforward=1024, dropout=0.0), tokens,
+                         ("int8-dynamic",)),
+}
+
+
+class TrainGraph(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.add_optimizer(flow.optim.Adam(model.parameters(), lr=1e-3))
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def train_and_save(name: str, directory: pathlib.Path, steps: int) -> None:
+    factory, make, _ = MODELS[name]
+    flow.manual_seed(0)
+    model = factory()
+    graph = TrainGraph(model)
+    for step in range(steps):
+        y = np.random.default_rng(step).integers(0, CLASSES, 32)
+        graph(flow.tensor(make(32, y, step)), flow.tensor(y))
+    y = np.random.default_rng(500).integers(0, CLASSES, 128)
+    recalibrate_batchnorm(model, flow.tensor(make(128, y, 500)))
+    y = example_labels()
+    data = flow.utils.data.TensorDataset(flow.tensor(make(EXAMPLE_ROWS, y, 1000)), flow.tensor(y))
+    flow.save(graph, directory, examples=flow.utils.data.DataLoader(data, batch_size=EXAMPLE_BATCH))
+
+
+def recalibrate_batchnorm(model, x) -> None:
+    """Set BatchNorm's running statistics to those of ``x`` (one eager pass, momentum 1):
+    after a few training steps they are still near their initial values, and a deep
+    network (MobileNetV2) would predict no better than chance in eval mode."""
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    saved = [m.momentum for m in norms]
+    for m in norms:
+        m.momentum = 1.0
+    with flow.no_grad():
+        model(x)
+    for m, momentum in zip(norms, saved):
+        m.momentum = momentum
+
+
+def example_labels() -> np.ndarray:
+    return np.arange(EXAMPLE_ROWS) % CLASSES
+
+
+def session(path: pathlib.Path, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def median_ms(sessions: dict, feed: dict, runs: int, rounds: int = 6) -> dict:
+    """Median milliseconds per session, measured in alternating blocks."""
+    times = {k: [] for k in sessions}
+    for _ in range(rounds):
+        for k, sess in sessions.items():
+            sess.run(None, feed)
+            for _ in range(max(1, runs // rounds)):
+                started = time.perf_counter()
+                sess.run(None, feed)
+                times[k].append(time.perf_counter() - started)
+    return {k: float(np.median(v) * 1e3) for k, v in times.items()}
+
+
+def measure_model(name: str, root: pathlib.Path, args) -> list:
+    directory = root / name
+    started = time.perf_counter()
+    train_and_save(name, directory, args.steps)
+    paths = {"fp32": root / f"{name}.fp32.onnx"}
+    proofs = {"fp32": export_verified(directory, paths["fp32"], target="onnxruntime", rtol=1e-4).proof}
+    for precision in MODELS[name][2]:
+        paths[precision] = root / f"{name}.{precision}.onnx"
+        result = export_verified(directory, paths[precision], precision=precision, min_agreement=0.0)
+        proofs[precision] = result.proof
+    print(f"# {name}: trained, saved and exported in {time.perf_counter() - started:.0f} s", flush=True)
+    sessions = {p: session(path, args.threads) for p, path in paths.items()}
+    input_name = sessions["fp32"].get_inputs()[0].name
+    stored = read_examples(directory)
+    examples = np.concatenate([next(iter(b.inputs.values())) for b in stored.batches])
+    reference = np.concatenate([next(iter(b.outputs.values())) for b in stored.batches])
+    accuracy = float(np.mean(reference.argmax(1) == example_labels()))  # has the float32 model learned?
+    rows = []
+    for batch in (1, 32):
+        feed = {input_name: np.ascontiguousarray(examples[:batch])}
+        latency = median_ms(sessions, feed, args.runs)
+        for precision in MODELS[name][2]:
+            proof = proofs[precision]
+            rows.append((name, precision, batch, latency["fp32"], latency[precision],
+                         latency["fp32"] / latency[precision], accuracy, proof.agreement(),
+                         max(r.max_rel_err for r in proof.records)))
+    return rows
+
+
+def served_comparison(root: pathlib.Path, name: str, precision: str, seconds: float) -> object:
+    repo = root / "repo"
+    shutil.rmtree(repo, ignore_errors=True)
+    for version, variant in ((1, "fp32"), (2, precision)):
+        folder = repo / name / str(version)
+        folder.mkdir(parents=True)
+        shutil.copy(root / f"{name}.{variant}.onnx", folder / "model.onnx")
+        shutil.copytree(sidecar_path(root / f"{name}.{variant}.onnx"), folder / "model.examples")
+    (repo / name / "config.json").write_text(json.dumps({"version_policy": {"policy": "all"},
+                                                         "max_batch_size": 32}))
+    port = bench_serving.free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = bench_serving.start([sys.executable, "-m", "flowserve.server", str(repo), "--http-port",
+                                  str(port), "--no-grpc", "--log-level", "warning"], url)
+    try:
+        return asyncio.run(run_compare(url, f"{name}:1", f"{name}:2", concurrency=32, duration_s=seconds,
+                                       rounds=4))
+    finally:
+        bench_serving.stop(server)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4, help="training steps per model")
+    parser.add_argument("--serve-seconds", type=float, default=8.0)
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    print(f"# onnxruntime {ort.__version__}, {args.threads} threads, load average before "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-precision-") as tmp:
+        root = pathlib.Path(tmp)
+        rows = []
+        for name in args.models.split(","):
+            rows += measure_model(name, root, args)
+        print()
+        print(f"{'model':<18}{'precision':<14}{'batch':>6}{'fp32 ms':>10}{'low ms':>10}{'speedup':>9}"
+              f"{'fp32 acc':>10}{'top-1 agree':>13}{'max rel err':>13}")
+        for name, precision, batch, fp32, low, ratio, accuracy, agree, rel in rows:
+            print(f"{name:<18}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x"
+                  f"{accuracy:>10.0%}{agree:>13.2%}{rel:>13.3g}")
+        print(f"\n# served over HTTP binary at concurrency 32 ({args.serve_seconds:.0f} s per variant, "
+              "alternating), version 1 = fp32, version 2 = int8:")
+        for name in args.models.split(","):
+            if "int8" in MODELS[name][2] and not name.startswith("transformer"):
+                print(served_comparison(root, name, "int8", args.serve_seconds).table())
+        print(f"# load average after {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

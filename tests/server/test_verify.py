@@ -1,0 +1,174 @@
+"""Serving verifies before it is ready: every exported precision of the four reference
+models and their saved directories verify and serve; a model with one weight changed
+fails verification and never becomes ready; ``skip_verify`` serves it, flagged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from flowserve.clients import GRPCClient, HTTPClient
+from flowserve.clients.errors import InferenceServerError
+from flowserve.exporter.verified import sidecar_path
+from flowserve.serialization import read_examples
+from tests.deployments import MIN_AGREEMENT, PRECISIONS
+
+from .conftest import running_server
+
+SAVED = str(len(PRECISIONS) + 1)  # the version folder holding the saved directory itself
+
+
+def _add_version(folder, version, model_path):
+    target = folder / version
+    target.mkdir(parents=True)
+    shutil.copy(model_path, target / "model.onnx")
+    shutil.copytree(sidecar_path(model_path), target / "model.examples")
+
+
+@pytest.fixture(scope="module")
+def verified_repo(deployments, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("verified_repo")
+    for name, (directory, exports) in deployments.items():
+        for version, precision in enumerate(PRECISIONS, 1):
+            _add_version(repo / name, str(version), exports[precision].path)
+        shutil.copytree(directory, repo / name / SAVED)
+        (repo / name / "config.json").write_text(json.dumps({"version_policy": {"policy": "all"}}))
+    return repo
+
+
+def _tampered(model_path, out_path):
+    """A copy of an exported model with one element of one weight changed: the smallest
+    weight matrix (the classifier head of these models), float or int8."""
+    model = onnx.load(str(model_path))
+    weights = [t for t in model.graph.initializer if len(t.dims) == 2]
+    tensor = min(weights, key=lambda t: int(np.prod(t.dims)))
+    array = numpy_helper.to_array(tensor).copy()
+    if array.dtype.kind == "f":
+        array.flat[0] += 0.5 + 2 * abs(array.flat[0])
+    else:
+        array.flat[0] = np.iinfo(array.dtype).max if array.flat[0] < 0 else np.iinfo(array.dtype).min
+    tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+    onnx.save(model, str(out_path))
+
+
+def test_every_precision_verifies_and_serves(verified_repo, deployments):
+    with running_server(verified_repo) as server:
+        http = HTTPClient(server.http_url)
+        assert http.is_ready()
+        for name, (directory, _) in deployments.items():
+            examples = read_examples(directory)
+            ref = np.concatenate([b.outputs["output_0"] for b in examples.batches])
+            for version, precision in list(enumerate(PRECISIONS, 1)) + [(int(SAVED), "fp32")]:
+                metadata = http.model_metadata(name, str(version))
+                assert metadata["parameters"]["verified"] is True, (name, version, metadata)
+                figures = metadata["parameters"]["verification"]
+                assert figures["precision"] == precision and figures["examples"] == examples.rows
+                assert figures["top1_agreement"] >= MIN_AGREEMENT
+                got = np.concatenate([http.infer(name, b.inputs, version=str(version))["output_0"]
+                                      for b in examples.batches])
+                assert np.mean(got.argmax(1) == ref.argmax(1)) >= MIN_AGREEMENT
+        assert GRPCClient(server.grpc_address).model_metadata("mlp")["name"] == "mlp"
+
+
+@pytest.mark.parametrize("name,precision", [("resnet18", "fp32"), ("mlp", "int8"), ("transformer", "fp16")])
+def test_tampered_model_fails_verification_and_is_never_ready(deployments, tmp_path, name, precision):
+    _, exports = deployments[name]
+    folder = tmp_path / "repo" / name
+    _add_version(folder, "1", exports[precision].path)
+    _tampered(exports[precision].path, folder / "1" / "model.onnx")
+    _add_version(tmp_path / "repo" / "healthy", "1", exports[precision].path)
+    with running_server(tmp_path / "repo") as server:
+        http = HTTPClient(server.http_url)
+        index = {row["name"]: row for row in http.repository_index()}
+        assert index[name]["state"] == "UNAVAILABLE"
+        assert "verification failed on instance 0 (cpu)" in index[name]["reason"]
+        assert "does NOT match its examples" in index[name]["reason"]
+        assert index["healthy"]["state"] == "READY"
+        assert not http.is_model_ready(name) and not http.is_ready()
+        with pytest.raises(InferenceServerError, match="503.*verification failed"):
+            http.infer(name, {"x": np.zeros((1, 1), np.float32)})
+
+
+def test_skip_verify_serves_an_unverified_model_flagged(deployments, tmp_path):
+    _, exports = deployments["mlp"]
+    path = tmp_path / "model.onnx"
+    _tampered(exports["fp32"].path, path)
+    shutil.copytree(sidecar_path(exports["fp32"].path), sidecar_path(path))
+    with running_server(path, skip_verify=True) as server:
+        http = HTTPClient(server.http_url)
+        assert http.is_ready()
+        assert http.model_metadata("model")["parameters"] == {"verified": False,
+                                                               "verification": "skipped (--skip-verify)"}
+
+
+def test_single_saved_directory_verifies(deployments):
+    directory, _ = deployments["transformer"]
+    with running_server(directory, model_name="t") as server:
+        parameters = HTTPClient(server.http_url).model_metadata("t")["parameters"]
+        assert parameters["verified"] and parameters["verification"]["criteria"] == "rtol 0.0001"
+
+
+def test_perf_compare_puts_two_variants_side_by_side(deployments, tmp_path):
+    from typer.testing import CliRunner
+
+    import flowserve.cli
+
+    _, exports = deployments["mlp"]
+    for version, precision in ((1, "fp32"), (2, "int8")):
+        _add_version(tmp_path / "repo" / "mlp", str(version), exports[precision].path)
+    (tmp_path / "repo" / "mlp" / "config.json").write_text(json.dumps({"version_policy": {"policy": "all"}}))
+    flowserve.cli._register()
+    plot = tmp_path / "compare.png"
+    with running_server(tmp_path / "repo") as server:
+        done = CliRunner().invoke(flowserve.cli.app, [
+            "perf", server.http_url, "-m", "mlp:1", "--compare", "mlp:2", "--concurrency", "4",
+            "--duration", "0.4", "--max-requests", "20", "--plot", str(plot)])
+    assert done.exit_code == 0, done.output
+    lines = {line[:32].strip(): line[32:].split() for line in done.output.splitlines()}
+    assert lines[""] == ["mlp:1", "mlp:2", "ratio"]
+    assert lines["precision"] == ["fp32", "int8"] and lines["verified"] == ["yes", "yes"]
+    assert lines["top-1 agreement (examples)"] == ["100.00%", "100.00%"]
+    assert lines["errors"] == ["0", "0"] and int(lines["requests"][0]) > 0
+    assert lines["throughput (req/s)"][2].endswith("x")
+    assert plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("max_batch_size", [0, 2])
+def test_last_calls_verify_without_batching_and_split_to_max_batch(tmp_path, max_batch_size):
+    import flowserve as flow
+    from tests.exporter.helpers import InferenceGraph, mlp
+
+    graph = InferenceGraph(mlp())
+    for rows in (3, 4, 5):
+        graph(flow.randn(rows, 6))
+    flow.save(graph, tmp_path / "d")
+    with running_server(tmp_path / "d", model_name="m", max_batch_size=max_batch_size) as server:
+        figures = HTTPClient(server.http_url).model_metadata("m")["parameters"]["verification"]
+        assert figures["examples"] == 12 and figures["max_abs_err"]["output_0"] < 1e-5
+
+
+def test_warmup_defaults_to_the_examples_unless_config_sets_one():
+    from flowserve.server.config import ModelConfigFile, resolve
+    from flowserve.server.settings import ServerSettings
+
+    settings = ServerSettings(model_path="m.onnx")
+    assert resolve(ModelConfigFile(), settings).warmup_from_examples
+    explicit = resolve(ModelConfigFile.model_validate({"warmup": {"batch_sizes": [4]}}), settings)
+    assert not explicit.warmup_from_examples and explicit.warmup_batch_sizes == [4]
+
+
+def test_examples_linked_from_outside_the_model_folder_are_refused(deployments, tmp_path):
+    _, exports = deployments["mlp"]
+    folder = tmp_path / "repo" / "m" / "1"
+    folder.mkdir(parents=True)
+    shutil.copy(exports["fp32"].path, folder / "model.onnx")
+    shutil.copytree(sidecar_path(exports["fp32"].path), tmp_path / "elsewhere")
+    (folder / "model.examples").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with running_server(tmp_path / "repo") as server:
+        (row,) = HTTPClient(server.http_url).repository_index()
+        assert row["state"] == "UNAVAILABLE" and "outside the model folder" in row["reason"]
