@@ -2,9 +2,10 @@
 
 ``batch_norm`` in training mode normalises with the batch's statistics and updates the
 running statistics in place (``copy_``, which records a state update inside
-``nn.Graph.build``), with PyTorch's unbiased running variance. ONNX's own training-mode
-BatchNormalization keeps a biased running variance, which is one reason these are written
-with primitives.
+``nn.Graph.build``), with PyTorch's unbiased running variance. In one process its
+training-mode normalisation is the primitive ``batch_norm_train`` (``flowserve.ops.batch_norm``),
+whose gradient is in closed form; ONNX's own training-mode BatchNormalization keeps a biased
+running variance and is missing from ONNX Runtime's inference builds.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.ops import collective as C
 from flowserve.ops import functional as F
+from flowserve.ops.batch_norm import batch_norm_train
 from flowserve.ops.registry import fail_shape
 
 
@@ -26,10 +28,19 @@ def _update_running(running, batch_value, momentum) -> None:
         running.copy_(running * (1 - momentum) + batch_value * momentum)
 
 
-def _local_stats(x, axes: list, count: int):
-    mean = F.mean(x, axes, keepdim=True)
-    centered = x - mean
-    return mean, centered, F.mean(centered * centered, axes, keepdim=True), count
+def _train_local(x, running_mean, running_var, weight, bias, momentum, eps: float, count: int):
+    """One process's training-mode batch norm: the ``batch_norm_train`` primitive (closed-form
+    gradient), then the running statistics."""
+    c = x.shape[1]
+    if weight is None or bias is None:
+        weight = F.expand(F.scalar_tensor(1, x.dtype, x.device), [c]) if weight is None else weight
+        bias = F.expand(F.scalar_tensor(0, x.dtype, x.device), [c]) if bias is None else bias
+    y, mean, var = batch_norm_train(x, weight, bias, eps=float(eps))
+    if running_mean is not None:
+        _update_running(running_mean, mean.detach(), momentum)
+    if running_var is not None:
+        _update_running(running_var, var.detach() * (count / (count - 1)), momentum)
+    return y
 
 
 def _synced_stats(x, axes: list, count: int):
@@ -63,8 +74,10 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: b
         if count <= 1:
             raise ValueError(f"{op} expected more than 1 value per channel when training, "
                              f"got input size {tuple(x.shape)}")
+        if not sync:
+            return _train_local(x, running_mean, running_var, weight, bias, momentum, eps, count)
         axes = [0] + list(range(2, x.ndim))
-        mean, centered, var, count = (_synced_stats if sync else _local_stats)(x, axes, count)
+        mean, centered, var, count = _synced_stats(x, axes, count)
         scale = F.rsqrt(var + eps)
         if weight is not None:
             scale = scale * F.reshape(weight, shape)

@@ -1,4 +1,4 @@
-"""Cases for the nn primitives: convolutions, max pooling, dropout's mask."""
+"""Cases for the nn primitives: convolutions, max pooling, batch norm, dropout's mask."""
 
 import numpy as np
 
@@ -53,6 +53,11 @@ CASES = {
     ],
     "max_pool2d_backward": [
         Case([(1, 2, 2, 3), integers((1, 2, 2, 3), 0, 2 * 4 * 5)], {"shape": [1, 2, 4, 5]}, id="repeats-add"),
+    ],
+    "batch_norm_train": [
+        Case([(4, 3, 2, 3), (3,), (3,)], {"eps": 1e-5}, id="2d"),
+        Case([(5, 2), (2,), (2,)], {"eps": 1e-3}, id="1d-features"),
+        Case([(3, 2, 4), (2,), (2,)], {"eps": 0.1}, id="sequence"),
     ],
     "dropout_mask": [
         Case([(3, 4)], {"p": 0.0}, id="keep-all"),
