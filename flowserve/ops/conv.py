@@ -135,8 +135,12 @@ def conv(xp, x, w, stride: list, pads: list, dilation: list, groups: int):
 def _conv_transpose_vjp(ctx, g):
     x, w = ctx.inputs
     a = ctx.attrs
-    gx = conv(g, w, stride=a["stride"], pads=a["pads"], dilation=a["dilation"],
-              groups=a["groups"]) if ctx.needs(0) else None
+    gx = None
+    if ctx.needs(0):
+        gx = conv(g, w, stride=a["stride"], pads=a["pads"], dilation=a["dilation"], groups=a["groups"])
+        r = x.ndim - 2
+        if list(gx.shape[2:]) != list(x.shape[2:]):  # output_padding rows reach past x's last row
+            gx = S.slice_(gx, starts=[0] * r, ends=list(x.shape[2:]), axes=list(range(2, 2 + r)), steps=[1] * r)
     gw = weight_grad(g, x, w.shape[2:], a["stride"], a["pads"], a["dilation"], a["groups"]) \
         if ctx.needs(1) else None
     return gx, gw
