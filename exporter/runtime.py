@@ -1,5 +1,6 @@
 """The one ONNX Runtime module: CUDA detection, provider choice, session options and the
-session factory, for graph mode, the exporter's checks and the server alike.
+session factory, for graph mode, the exporter's checks and the server alike; the execution
+provider as a graph option (ONNX Runtime CPU/CUDA, or OpenVINO).
 
 CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver reports a
 device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
@@ -17,6 +18,8 @@ import onnx
 import onnxruntime as ort
 
 from flowserve.errors import DeviceError
+from flowserve.exporter import openvino
+from flowserve.nn.graph.config import EXECUTION_PROVIDERS
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -91,10 +94,30 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     return so
 
 
+def check_execution_provider(name: str) -> str:
+    if name not in EXECUTION_PROVIDERS:
+        raise ValueError(f"execution provider must be one of {EXECUTION_PROVIDERS}, got {name!r}")
+    return name
+
+
 def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", instances: int = 1,
-                   threads: int = 0, options: dict | None = None) -> ort.InferenceSession:
-    """An ONNX Runtime session of ``model`` (a proto, its bytes, or a path) on ``device``."""
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, sess_options=session_options(instances=instances, threads=threads,
-                                                                   options=options),
-                                providers=choose_providers(device, options))
+                   threads: int = 0, options: dict | None = None, provider: str | None = None):
+    """A session of ``model`` (a proto, its bytes, or a path). ``provider`` (else an
+    nn.Graph's ``options["execution_provider"]``) picks the engine: ``"auto"`` (ONNX
+    Runtime on ``device``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
+    (``flowserve.exporter.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
+    plugin, or an ``OpenVINOSession`` with the same interface)."""
+    if isinstance(model, onnx.ModelProto):
+        data = model.SerializeToString()
+    elif isinstance(model, str):
+        with open(model, "rb") as f:
+            data = f.read()
+    else:
+        data = model
+    so = session_options(instances=instances, threads=threads, options=options)
+    provider = check_execution_provider(provider or (options or {}).get("execution_provider", "auto"))
+    if provider == "openvino":
+        return openvino.create_session(data, so, so.intra_op_num_threads)
+    if provider in ("cpu", "cuda"):
+        device = provider
+    return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))

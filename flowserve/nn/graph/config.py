@@ -13,7 +13,8 @@
 - ``enable_zero`` (and ``GraphModule.set_stage``): across launched processes, sharded
   optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
   they are recorded in the IR and change no result;
-- ``set_outputs_buffer_size``: how many output buffers calls rotate through.
+- ``set_outputs_buffer_size``: how many output buffers calls rotate through;
+- ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 from flowserve import dtypes
 
 STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")
+EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")
 
 
 class GraphConfig:
@@ -103,6 +105,16 @@ class GraphConfig:
             raise ValueError(f"ZeRO shard_restore_level must be 0, 1 or 2, got {shard_restore_level!r}")
         self._set("zero", {"enabled": bool(mode), "stage": stage, "shard_min_size": shard_min_size,
                            "shard_restore_level": shard_restore_level})
+
+    def set_execution_provider(self, provider: str = "auto") -> None:
+        """The engine that runs the compiled graph: ``"auto"`` (CUDA where usable, else ONNX
+        Runtime's CPU provider), ``"cpu"``, ``"cuda"`` or ``"openvino"`` (OpenVINO through
+        ONNX Runtime's plugin, else OpenVINO's own runtime; ``pip install "flowserve[openvino]"``).
+        Outputs stay within eager mode's tolerance on each; which is fastest depends on the
+        model and the CPU (``bench/bench_graph.py`` measures both)."""
+        if provider not in EXECUTION_PROVIDERS:
+            raise ValueError(f"set_execution_provider expects one of {EXECUTION_PROVIDERS}, got {provider!r}")
+        self._set("execution_provider", provider)
 
     def set_outputs_buffer_size(self, value: int = 2) -> None:
         """Number of output buffers the graph's calls rotate through (default 2)."""
