@@ -21,6 +21,9 @@ def serve(
         None, help="Serve a single saved directory or .onnx file under this name."
     ),
     device: str = typer.Option("auto", help="auto (CUDA when usable), cpu, or cuda."),
+    provider: str = typer.Option(
+        "onnxruntime", help='onnxruntime, or openvino (CPU; pip install "flowserve[openvino]").'
+    ),
     max_batch_size: int = typer.Option(
         64, help="Largest batch the dynamic batcher forms (0: no batching); config.json overrides."
     ),
@@ -68,6 +71,7 @@ def serve(
         settings = ServerSettings(
             model_path=path, host=host, http_port=http_port,
             grpc_port=None if no_grpc else grpc_port, model_name=model_name, device=device,
+            provider=provider,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
             allow_model_control=allow_model_control, auth_token=auth_token,

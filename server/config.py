@@ -84,6 +84,7 @@ class ResolvedModelConfig(_Strict):
     default_timeout_us: int
     instance_count: int
     device: str
+    provider: str
     version_policy: VersionPolicy
     warmup_batch_sizes: list[int]
     warmup_from_examples: bool = True  # no warmup in config.json: the verification runs are the warmup
@@ -121,6 +122,7 @@ def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelC
         default_timeout_us=pick(batching.default_timeout_us, settings.default_timeout_us),
         instance_count=pick(config.instance_count, settings.instances),
         device=pick(config.device, settings.device),
+        provider=settings.provider,
         version_policy=config.version_policy,
         warmup_batch_sizes=config.warmup.batch_sizes,
         warmup_from_examples="warmup" not in config.model_fields_set,

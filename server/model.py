@@ -116,7 +116,7 @@ class ServedModel:
         self._stats_lock = threading.Lock()
         self._on_batch_metrics = on_batch or (lambda model, record: None)
         self.runners = [
-            OrtRunner(proto, config.device, config.instance_count)
+            OrtRunner(proto, config.device, config.instance_count, provider=config.provider)
             for _ in range(config.instance_count)
         ]
         self.device = self.runners[0].device

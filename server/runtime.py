@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from flowserve.errors import DeviceError
+from flowserve.errors import DeviceError, GraphError
 from flowserve.exporter.runtime import CUDA_PROVIDER, choose_providers, create_session
 
 from .errors import InferenceFailedError, ModelLoadError
@@ -73,21 +73,27 @@ class OrtRunner:
     """One ONNX Runtime session of a model: an instance the batcher runs batches on."""
 
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
-                 intra_op_threads: int = 0):
+                 intra_op_threads: int = 0, provider: str = "onnxruntime"):
         external = external_tensor_names(model)
         if external:  # onnxruntime would resolve them against the working directory
             raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
                                  "model with loading.load_onnx_file, which inlines them")
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
+        openvino = provider == "openvino"
         try:
-            self.providers = choose_providers(device)
+            self.providers = choose_providers("cpu" if openvino else device)
         except DeviceError as exc:
             raise ModelLoadError(str(exc)) from None
         try:
             self._session = create_session(model, device=device, instances=instances,
-                                           threads=intra_op_threads)
+                                           threads=intra_op_threads,
+                                           provider="openvino" if openvino else "auto")
+        except GraphError as exc:  # OpenVINO not installed: the message says how to install it
+            raise ModelLoadError(str(exc)) from None
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
+        if openvino:
+            self.providers = self._session.get_providers()
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }

@@ -35,6 +35,10 @@ class ServerSettings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where sessions run: CUDA when usable (auto), cpu, or cuda."
     )
+    provider: Literal["onnxruntime", "openvino"] = Field(
+        "onnxruntime", description="Engine that runs the models: ONNX Runtime (on `device`) or "
+        "OpenVINO on the CPU (pip install \"flowserve[openvino]\")."
+    )
     max_batch_size: int = Field(
         64, ge=0, description="Largest batch the dynamic batcher forms (0: no batching)."
     )

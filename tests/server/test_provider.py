@@ -1,0 +1,35 @@
+"""``flowserve serve --provider openvino``: models run on OpenVINO with ONNX Runtime's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowserve.exporter import openvino
+from flowserve.server.errors import ModelLoadError
+from flowserve.server.runtime import OrtRunner
+from flowserve.server.settings import ServerSettings
+
+from .models import mlp, mlp_reference
+
+
+@pytest.mark.skipif(not openvino.available(), reason='needs pip install "flowserve[openvino]"')
+def test_openvino_runner_gives_onnx_runtime_numbers():
+    model = mlp((6, 16, 3), seed=2)
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    runner = OrtRunner(model, device="cpu", provider="openvino")
+    assert "OpenVINO" in runner.providers[0] and runner.device == "cpu"
+    np.testing.assert_allclose(runner.run({"x": x})["y"], mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_openvino_absent_is_a_load_error(monkeypatch):
+    monkeypatch.setattr(openvino, "plugin_devices", lambda: [])
+    monkeypatch.setattr(openvino, "runtime_available", lambda: False)
+    with pytest.raises(ModelLoadError, match=r"pip install \"flowserve\[openvino\]\""):
+        OrtRunner(mlp(), device="cpu", provider="openvino")
+
+
+def test_provider_setting_is_checked():
+    assert ServerSettings(provider="openvino").provider == "openvino"
+    with pytest.raises(ValueError, match="provider"):
+        ServerSettings(provider="tensorrt")
