@@ -76,11 +76,8 @@ def sigmoid(xp, x):
     return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
-def _relu_vjp(ctx, g):
-    return (where(gt(ctx.outputs[0], ctx.outputs[0].new_zeros(())), g, g.new_zeros(())),)
-
-
-@primitive("relu", shape=same_meta, vjp=_relu_vjp)
+@primitive("relu", shape=same_meta,
+           vjp=lambda ctx, g: (g * (ctx.outputs[0] > 0).to(g.dtype),))
 def relu(xp, x):
     return xp.maximum(x, x.dtype.type(0))
 
@@ -153,12 +150,11 @@ def pow_(xp, a, b):
 
 
 def _minmax_vjp(ctx, g):
-    """The gradient goes to the input the output equals (to ``a`` on ties): one ``where``
-    per input, never a multiply by a 0/1 mask (fewer, cheaper nodes in graph backward)."""
+    """The gradient goes to the input the output equals (to ``a`` on ties), as a multiply
+    by the 0/1 mask: ONNX Runtime's Cast + Mul measured faster than one Where."""
     a, b = ctx.inputs
-    pick_a = eq(ctx.outputs[0], a)
-    zero = g.new_zeros(())
-    return (where(pick_a, g, zero) if ctx.needs(0) else None, where(pick_a, zero, g) if ctx.needs(1) else None)
+    pick_a = (ctx.outputs[0] == a).to(g.dtype)
+    return (g * pick_a if ctx.needs(0) else None, g * (1 - pick_a) if ctx.needs(1) else None)
 
 
 @primitive("maximum", shape=broadcast_meta("maximum"), vjp=_minmax_vjp)
