@@ -22,7 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_graph import CASES, TORCH_MODELS, batch_of, interleaved, torch, torch_step_fn  # noqa: E402
+from bench_graph import TORCH_MODELS, eager_step_fn, interleaved, torch, torch_step_fn  # noqa: E402
 
 import flowserve as flow  # noqa: E402
 import flowserve.nn as nn  # noqa: E402
@@ -30,26 +30,6 @@ from flowserve.ops import conv as conv_ops  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["mlp 784-512-512-10", "mobilenet_v2 cifar", "resnet18 cifar"]
-
-
-def eager_step_fn(name):
-    factory, shape, classes, batch, vocab = CASES[name]
-    x, y = (flow.tensor(a) for a in batch_of(shape, classes, batch, vocab))
-    flow.manual_seed(0)
-    model = factory()
-    model.train()
-    opt = flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step():
-        loss = loss_fn(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.numpy()
-
-    step()
-    return step
 
 
 def kernels_at(rev: str):

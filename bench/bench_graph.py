@@ -1,20 +1,27 @@
-"""nn.Graph speed: one training step, graph vs eager flowserve vs PyTorch eager (CPU).
+"""nn.Graph speed: one training step, graph (each execution provider) vs eager flowserve vs PyTorch eager (CPU).
 
 Models (the same architecture in each framework): MLP 784-512-512-10 (batch 256),
 MobileNetV2 and ResNet-18 for CIFAR (batch 64), a Transformer encoder classifier
-(batch 32, 128 tokens); plus the first-call compile time of the ResNet-18 training graph
-and inference latency at batch 1 and 64 (graph vs eager). Goals: graph >= 3x flowserve
-eager and >= 1x PyTorch eager per training step.
+(batch 32, 128 tokens). Per model: the step time of the graph on ONNX Runtime's CPU
+provider and on OpenVINO (where installed), of eager flowserve and of PyTorch, the
+graph's speedups over both, the node count of the lowered ONNX and the op types that
+take the most time in ONNX Runtime's profile of one step. Then the first-call time of the
+ResNet-18 training graph and inference latency at batch 1 and 64 against PyTorch.
+Goals: training graph >= 1x PyTorch eager on the convnets and >= 1.5x on the MLP and
+Transformer, >= 2x flowserve eager; inference graphs >= 1x PyTorch.
 
-    python bench/bench_graph.py            # about 3 minutes on 2 cores
-    python bench/bench_graph.py --quick    # fewer iterations
+    python bench/bench_graph.py                      # about 5 minutes on a quiet 2-core machine
+    python bench/bench_graph.py --only resnet --engines cpu --rounds 2
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -120,12 +127,13 @@ else:
 
 
 class TrainGraph(nn.Graph):
-    def __init__(self, model, optimizer, fuse_update: bool = True):
+    def __init__(self, model, optimizer, fuse_update: bool = True, provider: str = "auto"):
         super().__init__()
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss()
         self.add_optimizer(optimizer)
         self.config.allow_fuse_model_update_ops(fuse_update)  # one flat update per group
+        self.config.set_execution_provider(provider)
 
     def build(self, x, y):
         loss = self.loss_fn(self.model(x), y)
@@ -134,9 +142,10 @@ class TrainGraph(nn.Graph):
 
 
 class InferGraph(nn.Graph):
-    def __init__(self, model):
+    def __init__(self, model, provider: str = "auto"):
         super().__init__()
         self.model = model
+        self.config.set_execution_provider(provider)
 
     def build(self, x):
         return self.model(x)
@@ -176,30 +185,47 @@ def interleaved(steps: dict, rounds: int) -> dict:
     return best
 
 
-def flowserve_step_fns(name, fuse_update=True):
-    """(graph step, eager step, first-call seconds of the graph) on separate model copies."""
+def engines(choice: str | None = None) -> list:
+    """Graph execution providers to time: ONNX Runtime's CPU provider, and OpenVINO where
+    it is installed (``--engines cpu,openvino`` picks)."""
+    from flowserve.exporter import openvino
+
+    if choice:
+        return choice.split(",")
+    return ["cpu"] + (["openvino"] if openvino.available() else [])
+
+
+def graph_step_fn(name, provider="cpu", fuse_update=True):
+    """(graph step, the graph, first-call seconds) on a fresh model."""
     factory, shape, classes, batch, vocab = CASES[name]
     x, y = (flow.tensor(a) for a in batch_of(shape, classes, batch, vocab))
     flow.manual_seed(0)
-    graph_model, eager_model = factory(), factory()
-    graph_model.train()
-    eager_model.train()
-    graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=1e-3, momentum=0.9), fuse_update)
+    model = factory()
+    model.train()
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), fuse_update, provider)
     start = time.perf_counter()
     graph(x, y)
-    first_s = time.perf_counter() - start
-    opt = flow.optim.SGD(eager_model.parameters(), lr=1e-3, momentum=0.9)
+    return (lambda: graph(x, y).numpy()), graph, time.perf_counter() - start
+
+
+def eager_step_fn(name):
+    factory, shape, classes, batch, vocab = CASES[name]
+    x, y = (flow.tensor(a) for a in batch_of(shape, classes, batch, vocab))
+    flow.manual_seed(0)
+    model = factory()
+    model.train()
+    opt = flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    def eager_step():
-        loss = loss_fn(eager_model(x), y)
+    def step():
+        loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss.numpy()
 
-    eager_step()
-    return (lambda: graph(x, y).numpy()), eager_step, first_s
+    step()
+    return step
 
 
 def torch_step_fn(name):
@@ -225,62 +251,144 @@ def torch_step_fn(name):
     return step
 
 
-def inference(name, batch, iters):
+def profile(graph, args) -> tuple[int, list]:
+    """(ONNX node count, [(op type, share of the step)]) of the graph's compiled model,
+    from ONNX Runtime's profiler (CPU provider) over one step after a warm-up step."""
+    import onnxruntime as ort
+
+    compiled = graph._compiled
+    feeds = {v.name: a.numpy() for v, a in zip(compiled.traced.ir.inputs, args)}
+    for name in compiled.fed_state:
+        feed = compiled.traced.system_feeds.get(name)
+        feeds[name] = feed() if feed is not None else compiled.traced.state[name].numpy().copy()
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.intra_op_num_threads = os.cpu_count() or 1
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "step")
+    session = ort.InferenceSession(compiled.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    last = max(e["ts"] for e in events if e.get("name") == "model_run")
+    by_op: collections.Counter = collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= last:
+            by_op[e["args"]["op_name"]] += e["dur"]
+    total = sum(by_op.values()) or 1
+    return len(compiled.model.graph.node), [(op, t / total) for op, t in by_op.most_common(6)]
+
+
+def torch_infer_fn(name, batch):
+    if torch is None:
+        return None
+    _, shape, classes, _, vocab = CASES[name]
+    x = torch.tensor(batch_of(shape, classes, batch, vocab)[0])
+    torch.manual_seed(0)
+    model = TORCH_MODELS[name]().eval()
+
+    def run():
+        with torch.no_grad():
+            return model(x).numpy()
+
+    run()
+    return run
+
+
+def inference_fns(name, batch, providers) -> dict:
     factory, shape, classes, _, vocab = CASES[name]
     x = flow.tensor(batch_of(shape, classes, batch, vocab)[0])
     flow.manual_seed(0)
     model = factory()
     model.eval()
-    graph = InferGraph(model)
-    graph(x)
+    fns = {}
+    for provider in providers:
+        graph = InferGraph(model, provider)
+        graph(x)
+        fns[provider] = lambda g=graph: g(x).numpy()
 
     def eager():
         with flow.no_grad():
             return model(x).numpy()
 
     eager()
-    best = interleaved({"graph": lambda: graph(x).numpy(), "eager": eager}, iters)
-    return best["graph"], best["eager"]
+    fns["eager"] = eager
+    torch_fn = torch_infer_fn(name, batch)
+    if torch_fn is not None:
+        fns["torch"] = torch_fn
+    return fns
+
+
+def _ratio(best: dict, peer: str, key: str) -> str:
+    return f"{best[peer] / best[key]:>8.2f}x" if peer in best else f"{'-':>9}"
+
+
+def training_table(args, providers) -> None:
+    heads = "".join(f"{'graph:' + p:>15}" for p in providers)
+    ratios = "".join(f"{p[:3] + ':eager':>10}{p[:3] + ':torch':>10}" for p in providers)
+    print(f"{'training step (ms)':<22}{heads}{'eager':>9}{'torch':>9}{ratios}{'nodes':>7}")
+    compile_resnet = None
+    for name in CASES:
+        if args.only and args.only not in name:
+            continue
+        steps, graphs = {}, {}
+        for provider in providers:
+            steps[provider], graphs[provider], first_s = graph_step_fn(name, provider, not args.no_fuse_update)
+            if name.startswith("resnet") and provider == providers[0]:
+                compile_resnet = first_s
+        steps["eager"] = eager_step_fn(name)
+        if torch is not None:
+            steps["torch"] = torch_step_fn(name)
+        slow = name.startswith(("mobilenet", "resnet"))
+        best = interleaved(steps, args.rounds if slow else args.rounds * 4)
+        nodes, top = profile(graphs[providers[0]], batch_args(name))
+        row = f"{name:<22}" + "".join(f"{best[p] * 1e3:>15.1f}" for p in providers)
+        row += f"{best['eager'] * 1e3:>9.1f}{best.get('torch', float('nan')) * 1e3:>9.1f}"
+        row += "".join(_ratio(best, "eager", p) + " " + _ratio(best, "torch", p) for p in providers)
+        print(row + f"{nodes:>7}", flush=True)
+        print(f"{'':<4}top ops (ORT CPU): " + ", ".join(f"{op} {share:.0%}" for op, share in top), flush=True)
+    if compile_resnet is not None:
+        print(f"\nfirst call of the resnet18 training graph ({providers[0]}): {compile_resnet:.2f} s "
+              f"(trace + compile + one step)")
+
+
+def batch_args(name):
+    _, shape, classes, batch, vocab = CASES[name]
+    return [flow.tensor(a) for a in batch_of(shape, classes, batch, vocab)]
+
+
+def inference_table(args, providers) -> None:
+    heads = "".join(f"{'graph:' + p:>15}" for p in providers)
+    ratios = "".join(f"{p[:3] + ':torch':>10}" for p in providers)
+    print(f"\n{'inference latency (ms)':<26}{heads}{'eager':>9}{'torch':>9}{ratios}")
+    for name in ("resnet18 cifar", "mobilenet_v2 cifar"):
+        if args.only and args.only not in name:
+            continue
+        for batch in (1, 64):
+            best = interleaved(inference_fns(name, batch, providers), args.rounds * (4 if batch == 1 else 2))
+            row = f"{name + f' b={batch}':<26}" + "".join(f"{best[p] * 1e3:>15.2f}" for p in providers)
+            row += f"{best['eager'] * 1e3:>9.2f}{best.get('torch', float('nan')) * 1e3:>9.2f}"
+            print(row + "".join(_ratio(best, "torch", p) + " " for p in providers), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds for the convnets (x4 others)")
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--engines", default=None, help="graph providers to time, e.g. cpu,openvino")
+    parser.add_argument("--no-inference", action="store_true", help="training steps only")
     parser.add_argument("--no-fuse-update", action="store_true",
                         help="graphs without config.allow_fuse_model_update_ops(True)")
     args = parser.parse_args()
-    iters = 2 if args.quick else 4
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; fastest of interleaved rounds\n")
-    print(f"{'training step (ms)':<22}{'graph':>9}{'eager':>9}{'torch':>9}{'vs eager':>10}{'vs torch':>10}")
-    compile_resnet = step_resnet = None
-    for name in CASES:
-        if args.only and args.only not in name:
-            continue
-        slow = name.startswith(("mobilenet", "resnet"))
-        graph_fn, eager_fn, first_s = flowserve_step_fns(name, not args.no_fuse_update)
-        steps = {"graph": graph_fn, "eager": eager_fn}
-        torch_fn = torch_step_fn(name)
-        if torch_fn is not None:
-            steps["torch"] = torch_fn
-        best = interleaved(steps, 2 if slow else iters * 2)
-        graph_s, eager_s, torch_s = best["graph"], best["eager"], best.get("torch", float("nan"))
-        if name.startswith("resnet"):
-            compile_resnet, step_resnet = first_s, graph_s
-        print(f"{name:<22}{graph_s * 1e3:>9.1f}{eager_s * 1e3:>9.1f}{torch_s * 1e3:>9.1f}"
-              f"{eager_s / graph_s:>9.2f}x{torch_s / graph_s:>9.2f}x", flush=True)
-    if compile_resnet is not None:
-        print(f"\nfirst call of the resnet18 training graph: {compile_resnet:.2f} s = trace + compile "
-              f"{compile_resnet - step_resnet:.2f} s + one step {step_resnet:.2f} s")
-    print(f"\n{'inference latency (ms)':<28}{'graph':>9}{'eager':>9}{'vs eager':>10}")
-    for name in ("mlp 784-512-512-10", "resnet18 cifar"):
-        if args.only and args.only not in name:
-            continue
-        for batch in (1, 64):
-            rounds = 2 if name.startswith("resnet") and batch > 1 else iters * 2
-            graph_s, eager_s = inference(name, batch, rounds)
-            print(f"{name + f' b={batch}':<28}{graph_s * 1e3:>9.2f}{eager_s * 1e3:>9.2f}{eager_s / graph_s:>9.2f}x",
-                  flush=True)
+    providers = engines(args.engines)
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; fastest of interleaved rounds; "
+          f"ratios are speedups of the graph (peer time / graph time)\n")
+    training_table(args, providers)
+    if not args.no_inference:
+        inference_table(args, providers)
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -80,13 +80,15 @@ def eager_steps(model, opt, sched, x, y, steps: int, micro: int = 1) -> list:
 
 
 class TrainGraph(nn.Graph):
-    def __init__(self, model, opt, sched=None, accumulation: int = 1):
+    def __init__(self, model, opt, sched=None, accumulation: int = 1, provider: str | None = None):
         super().__init__()
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss()
         self.add_optimizer(opt, lr_sch=sched)
         if accumulation > 1:
             self.config.set_gradient_accumulation_steps(accumulation)
+        if provider is not None:
+            self.config.set_execution_provider(provider)
 
     def build(self, x, y):
         loss = self.loss_fn(self.model(x), y)

@@ -15,6 +15,8 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 
+from tests.graph.helpers import TrainGraph
+
 torch = pytest.importorskip("torch")
 STEPS = 3
 
@@ -43,18 +45,8 @@ def _data():
     return rng.standard_normal((6, 3, 10, 10)).astype(np.float32), rng.integers(0, 5, 6)
 
 
-class _Train(nn.Graph):
-    def __init__(self, model, provider="cpu"):
-        super().__init__()
-        self.model = model
-        self.loss_fn = nn.CrossEntropyLoss()
-        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
-        self.config.set_execution_provider(provider)
-
-    def build(self, x, y):
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        return loss
+def _train_graph(model, provider="cpu"):
+    return TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), provider=provider)
 
 
 def _eager_losses(model, x, y):
@@ -70,7 +62,7 @@ def _eager_losses(model, x, y):
 
 
 def _graph_losses(model, x, y, provider="cpu"):
-    graph = _Train(model, provider)
+    graph = _train_graph(model, provider)
     return [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
 
 
@@ -127,7 +119,7 @@ def test_training_graph_lowering():
     """Batch norm's statistics are two ReduceMean (its lowering), the stride-1 input
     gradient is a Conv."""
     model = nn.Sequential(nn.Conv2d(4, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU6())
-    graph = _Train(model)
+    graph = _train_graph(model)
     graph(flow.tensor(np.ones((2, 4, 5, 5), np.float32)), flow.tensor(np.zeros((2, 5, 5), np.int64)))
     ops = [n.op_type for n in graph._compiled.model.graph.node]
     assert "ConvTranspose" not in ops  # the stride-1 input gradient is a Conv

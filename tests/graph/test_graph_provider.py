@@ -13,6 +13,7 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 from flowserve.exporter import openvino
+from tests.graph.helpers import TrainGraph
 
 needs_openvino = pytest.mark.skipif(not openvino.available(), reason='needs pip install "flowserve[openvino]"')
 needs_runtime = pytest.mark.skipif(not openvino.runtime_available(), reason="needs the openvino package")
@@ -30,20 +31,6 @@ def _data():
             flow.tensor(rng.integers(0, 4, 4)))
 
 
-class _Train(nn.Graph):
-    def __init__(self, model, provider):
-        super().__init__()
-        self.model = model
-        self.loss_fn = nn.CrossEntropyLoss()
-        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
-        self.config.set_execution_provider(provider)
-
-    def build(self, x, y):
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        return loss
-
-
 class _Infer(nn.Graph):
     def __init__(self, model, provider):
         super().__init__()
@@ -56,7 +43,7 @@ class _Infer(nn.Graph):
 
 def _train(provider):
     model = _model()
-    graph = _Train(model, provider)
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), provider=provider)
     x, y = _data()
     losses = [float(graph(x, y).numpy()) for _ in range(3)]
     return losses, model, graph
@@ -72,7 +59,7 @@ def test_cpu_provider_trains_as_auto():
     assert _train("cpu")[0] == _train("auto")[0]
 
 
-def _check_same_training(provider_graph_check=None):
+def _check_same_training():
     expected, reference, _ = _train("cpu")
     losses, model, graph = _train("openvino")
     np.testing.assert_allclose(losses, expected, rtol=1e-4)
