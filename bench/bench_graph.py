@@ -251,16 +251,35 @@ def torch_step_fn(name):
     return step
 
 
+def _feeds(graph, args) -> dict:
+    compiled = graph._compiled
+    feeds = {v.name: a.numpy() for v, a in zip(compiled.traced.ir.inputs, args)}
+    for name in compiled.fed_state:
+        feed = compiled.traced.system_feeds.get(name)
+        feeds[name] = feed() if feed is not None else compiled.traced.state[name].numpy().copy()
+    return feeds
+
+
+def session_only_fn(graph, args):
+    """The graph's ONNX Runtime session run alone on bound inputs (its outputs to buffers it
+    allocates): the graph's step time minus this is the Python time per call."""
+    session = graph._compiled.session
+    binding = session.io_binding()
+    feeds = _feeds(graph, args)
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, array)
+    for out in session.get_outputs():
+        binding.bind_output(out.name)
+    return lambda: session.run_with_iobinding(binding)
+
+
 def profile(graph, args) -> tuple[int, list]:
     """(ONNX node count, [(op type, share of the step)]) of the graph's compiled model,
     from ONNX Runtime's profiler (CPU provider) over one step after a warm-up step."""
     import onnxruntime as ort
 
     compiled = graph._compiled
-    feeds = {v.name: a.numpy() for v, a in zip(compiled.traced.ir.inputs, args)}
-    for name in compiled.fed_state:
-        feed = compiled.traced.system_feeds.get(name)
-        feeds[name] = feed() if feed is not None else compiled.traced.state[name].numpy().copy()
+    feeds = _feeds(graph, args)
     so = ort.SessionOptions()
     so.enable_profiling = True
     so.intra_op_num_threads = os.cpu_count() or 1
@@ -338,17 +357,20 @@ def training_table(args, providers) -> None:
             steps[provider], graphs[provider], first_s = graph_step_fn(name, provider, not args.no_fuse_update)
             if name.startswith("resnet") and provider == providers[0]:
                 compile_resnet = first_s
+        steps["session"] = session_only_fn(graphs[providers[0]], batch_args(name))
         steps["eager"] = eager_step_fn(name)
         if torch is not None:
             steps["torch"] = torch_step_fn(name)
         slow = name.startswith(("mobilenet", "resnet"))
         best = interleaved(steps, args.rounds if slow else args.rounds * 4)
         nodes, top = profile(graphs[providers[0]], batch_args(name))
+        python_ms = (best[providers[0]] - best["session"]) * 1e3
         row = f"{name:<22}" + "".join(f"{best[p] * 1e3:>15.1f}" for p in providers)
         row += f"{best['eager'] * 1e3:>9.1f}{best.get('torch', float('nan')) * 1e3:>9.1f}"
         row += "".join(_ratio(best, "eager", p) + " " + _ratio(best, "torch", p) for p in providers)
         print(row + f"{nodes:>7}", flush=True)
-        print(f"{'':<4}top ops (ORT CPU): " + ", ".join(f"{op} {share:.0%}" for op, share in top), flush=True)
+        print(f"{'':<4}Python per call {python_ms:.1f} ms ({providers[0]}); top ops (ORT CPU): "
+              + ", ".join(f"{op} {share:.0%}" for op, share in top), flush=True)
     if compile_resnet is not None:
         print(f"\nfirst call of the resnet18 training graph ({providers[0]}): {compile_resnet:.2f} s "
               f"(trace + compile + one step)")

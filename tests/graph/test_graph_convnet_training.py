@@ -124,3 +124,37 @@ def test_training_graph_lowering():
     ops = [n.op_type for n in graph._compiled.model.graph.node]
     assert "ConvTranspose" not in ops  # the stride-1 input gradient is a Conv
     assert ops.count("ReduceMean") == 2, ops
+
+
+class _Grads(nn.Graph):
+    """A training graph whose SGD step (lr 1, no momentum) exposes the gradient."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(flow.optim.SGD(model.parameters(), lr=1.0))
+
+    def build(self, x):
+        loss = (self.model(x) * flow.tensor(np.arange(1.0, 9.0, dtype=np.float32))).sum()
+        loss.backward()
+        return loss
+
+
+@pytest.mark.parametrize("act", [nn.ReLU6(), nn.Hardtanh(-0.5, 0.25)])
+def test_clamp_gradient_mask_keeps_gradients(act):
+    """Values exactly at the bounds included (the masks' ties)."""
+    x = np.array([[-1.0, 0.0, 0.5, 6.0, 7.0, -0.5, 0.25, 3.0]], np.float32)
+    flow.manual_seed(0)
+    graph_model, eager_model = nn.Sequential(nn.Linear(8, 8), act), nn.Sequential(nn.Linear(8, 8), act)
+    eager_model.load_state_dict(graph_model.state_dict())
+    with flow.no_grad():  # pre-activations exactly x: identity weights, zero bias
+        for m in (graph_model, eager_model):
+            m[0].weight.copy_(flow.tensor(np.eye(8, dtype=np.float32)))
+            m[0].bias.copy_(flow.tensor(np.zeros(8, np.float32)))
+    graph = _Grads(graph_model)
+    graph(flow.tensor(x))
+    assert "fold_clamp_gradient_masks" in graph._compiled.traced.ir.attrs["passes"]
+    loss = (eager_model(flow.tensor(x)) * flow.tensor(np.arange(1.0, 9.0, dtype=np.float32))).sum()
+    loss.backward()
+    expected_bias = np.zeros(8, np.float32) - eager_model[0].bias.grad.numpy()
+    np.testing.assert_array_equal(graph_model[0].bias.numpy(), expected_bias)

@@ -1,7 +1,7 @@
 """Which IR passes a graph's config and its modules' options ask for, in order.
 
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
-convolutions as matrix products, AMP casts, cast fusion, and the stage/ZeRO records. On
+convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, and the stage/ZeRO records. On
 the private copy graph mode lowers: the add-to-output fusion (the exporter lowers its
 fused node). Every pass returns ``PassResult(ir, modified)``.
 """
@@ -14,6 +14,7 @@ from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
+from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
@@ -42,6 +43,8 @@ def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
             applied.append("activation_checkpointing")
     if graph.training and conv_weight_grad_as_matmul(ir)[1]:
         applied.append("conv_weight_grad_as_matmul")
+    if graph.training and fold_clamp_gradient_masks(ir).modified:
+        applied.append("fold_clamp_gradient_masks")
     if options.get("amp"):
         dtype = options.get("amp_dtype", "float16")
         if amp_cast(ir, dtype, native=_native_low_precision(dtype))[1]:
