@@ -1,6 +1,7 @@
 """The nn.Graph documents' examples (OneFlow's API reference and guide), with
 ``import flowserve as flow``, and the examples/ scripts that mirror the guide."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,12 @@ def test_debug_repr_example_prints_both_forms():
     out = _run("graph_debug_repr.py", "--v-level", "0")
     assert out.count("(GRAPH:GraphMobileNetV2_0:GraphMobileNetV2): (") == 2
     assert "start building graph." in out and "(INPUT:_model-input_0:" in out
+
+
+def test_execution_provider_example():
+    out = _run("graph_execution_provider.py", "--steps", "2")
+    rows = [line for line in out.splitlines() if line.startswith("step ")]
+    assert len(rows) == 2 and "cpu loss" in rows[0], out
+    for row in rows:  # every provider from the same start gives the same loss
+        losses = [float(v) for v in re.findall(r"loss (\S+)", row)]
+        assert max(losses) - min(losses) <= 1e-4 * abs(losses[0]), row
