@@ -44,6 +44,8 @@ def plugin_devices() -> list:
         import onnxruntime_ep_openvino as plugin
     except ImportError:
         return []
+    if not hasattr(ort, "get_ep_devices"):  # ONNX Runtime before plugin execution providers
+        return []
     if not any(d.ep_name == PLUGIN_EP for d in ort.get_ep_devices()):
         try:
             ort.register_execution_provider_library(PLUGIN_EP, plugin.get_library_path())
