@@ -48,9 +48,9 @@ def _match(node: Node, producers: dict, uses: dict):
 def fold_clamp_gradient_masks(ir: GraphIR) -> PassResult:
     producers = ir.producers()
     uses: dict = {}
-    for node in ir.nodes:
-        for name in node.inputs:
-            uses[name] = uses.get(name, 0) + 1
+    read = [name for node in ir.nodes for name in node.inputs]
+    for name in read + [v.name for v in ir.outputs] + list(ir.updates.values()):
+        uses[name] = uses.get(name, 0) + 1
     nodes, changed = [], False
     for node in ir.nodes:
         found = _match(node, producers, uses)
