@@ -66,6 +66,12 @@ class Builder:
         self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
         return name
 
+    def drop_initializers(self, names) -> None:
+        """Remove initializers no node reads any more (and forget them as constants)."""
+        for name in names:
+            del self.initializers[name]
+        self._const_cache = {k: v for k, v in self._const_cache.items() if v in self.initializers}
+
     def const(self, value, dtype=np.int64) -> str:
         """A constant tensor (de-duplicated by value): ``b.const([0, -1])``."""
         array = np.asarray(value, dtype=dtype)

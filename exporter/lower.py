@@ -9,6 +9,7 @@ from flowserve.errors import ExportError
 from flowserve.exporter import versions
 from flowserve.exporter.builder import Builder
 from flowserve.exporter.lowering import LOWERINGS, LoweringContext
+from flowserve.exporter.lowering.clip import fold_clip
 from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.ir.graph import GraphIR
 
@@ -53,4 +54,5 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         v = ir.state[name]
         out = b.op1("Identity", [ir.updates[name]], name + UPDATE_SUFFIX)
         b.output(out, v.dtype, v.shape)
+    fold_clip(b, keep={v.name for v in ir.outputs})
     return b.model(ir.name)

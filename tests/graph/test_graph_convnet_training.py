@@ -158,3 +158,16 @@ def test_clamp_gradient_mask_keeps_gradients(act):
     loss.backward()
     expected_bias = np.zeros(8, np.float32) - eager_model[0].bias.grad.numpy()
     np.testing.assert_array_equal(graph_model[0].bias.numpy(), expected_bias)
+
+
+def test_relu6_lowers_to_one_clip():
+    """ReLU6's ``minimum(maximum(x, 0), 6)`` is one ONNX Clip, with no constant left unread."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, 1, 1), nn.ReLU6(), nn.Flatten(), nn.Linear(4 * 25, 3))
+    graph = _train_graph(model)
+    graph(flow.tensor(np.random.default_rng(0).standard_normal((2, 3, 5, 5)).astype(np.float32)),
+          flow.tensor(np.array([0, 2])))
+    onnx_graph = graph._compiled.model.graph
+    ops = [n.op_type for n in onnx_graph.node]
+    assert ops.count("Clip") == 1 and "Max" not in ops and "Min" not in ops, ops
+    read = {name for n in onnx_graph.node for name in n.input}
+    assert all(init.name in read for init in onnx_graph.initializer)
