@@ -67,8 +67,9 @@ def available() -> bool:
     return bool(plugin_devices()) or runtime_available()
 
 
-def create_session(data: bytes, session_options: ort.SessionOptions, threads: int | None, route: str = "auto"):
-    """A session running the ONNX model ``data`` on OpenVINO; ``route``: ``"auto"`` (the
+def create_session(data: bytes | str, session_options: ort.SessionOptions, threads: int | None,
+                   route: str = "auto"):
+    """A session running the ONNX model ``data`` (bytes or a path) on OpenVINO; ``route``: ``"auto"`` (the
     plugin where it lists a device, else OpenVINO's runtime), ``"plugin"`` or ``"runtime"``."""
     devices = plugin_devices() if route in ("auto", "plugin") else []
     if devices:
@@ -95,14 +96,15 @@ class _Arg:
 class OpenVINOSession:
     """An ONNX model compiled by OpenVINO's runtime, with ``InferenceSession``'s interface."""
 
-    def __init__(self, data: bytes, threads: int | None = None):
+    def __init__(self, data: bytes | str, threads: int | None = None):
         import openvino as ov  # optional dependency: the [openvino] extra
 
         self._ov = ov
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(data), "CPU", cpu_config(threads))
         self.request = self.compiled.create_infer_request()
-        graph = onnx.load_from_string(data).graph  # the ONNX names: OpenVINO may list others first
+        proto = onnx.load(data, load_external_data=False) if isinstance(data, str) else onnx.load_from_string(data)
+        graph = proto.graph  # the ONNX names: OpenVINO may list others first
         self._inputs = [v.name for v in graph.input if v.name not in {i.name for i in graph.initializer}]
         self._outputs = [v.name for v in graph.output]
         self._ports = {name: _port(self.compiled.outputs, name) for name in self._outputs}

@@ -107,13 +107,8 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
     Runtime on ``device``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
     (``flowserve.exporter.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
     plugin, or an ``OpenVINOSession`` with the same interface)."""
-    if isinstance(model, onnx.ModelProto):
-        data = model.SerializeToString()
-    elif isinstance(model, str):
-        with open(model, "rb") as f:
-            data = f.read()
-    else:
-        data = model
+    # a path stays a path: the engines resolve external data against its directory
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     so = session_options(instances=instances, threads=threads, options=options)
     provider = check_execution_provider(provider or (options or {}).get("execution_provider", "auto"))
     if provider == "openvino":
