@@ -1,6 +1,6 @@
 """OpenVINO as the engine that runs a flowserve ONNX model (``pip install "flowserve[openvino]"``).
 
-Two routes, tried in this order:
+Two routes, tried in this order (``flowserve.exporter.runtime.create_session`` takes them):
 
 1. ONNX Runtime's OpenVINO execution provider plugin (the ``onnxruntime-ep-openvino``
    package): registered with ONNX Runtime once per process, used where it lists a device.
@@ -67,18 +67,18 @@ def available() -> bool:
     return bool(plugin_devices()) or runtime_available()
 
 
-def create_session(data: bytes | str, session_options: ort.SessionOptions, threads: int | None,
-                   route: str = "auto"):
-    """A session running the ONNX model ``data`` (bytes or a path) on OpenVINO; ``route``: ``"auto"`` (the
-    plugin where it lists a device, else OpenVINO's runtime), ``"plugin"`` or ``"runtime"``."""
-    devices = plugin_devices() if route in ("auto", "plugin") else []
+def add_plugin(session_options: ort.SessionOptions, threads: int | None) -> bool:
+    """Put ONNX Runtime's OpenVINO plugin into ``session_options`` where it lists a device
+    (``exporter/runtime.py`` then builds the ``InferenceSession``); False where it does not."""
+    devices = plugin_devices()
     if devices:
         load_config = json.dumps({"CPU": cpu_config(threads)})
         session_options.add_provider_for_devices(devices[:1], {"load_config": load_config})
-        return ort.InferenceSession(data, sess_options=session_options)
-    if route == "plugin":
-        raise GraphError(f"execution provider 'openvino': ONNX Runtime's OpenVINO plugin lists no device here "
-                         f"(install it with {INSTALL_HINT})")
+    return bool(devices)
+
+
+def runtime_session(data: bytes | str, threads: int | None) -> "OpenVINOSession":
+    """The model ``data`` (bytes or a path) compiled by OpenVINO's own runtime."""
     if not runtime_available():
         raise GraphError(f"execution provider 'openvino' needs OpenVINO: {INSTALL_HINT}")
     return OpenVINOSession(data, threads)

@@ -112,7 +112,9 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
     so = session_options(instances=instances, threads=threads, options=options)
     provider = check_execution_provider(provider or (options or {}).get("execution_provider", "auto"))
     if provider == "openvino":
-        return openvino.create_session(data, so, so.intra_op_num_threads)
+        if not openvino.add_plugin(so, so.intra_op_num_threads):
+            return openvino.runtime_session(data, so.intra_op_num_threads)
+        return ort.InferenceSession(data, sess_options=so)
     if provider in ("cpu", "cuda"):
         device = provider
     return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))
