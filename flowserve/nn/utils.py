@@ -19,7 +19,8 @@ def _grads(parameters) -> list:
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None):
     """Scale gradients in place so that their joint ``norm_type`` norm is at most ``max_norm``;
-    returns the norm before clipping.
+    returns the norm before clipping. Inside ``nn.Graph.build`` (after ``loss.backward()``)
+    the gradients are the graph's symbolic ones, so the clipping becomes part of the step.
 
     >>> import flowserve as flow
     >>> w = flow.nn.Parameter(flow.ones(4))
@@ -27,7 +28,13 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     >>> float(flow.nn.utils.clip_grad_norm_([w], 1.0))
     6.0
     """
-    grads = _grads(parameters)
+    return clip_grads_(_grads(parameters), max_norm, norm_type, error_if_nonfinite)
+
+
+@no_grad()
+def clip_grads_(grads: list, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False):
+    """Clip the gradient tensors ``grads`` in place to a joint norm of ``max_norm`` (the rule of
+    ``clip_grad_norm_``, also used for OneFlow's per-group ``clip_grad_max_norm``)."""
     if not grads:
         return creation.tensor(0.0)
     norm_type = float(norm_type)

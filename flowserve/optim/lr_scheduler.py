@@ -343,3 +343,16 @@ class SequentialLR(LRScheduler):
         self.__dict__.update(state_dict)
         for sched, state in zip(self._schedulers, saved):
             sched.load_state_dict(state)
+
+
+from flowserve.optim.lr_scheduler_more import (  # noqa: E402,F401 - one namespace for every scheduler
+    CosineAnnealingWarmRestarts,
+    CosineDecayLR,
+    PolynomialLR,
+    WarmUpLR,
+    WarmupLR,
+)
+
+from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("flowserve.optim.lr_scheduler")  # PyTorch/OneFlow names flowserve lacks: say what to use instead
