@@ -85,7 +85,7 @@ class cuda:
     def manual_seed(seed: int) -> None:
         """PyTorch's ``torch.cuda.manual_seed``: flowserve has one generator for every device,
         so this seeds it (as ``flow.manual_seed``)."""
-        from flowserve.ops.creation import manual_seed  # device is imported by the ops
+        from flowserve.ops.creation import manual_seed  # local: the ops import this module
 
         manual_seed(seed)
 
@@ -102,13 +102,13 @@ class _CudaAmp:
 
     @staticmethod
     def autocast(enabled: bool = True, dtype=None, cache_enabled=None):
-        from flowserve.amp import autocast  # amp imports the ops, which import this module
+        from flowserve.amp import autocast  # local: amp imports the ops, which import this module
 
         return autocast("cuda", dtype=dtype, enabled=enabled)
 
     @staticmethod
     def GradScaler(*args, **kwargs):  # noqa: N802 - PyTorch's name
-        from flowserve.amp import GradScaler  # amp imports the ops, which import this module
+        from flowserve.amp import GradScaler  # local: amp imports the ops, which import this module
 
         return GradScaler(*args, **kwargs)
 

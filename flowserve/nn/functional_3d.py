@@ -9,9 +9,9 @@ trace into ``nn.Graph`` and export (as ``Conv``/``MaxPool`` nodes) with no rules
 
 from __future__ import annotations
 
-from flowserve.nn import functional as NF
 from flowserve.ops import conv as C
 from flowserve.ops import functional as F
+from flowserve.ops import pool
 from flowserve.ops.padding import pad
 from flowserve.ops.registry import fail_shape
 
@@ -73,7 +73,9 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     depth_out = (input.shape[2] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
     out = None
     for planes in _depth_taps(input, depth_out, kernel[0], stride[0], dilation[0]):
-        term = NF.max_pool2d(planes, kernel[1:], stride[1:], padding[1:], dilation[1:])
+        term = pool.max_pool2d(planes, kernel=list(kernel[1:]), stride=list(stride[1:]),
+                               pads=[padding[1], padding[2], padding[1], padding[2]], dilation=list(dilation[1:]),
+                               ceil_mode=False)
         out = term if out is None else F.maximum(out, term)
     return _unstack(out, input.shape[0], depth_out)
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import FlowserveError
-from flowserve.nn.utils import clip_grads_
+from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
 
 
