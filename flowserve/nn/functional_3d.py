@@ -74,7 +74,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     out = None
     for planes in _depth_taps(input, depth_out, kernel[0], stride[0], dilation[0]):
         term = pool.max_pool2d(planes, kernel=list(kernel[1:]), stride=list(stride[1:]),
-                               pads=[padding[1], padding[2], padding[1], padding[2]], dilation=list(dilation[1:]),
+                               pads=list(padding[1:]), dilation=list(dilation[1:]),
                                ceil_mode=False)
         out = term if out is None else F.maximum(out, term)
     return _unstack(out, input.shape[0], depth_out)
