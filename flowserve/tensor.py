@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve._missing import missing
 from flowserve._repr import tensor_repr
 from flowserve.autograd import tape
 from flowserve.device import CPU, as_device, to_device_array
@@ -112,10 +111,6 @@ class Tensor:
         if interpreter.grad_enabled and other._requires_grad:
             self._requires_grad, self._node, self._out_index = True, other._node, other._out_index
         return self
-
-    def __getattr__(self, name: str):
-        """A name PyTorch or OneFlow tensors have and flowserve's lack: say what to do instead."""
-        raise missing("Tensor", name)
 
     # -- metadata -------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
+from flowserve._missing import ADVICE, missing
 from flowserve.autograd.engine import backward as _backward
 from flowserve.device import as_device
 from flowserve.errors import DTypeError, ShapeError
@@ -290,6 +291,20 @@ PROPERTIES = {
     "is_xpu": lambda self: False,  # OneFlow's other accelerators: flowserve runs on CPU and CUDA
     "is_global": lambda self: False,  # flowserve tensors are local (OneFlow's global tensors span ranks)
 }
+
+
+def _absent(name: str):
+    """A PyTorch/OneFlow tensor attribute flowserve lacks: reading it raises the AttributeError
+    that says what to use instead (and ``hasattr`` is False). A property per known name, not
+    ``Tensor.__getattr__``, which would slow every attribute access of every tensor."""
+
+    def read(self):
+        raise missing("Tensor", name)
+
+    return read
+
+
+PROPERTIES.update({name: _absent(name) for name in ADVICE["Tensor"]})
 
 
 def install(cls) -> None:
