@@ -19,7 +19,6 @@ ADVICE = {
         "jit": "torch.jit: use nn.Graph (a traced static graph; flow.save(graph, dir) writes it)",
         "onnx": "torch.onnx.export: use flow.save(graph, dir) then `flowserve export dir`",
         "hub": "torch.hub: build the model from its code and load weights with flow.load('weights.pth')",
-        "distributed": "torch.distributed: see flowserve's distributed training documentation",
         "fft": "torch.fft is not in flowserve",
         "linalg": "torch.linalg is not in flowserve; matmul, einsum and norms are (flow.matmul, flow.einsum)",
         "sparse": "sparse tensors are not in flowserve; use dense tensors",
@@ -29,7 +28,6 @@ ADVICE = {
     },
     "flowserve.nn": {
         "ConvTranspose3d": _NO_3D, "AdaptiveAvgPool3d": _NO_3D, "AdaptiveMaxPool3d": _NO_3D,
-        "SyncBatchNorm": "use nn.BatchNorm2d (statistics of the local batch)",
         "CTCLoss": "CTC loss is not in flowserve",
         "EmbeddingBag": "use nn.Embedding followed by a sum or mean over the bag dim",
     },
