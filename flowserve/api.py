@@ -10,7 +10,8 @@ flowserve.Size([2, 1])
 
 from flowserve import dtypes as _dtypes
 from flowserve.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from flowserve.device import cuda, device
+from flowserve.device import cuda as _device_cuda
+from flowserve.device import device
 from flowserve.dtypes import dtype
 from flowserve.tensor import Size, Tensor
 from flowserve.ops import methods as _methods  # noqa: F401  (installs the Tensor method table)
@@ -44,6 +45,16 @@ from flowserve.serialization import load, save  # noqa: E402
 from flowserve.ops.random import bernoulli, multinomial  # noqa: E402
 from flowserve.ops.functional_special import erfinv  # noqa: E402
 from flowserve.amp import autocast  # noqa: E402 - torch.autocast's spelling
+from flowserve.amp.autocast import cuda_amp as _cuda_amp  # noqa: E402
+
+
+class cuda(_device_cuda):  # noqa: N801 - the public name is flow.cuda
+    """``flow.cuda``: device queries, and PyTorch's ``manual_seed``/``manual_seed_all`` (one
+    generator for every device: they seed it, as ``flow.manual_seed``) and ``amp``."""
+
+    manual_seed = staticmethod(manual_seed)
+    manual_seed_all = staticmethod(manual_seed)
+    amp = _cuda_amp
 from flowserve import backends  # noqa: E402,F401 - torch.backends' queries and switches
 from flowserve.nn.graph.compile import compile  # noqa: E402,A001 - torch.compile's spelling
 

@@ -82,38 +82,8 @@ class cuda:
         return _cuda_status()[2]
 
     @staticmethod
-    def manual_seed(seed: int) -> None:
-        """PyTorch's ``torch.cuda.manual_seed``: flowserve has one generator for every device,
-        so this seeds it (as ``flow.manual_seed``)."""
-        from flowserve.ops.creation import manual_seed  # local: the ops import this module
-
-        manual_seed(seed)
-
-    manual_seed_all = manual_seed
-
-    @staticmethod
     def current_device() -> int:
         return 0
-
-
-class _CudaAmp:
-    """``flow.cuda.amp``: PyTorch's older spelling of ``flow.amp``'s ``autocast`` and
-    ``GradScaler`` (``autocast()`` here defaults to float16, as on CUDA)."""
-
-    @staticmethod
-    def autocast(enabled: bool = True, dtype=None, cache_enabled=None):
-        from flowserve.amp import autocast  # local: amp imports the ops, which import this module
-
-        return autocast("cuda", dtype=dtype, enabled=enabled)
-
-    @staticmethod
-    def GradScaler(*args, **kwargs):  # noqa: N802 - PyTorch's name
-        from flowserve.amp import GradScaler  # local: amp imports the ops, which import this module
-
-        return GradScaler(*args, **kwargs)
-
-
-cuda.amp = _CudaAmp
 
 
 def as_device(spec) -> device:

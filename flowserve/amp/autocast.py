@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 from flowserve import dtypes
+from flowserve.amp.grad_scaler import GradScaler
 from flowserve.dispatch import Interpreter, current_interpreter, pop_interpreter, push_interpreter
 from flowserve.ops import functional as F
 
@@ -96,3 +97,14 @@ class autocast:  # noqa: N801 - PyTorch's name
 
 def is_autocast_enabled() -> bool:
     return isinstance(current_interpreter(), AutocastInterpreter)
+
+
+class cuda_amp:  # noqa: N801 - PyTorch's torch.cuda.amp
+    """``flow.cuda.amp``: PyTorch's older spelling of ``flow.amp``'s ``autocast`` (float16 by
+    default, as on CUDA) and ``GradScaler``."""
+
+    @staticmethod
+    def autocast(enabled: bool = True, dtype=None, cache_enabled=None):
+        return autocast("cuda", dtype=dtype, enabled=enabled)
+
+    GradScaler = GradScaler
