@@ -65,6 +65,8 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
     model = _lower(src, graph, opset, dynamic_batch, target)
     if dynamic_batch and src.batched:
         _name_signature(model, src)
+    if src.batch_note:  # the server repeats it when a request has another batch size
+        model.metadata_props.add(key=BATCH_NOTE_KEY, value=src.batch_note)
     report = ExportReport(source=src.where, target=target, opset=opset, ir_version=model.ir_version,
                           fused=graph.groups, folded=graph.folded, nodes_before=unfused_nodes,
                           nodes_after=len(model.graph.node), ops_after=_op_counts(model))
@@ -97,6 +99,9 @@ def _lower(src: ExportSource, graph: ExportGraph, opset: int, dynamic_batch: boo
                         lowerings=fused_lowerings(target))
     except ExportError as exc:
         raise ExportError(f"{src.where}: {exc}") from None
+
+
+BATCH_NOTE_KEY = "flowserve.batch_note"
 
 
 def _name_signature(model: onnx.ModelProto, src: ExportSource) -> None:

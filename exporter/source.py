@@ -22,6 +22,7 @@ class ExportSource:
     outputs: list
     where: str
     name: str
+    batch_note: str | None = None  # why the batch is fixed, naming the op and line (manifest)
 
     @property
     def batched(self) -> bool:
@@ -37,22 +38,25 @@ def resolve_source(source) -> ExportSource:
         return _from_graph(source)
     if isinstance(source, LoadedGraph):
         m = source.manifest
-        return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name)
+        return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name,
+                            m.batch_note)
     if isinstance(source, (str, Path)):
         from flowserve.serialization import read_graph_dir
 
         manifest, ir, params = read_graph_dir(source)
-        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name)
+        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
+                            manifest.batch_note)
     raise ExportError(f"export expected an nn.Graph, a loaded graph or a saved directory path, "
                       f"got {type(source).__name__}")
 
 
 def _from_graph(graph) -> ExportSource:
-    from flowserve.nn.graph.inference import inference_traced
+    from flowserve.nn.graph.inference import deployable_batch, inference_traced
     from flowserve.serialization.graph_dir import graph_signature
 
     traced = inference_traced(graph)
+    batch, note = deployable_batch(graph, traced)
     arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}
     arrays.update({k: np.asarray(v) for k, v in traced.constants.items()})
-    inputs, outputs = graph_signature(traced.ir)
-    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name)
+    inputs, outputs = graph_signature(traced.ir, batch)
+    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, note)

@@ -19,8 +19,8 @@ import types
 __version__ = "0.1.0"
 
 _SUBPACKAGES = frozenset({
-    "amp", "api", "autograd", "cli", "clients", "dispatch", "distributed", "dtypes", "env", "errors", "exporter",
-    "ir", "models", "nn", "ops", "optim", "serialization", "server", "utils",
+    "amp", "api", "autograd", "backends", "cli", "clients", "dispatch", "distributed", "dtypes", "env", "errors",
+    "exporter", "ir", "models", "nn", "ops", "optim", "serialization", "server", "utils",
 })  # not "tensor" and "device": flow.tensor and flow.device are the public function and class
 
 
@@ -32,8 +32,8 @@ def __getattr__(name: str):
     api = importlib.import_module(f"{__name__}.api")
     try:
         value = getattr(api, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    except AttributeError:  # a PyTorch/OneFlow name flowserve lacks: say what to use instead
+        raise importlib.import_module(f"{__name__}._missing").missing(__name__, name) from None
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

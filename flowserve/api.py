@@ -10,40 +10,53 @@ flowserve.Size([2, 1])
 
 from flowserve import dtypes as _dtypes
 from flowserve.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
-from flowserve.device import cuda, device
+from flowserve.device import cuda as _device_cuda
+from flowserve.device import device
 from flowserve.dtypes import dtype
 from flowserve.tensor import Size, Tensor
 from flowserve.ops import methods as _methods  # noqa: F401  (installs the Tensor method table)
 from flowserve.ops.functional import *  # noqa: F401,F403  (its __all__ is an explicit list)
 from flowserve.ops.functional import __all__ as _functional_names
-from flowserve.ops.creation import (
-    Generator,
+from flowserve.ops.creation import Generator, eye, from_numpy, linspace, manual_seed, tensor
+from flowserve.ops.graph_creation import (  # the creation functions that know about nn.Graph tracing
     arange,
     empty,
-    eye,
-    from_numpy,
+    empty_like,
     full,
     full_like,
-    linspace,
-    manual_seed,
+    normal,
     ones,
     ones_like,
     rand,
     rand_like,
     randint,
+    randint_like,
     randn,
     randn_like,
     randperm,
-    tensor,
     zeros,
     zeros_like,
 )
-from flowserve.ops.creation import empty_like, randint_like  # noqa: E402
 from flowserve.ops.functional import all_ as all, any_ as any, max_ as max, min_ as min  # noqa: E402,A001
 from flowserve import autograd, nn, optim  # noqa: E402
 from flowserve import amp  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402
+from flowserve.ops.random import bernoulli, multinomial  # noqa: E402
+from flowserve.ops.functional_special import erfinv  # noqa: E402
+from flowserve.amp import autocast  # noqa: E402 - torch.autocast's spelling
+from flowserve.amp.autocast import cuda_amp as _cuda_amp  # noqa: E402
+
+
+class cuda(_device_cuda):  # noqa: N801 - the public name is flow.cuda
+    """``flow.cuda``: device queries, and PyTorch's ``manual_seed``/``manual_seed_all`` (one
+    generator for every device: they seed it, as ``flow.manual_seed``) and ``amp``."""
+
+    manual_seed = staticmethod(manual_seed)
+    manual_seed_all = staticmethod(manual_seed)
+    amp = _cuda_amp
+from flowserve import backends  # noqa: E402,F401 - torch.backends' queries and switches
+from flowserve.nn.graph.compile import compile  # noqa: E402,A001 - torch.compile's spelling
 
 bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool
 uint8, int8, int16, int32, int64 = _dtypes.uint8, _dtypes.int8, _dtypes.int16, _dtypes.int32, _dtypes.int64
@@ -57,4 +70,5 @@ __all__ = _functional_names + [
     "linspace", "load", "long", "manual_seed", "max", "min", "all", "any", "nn", "no_grad", "ones", "ones_like",
     "optim", "rand", "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "save",
     "set_grad_enabled", "tensor", "uint8", "utils", "zeros", "zeros_like",
+    "autocast", "backends", "bernoulli", "compile", "erfinv", "multinomial", "normal",
 ]

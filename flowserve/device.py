@@ -81,6 +81,10 @@ class cuda:
     def device_count() -> int:
         return _cuda_status()[2]
 
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
 
 def as_device(spec) -> device:
     d = spec if isinstance(spec, device) else device(spec if spec is not None else "cpu")

@@ -104,7 +104,8 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
         if len(dims) > 1:
             given = " and ".join(str(tuple(s)) for s in shapes)
             fail_shape(op, "shapes that broadcast together", f"{given} (dim {axis} differs)")
-        out.append(dims.pop() if dims else 1)
+        present = [s[axis] for s in shapes if len(s) >= -axis and (s[axis] != 1 or not dims)]
+        out.append(max(present, key=lambda d: type(d) is not int))  # keeps a batch mark (ops.dims)
     return tuple(out)
 
 

@@ -20,6 +20,8 @@ from typing import Callable, Optional
 import numpy as np
 import onnx
 
+from flowserve.exporter.export import BATCH_NOTE_KEY
+
 from .batcher import BatchRecord, DynamicBatcher
 from .config import ResolvedModelConfig
 from .datatypes import DATATYPE_BY_NUMPY, DATATYPE_BY_ONNX, NUMPY_BY_DATATYPE
@@ -110,6 +112,8 @@ class ServedModel:
         initializers = {t.name for t in proto.graph.initializer}
         self.inputs = tensor_specs(proto.graph.input, initializers)
         self.outputs = tensor_specs(proto.graph.output)
+        # why the batch size is fixed (op and source line), when the exporter recorded it
+        self.batch_note = {p.key: p.value for p in proto.metadata_props}.get(BATCH_NOTE_KEY)
         self.max_batch_size = config.max_batch_size if self._batchable() else 0
         self.stats = ModelStatistics()
         self.parameters: dict = {}  # shown in model metadata: verification result and figures
@@ -160,7 +164,7 @@ class ServedModel:
             if spec is None:
                 raise InvalidRequestError(f"inputs: unknown input {name!r}; model "
                                           f"{self.name!r} expects {list(self._input_by_name)}")
-            _check_tensor(spec, array)
+            _check_tensor(spec, array, self.batch_note)
             if self.max_batch_size:
                 rows = _check_rows(name, array, rows, self.max_batch_size)
         missing = [name for name in self._input_by_name if name not in inputs]
@@ -223,7 +227,7 @@ def _zeros(spec: TensorSpec, rows: Optional[int]) -> np.ndarray:
     return np.zeros(shape, dtype=spec.dtype)
 
 
-def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
+def _check_tensor(spec: TensorSpec, array: np.ndarray, batch_note: Optional[str] = None) -> None:
     if array.dtype != spec.dtype:
         given = DATATYPE_BY_NUMPY.get(array.dtype, str(array.dtype))
         raise InvalidRequestError(
@@ -233,9 +237,10 @@ def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
         want in (-1, got) for want, got in zip(spec.shape, array.shape)
     )
     if not fits:
+        why = f"; {batch_note}" if batch_note and array.shape[:1] != tuple(spec.shape[:1]) else ""
         raise InvalidRequestError(
             f"input {spec.name!r}: shape {list(array.shape)} given, model expects "
-            f"{list(spec.shape)} (-1: any size)"
+            f"{list(spec.shape)} (-1: any size){why}"
         )
 
 

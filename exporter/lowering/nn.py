@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flowserve import dtypes
+from flowserve.exporter.builder import onnx_dtype
 from flowserve.exporter.lowering.registry import lowering, simple
 
 simple("MatMul", "matmul")
@@ -22,4 +23,7 @@ def lower_softmax(b, node, ctx):
 def lower_one_hot(b, node, ctx):
     values = b.const([0, 1], dtypes.from_name(node.attrs["dtype"]).np)
     depth = b.const(node.attrs["num_classes"])
-    b.op("OneHot", [node.inputs[0], depth, values], node.outputs, axis=-1)
+    indices = node.inputs[0]
+    if ctx.meta(indices).dtype != "int64":  # ONNX Runtime's OneHot has int64 and float kernels only
+        indices = b.op1("Cast", [indices], to=onnx_dtype("int64"))
+    b.op("OneHot", [indices, depth, values], node.outputs, axis=-1)

@@ -43,3 +43,31 @@ class LoweringContext:
 
     def meta(self, name: str):
         return self.ir.values[name]
+
+    def batch_size(self) -> str:
+        """A 1-element int64 tensor: the run-time batch (dim 0 of the graph's first input)."""
+        name = getattr(self, "_batch_size", None)
+        if name is None:
+            shape = self.b.op1("Shape", [self.ir.inputs[0].name])
+            name = self.b.op1("Slice", [shape, self.b.const([0]), self.b.const([1])])
+            self._batch_size = name
+        return name
+
+    def shape_operand(self, node, attr: str, dims: list) -> str:
+        """``dims`` as a 1-D int64 tensor; with a dynamic batch, the positions that the trace
+        marked as the batch size (``node.batch``) read it at run time."""
+        positions = set(node.batch.get(attr, ())) if self.dynamic_batch and self.ir.inputs else set()
+        if not positions:
+            return self.b.const(list(dims))
+        pieces, run = [], []
+        for i, d in enumerate(dims):
+            if i in positions:
+                if run:
+                    pieces.append(self.b.const(run))
+                    run = []
+                pieces.append(self.batch_size())
+            else:
+                run.append(int(d))
+        if run:
+            pieces.append(self.b.const(run))
+        return pieces[0] if len(pieces) == 1 else self.b.op1("Concat", pieces, axis=0)

@@ -11,8 +11,9 @@ from flowserve.ir.interpreter import reshape_target  # one rule for the lowering
 @lowering("reshape")
 def lower_reshape(b, node, ctx):
     in_shape = ctx.meta(node.inputs[0]).shape
-    target = reshape_target(in_shape, node.attrs["shape"]) if ctx.dynamic_batch else node.attrs["shape"]
-    b.op("Reshape", [node.inputs[0], b.const(target)], node.outputs)
+    target = reshape_target(in_shape, node.attrs["shape"], node.batch.get("shape", ())) \
+        if ctx.dynamic_batch else node.attrs["shape"]
+    b.op("Reshape", [node.inputs[0], ctx.shape_operand(node, "shape", target)], node.outputs)
 
 
 @lowering("permute")
@@ -22,7 +23,15 @@ def lower_permute(b, node, ctx):
 
 @lowering("expand")
 def lower_expand(b, node, ctx):
-    b.op("Expand", [node.inputs[0], b.const(node.attrs["shape"])], node.outputs)
+    shape = list(node.attrs["shape"])
+    if ctx.dynamic_batch:  # dims the input already has: 1 (Expand keeps the input's, whatever the batch)
+        in_shape = ctx.meta(node.inputs[0]).shape
+        marked = set(node.batch.get("shape", ()))
+        offset = len(shape) - len(in_shape)
+        for j, d in enumerate(in_shape):
+            if d != 1 and shape[offset + j] == d and offset + j not in marked:
+                shape[offset + j] = 1
+    b.op("Expand", [node.inputs[0], ctx.shape_operand(node, "shape", shape)], node.outputs)
 
 
 @lowering("concat")

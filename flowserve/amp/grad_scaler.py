@@ -86,10 +86,8 @@ class GradScaler(StaticGradScaler):
     ``growth_interval`` (2000 good steps before growing).
     """
 
-    dynamic = True
-
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000):
+                 growth_interval: int = 2000, enabled: bool = True):
         if growth_factor <= 1.0:
             raise ValueError(f"GradScaler expects growth_factor > 1, got {growth_factor}")
         if not 0.0 < backoff_factor < 1.0:
@@ -102,8 +100,27 @@ class GradScaler(StaticGradScaler):
         self.growth_interval = int(growth_interval)
         self._growth_tracker = creation.zeros((), dtype=dtypes.int64)
         self._found_inf: dict = {}
+        self._enabled = bool(enabled)
+
+    # ``enabled=False`` (PyTorch's switch, e.g. ``GradScaler(enabled=dtype == "float16")``):
+    # scale() returns the loss, step() is the optimizer's step, and graphs scale nothing
+
+    @property
+    def dynamic(self) -> bool:
+        return self._enabled
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def get_scale(self) -> float:
+        return super().get_scale() if self._enabled else 1.0
+
+    def scale(self, outputs):
+        return super().scale(outputs) if self._enabled else outputs
 
     def unscale_(self, optimizer) -> None:
+        if not self._enabled:
+            return
         super().unscale_(optimizer)
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         with no_grad():
@@ -111,6 +128,8 @@ class GradScaler(StaticGradScaler):
 
     def step(self, optimizer, *args, **kwargs):
         """Unscale (if not done yet) and step, unless a gradient is inf/nan."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
         if id(optimizer) not in self._found_inf:
             self.unscale_(optimizer)
         if self._found_inf[id(optimizer)]:
@@ -118,6 +137,8 @@ class GradScaler(StaticGradScaler):
         return optimizer.step(*args, **kwargs)
 
     def update(self, new_scale=None) -> None:
+        if not self._enabled:
+            return
         if new_scale is not None:
             super().update(new_scale)
         else:
@@ -139,6 +160,8 @@ class GradScaler(StaticGradScaler):
         self._growth_tracker = creation.full((), int(state.get("_growth_tracker", 0)), dtype=dtypes.int64)
 
     def graph_state(self) -> dict:
+        if not self._enabled:
+            return {}
         return {"scale": self._scale, "growth_tracker": self._growth_tracker}
 
     def graph_update(self, found_inf, state: dict) -> None:

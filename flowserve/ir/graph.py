@@ -44,15 +44,20 @@ class Node:
     attrs: dict = field(default_factory=dict)
     scope: str = ""
     loc: str = ""
+    batch: dict = field(default_factory=dict)  # attr name -> positions that hold the batch size
 
     def to_json(self) -> dict:
-        return {"op": self.op, "inputs": self.inputs, "outputs": self.outputs, "attrs": self.attrs,
-                "scope": self.scope, "loc": self.loc}
+        out = {"op": self.op, "inputs": self.inputs, "outputs": self.outputs, "attrs": self.attrs,
+               "scope": self.scope, "loc": self.loc}
+        if self.batch:
+            out["batch"] = self.batch
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Node":
+        batch = {str(k): [int(i) for i in v] for k, v in dict(d.get("batch", {})).items()}
         return cls(d["op"], list(d["inputs"]), list(d["outputs"]), dict(d.get("attrs", {})),
-                   d.get("scope", ""), d.get("loc", ""))
+                   d.get("scope", ""), d.get("loc", ""), batch)
 
 
 STATE_KINDS = ("parameter", "buffer", "optimizer", "constant", "system")
@@ -123,7 +128,7 @@ class GraphIR:
                 copies[id(v)] = Value(v.name, tuple(v.shape), v.dtype)
             return copies[id(v)]
 
-        nodes = [Node(n.op, list(n.inputs), list(n.outputs), _copy.deepcopy(n.attrs), n.scope, n.loc)
+        nodes = [Node(n.op, list(n.inputs), list(n.outputs), _copy.deepcopy(n.attrs), n.scope, n.loc, dict(n.batch))
                  for n in self.nodes]
         return GraphIR(self.name, [value(v) for v in self.inputs], [value(v) for v in self.outputs],
                        {k: value(v) for k, v in self.state.items()}, dict(self.state_kinds), nodes,

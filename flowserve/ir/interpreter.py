@@ -45,7 +45,11 @@ def run_node(ir: GraphIR, node: Node, env: dict) -> None:
     if prim is None:
         raise FlowserveError(f"op {node.op!r} (node {node.outputs[0]!r}) is not a registered primitive")
     args = [env[name] for name in node.inputs]
-    attrs = _batch_adapted(ir, node, args)
+    first = env.get(ir.inputs[0].name) if ir.inputs else None
+    attrs = node.attrs
+    if args and node.op in BATCH_ADAPTED_OPS:
+        attrs = batch_adapted_attrs(node, tuple(ir.values[node.inputs[0]].shape), tuple(args[0].shape),
+                                    first.shape[0] if first is not None and first.ndim else None)
     try:
         result = prim.kernel(np, *args, **attrs)
     except FlowserveError:
@@ -64,46 +68,62 @@ def _as_dtype(array: np.ndarray, dtype_name: str) -> np.ndarray:
     return array if array.dtype == want else array.astype(want)
 
 
-def _batch_adapted(ir: GraphIR, node: Node, args: list) -> dict:
-    if node.op not in ("reshape", "expand") or not args:
-        return node.attrs
-    traced = tuple(ir.values[node.inputs[0]].shape)
-    actual = tuple(args[0].shape)
-    if traced == actual:
-        return node.attrs
-    if node.op == "reshape":
-        return {**node.attrs, "shape": dynamic_reshape(traced, actual, node.attrs["shape"])}
-    return {**node.attrs, "shape": dynamic_expand(traced, actual, node.attrs["shape"])}
+BATCH_ADAPTED_OPS = ("reshape", "expand", "slice_backward")  # ops whose attributes may hold the batch size
 
 
-def reshape_target(in_shape: tuple, out_shape) -> list[int]:
+def batch_adapted_attrs(node: Node, traced_in: tuple, actual_in: tuple, batch) -> dict:
+    """``node``'s attributes for a run at batch size ``batch`` whose first input has shape
+    ``actual_in`` (traced as ``traced_in``): what the ONNX lowering computes at run time."""
+    batch_at = node.batch.get("shape", ()) if batch is not None else ()
+    if node.op == "slice_backward" and batch_at and all(s == 1 for s in node.attrs["steps"]):
+        shape = list(node.attrs["shape"])  # padding (ONNX Pad) leaves the batch dim as it comes
+        for i in batch_at:
+            shape[i] = batch
+        return {**node.attrs, "shape": shape}
+    if node.op not in ("reshape", "expand"):
+        return node.attrs
+    if traced_in == actual_in and all(node.attrs["shape"][i] == batch for i in batch_at):
+        return node.attrs
+    adapt = dynamic_reshape if node.op == "reshape" else dynamic_expand
+    return {**node.attrs, "shape": adapt(traced_in, actual_in, node.attrs["shape"], batch_at, batch)}
+
+
+def reshape_target(in_shape: tuple, out_shape, batch_at=()) -> list[int]:
     """The batch-independent form of a traced reshape: leading dims that match the input
-    are copied (``0``); if none are and the input's first dim was merged, it becomes -1."""
+    are copied (``0``); if none are and the input's first dim was merged, it becomes -1.
+    Positions ``batch_at`` hold the batch size itself (``view(B, T, C)``): the caller puts
+    the run-time batch there, so no -1 is needed."""
     target = list(out_shape)
     copied = 0
     while copied < min(len(in_shape), len(target)) and in_shape[copied] == target[copied]:
         target[copied] = 0
         copied += 1
-    if in_shape and copied == 0 and target and -1 not in target and in_shape[0] != 1:
+    if in_shape and copied == 0 and target and -1 not in target and in_shape[0] != 1 and not batch_at:
         target[0] = -1
     return target
 
 
-def dynamic_reshape(traced_in: tuple, actual_in: tuple, out_shape) -> list[int]:
+def dynamic_reshape(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None) -> list[int]:
     """``out_shape`` (traced for input ``traced_in``) re-derived for input ``actual_in``."""
-    target = reshape_target(traced_in, out_shape)
+    target = reshape_target(traced_in, out_shape, batch_at)
     resolved = [actual_in[i] if d == 0 else d for i, d in enumerate(target)]
+    for i in batch_at:
+        if target[i] != 0:
+            resolved[i] = batch
     if -1 not in resolved and int(np.prod(resolved)) != int(np.prod(actual_in)):
         raise ShapeError(f"reshape expected an input of shape {traced_in} (traced), got {actual_in}: "
                          f"the target {list(out_shape)} does not depend on the batch size")
     return resolved
 
 
-def dynamic_expand(traced_in: tuple, actual_in: tuple, out_shape) -> list[int]:
-    """Expand target dims that equalled a (non-1) input dim follow the actual input."""
+def dynamic_expand(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None) -> list[int]:
+    """Expand target dims that equalled a (non-1) input dim follow the actual input; positions
+    ``batch_at`` (``expand(x.shape[0], -1)``) take the actual batch size."""
     shape = list(out_shape)
     offset = len(shape) - len(traced_in)
     for j, (t, a) in enumerate(zip(traced_in, actual_in)):
         if t != 1 and shape[offset + j] == t:
             shape[offset + j] = a
+    for i in batch_at:
+        shape[i] = batch
     return shape

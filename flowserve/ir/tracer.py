@@ -25,8 +25,9 @@ from flowserve.dispatch import (
     pop_interpreter,
     push_interpreter,
 )
-from flowserve.errors import GraphError
+from flowserve.errors import FlowserveError, GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.ops.dims import BatchDim, batch_positions
 from flowserve.ops import functional as F
 from flowserve.tensor import Tensor
 
@@ -48,7 +49,8 @@ def user_location(depth: int = 1) -> str:
 
 class LazyTensor(Tensor):
     """A tensor inside ``nn.Graph.build``: ``backward()`` seeds the gradient with the
-    tracer's loss scale (gradient accumulation's ``1/n``, a grad scaler's scale)."""
+    tracer's loss scale (gradient accumulation's ``1/n``, a grad scaler's scale). Users see
+    it as a ``Tensor`` (its class name in Python's own error messages too)."""
 
     __slots__ = ()
 
@@ -62,6 +64,8 @@ class LazyTensor(Tensor):
         if tracer is not None:
             tracer.losses.append(self)
         backward(self, gradient, retain_graph, create_graph, inputs)
+        if tracer is not None:
+            tracer.expose_grads()
 
 
 class TraceInterpreter(Interpreter):
@@ -82,6 +86,9 @@ class TraceInterpreter(Interpreter):
 
     def with_grad(self, enabled: bool) -> "TraceInterpreter":
         return TraceInterpreter(self.trace, enabled)
+
+
+LazyTensor.__name__ = LazyTensor.__qualname__ = "Tensor"
 
 
 class Tracer:
@@ -108,6 +115,8 @@ class Tracer:
         self.on_unregistered_module = None  # callback(module) for a module the graph does not hold
         self.stack_depth = 1  # user frames recorded per op (debug's max_py_stack_depth)
         self._unregistered_depth = 0
+        self.batch = None  # the inputs' common dim 0: traced as a BatchDim when set
+        self._eager_grads: dict = {}  # state name -> the eager tensor's .grad before the trace
 
     def __enter__(self) -> "Tracer":
         current = current_interpreter()
@@ -118,7 +127,19 @@ class Tracer:
 
     def __exit__(self, *exc) -> bool:
         pop_interpreter(self._tokens.pop())
+        for name, grad in self._eager_grads.items():
+            self.state_eager[name].grad = grad
         return False
+
+    def expose_grads(self) -> None:
+        """After ``loss.backward()`` in build: each parameter's ``.grad`` is its symbolic
+        gradient until the trace ends, so code that reads or clips ``p.grad`` (``clip_grad_norm_``)
+        becomes part of the step, as in eager mode. The eager ``.grad`` comes back afterwards."""
+        for name, eager in self.state_eager.items():
+            lazy = self.state_tensors[id(eager)]
+            if lazy.grad is not None and eager.grad is not lazy.grad:
+                self._eager_grads.setdefault(name, eager.grad)
+                eager.grad = lazy.grad
 
     # -- values ---------------------------------------------------------------------------
 
@@ -134,7 +155,10 @@ class Tracer:
         return t
 
     def add_input(self, name: str, meta: Meta):
-        value = self.ir.add_value(Value(name, tuple(meta.shape), meta.dtype.name))
+        shape = tuple(meta.shape)
+        if self.batch is not None and shape and shape[0] == self.batch:
+            shape = (BatchDim(shape[0]),) + shape[1:]  # x.shape[0] stays the batch (flowserve.ops.dims)
+        value = self.ir.add_value(Value(name, shape, meta.dtype.name))
         self.ir.inputs.append(value)
         return self._lazy(value)
 
@@ -176,12 +200,19 @@ class Tracer:
     def record(self, prim, inputs, attrs, grad_enabled: bool) -> tuple[tuple, tuple]:
         """Add a node for ``prim``; returns the lifted inputs and the lazy outputs."""
         lazies = tuple(self.lift(t) for t in inputs)
-        metas = infer_meta(prim, [t.meta for t in lazies], attrs)
+        try:
+            metas = infer_meta(prim, [t.meta for t in lazies], attrs)
+        except FlowserveError as exc:
+            exc.failed_node = Node(prim.name, [t._lazy.name for t in lazies], [], dict(attrs),
+                                   self.scope[-1] if self.scope else "", user_location(self.stack_depth))
+            exc.failed_ir = self.ir
+            raise
         outs = []
         for meta in metas:
             outs.append(self.ir.add_value(Value(self.fresh_name(prim.name), tuple(meta.shape), meta.dtype.name)))
         node = Node(prim.name, [t._lazy.name for t in lazies], [v.name for v in outs],
-                    dict(attrs), self.scope[-1] if self.scope else "", user_location(self.stack_depth))
+                    dict(attrs), self.scope[-1] if self.scope else "", user_location(self.stack_depth),
+                    batch_positions(attrs))
         self.ir.nodes.append(node)
         if grad_enabled:
             self.forward_values.update(node.outputs)

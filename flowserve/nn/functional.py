@@ -200,3 +200,11 @@ def multi_head_attention_forward(query, key, value, num_heads: int, in_proj_weig
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "fail_shape")]
+
+
+from flowserve.nn.functional_more import *  # noqa: E402,F401,F403 - activations with inplace=, im2col, ...
+from flowserve.nn.functional_3d import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d
+
+from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
+
+__getattr__ = _module_getattr("flowserve.nn.functional")  # PyTorch/OneFlow names flowserve lacks: say what to use instead

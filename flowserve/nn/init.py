@@ -23,6 +23,13 @@ def _fan(t) -> tuple[int, int]:
     return t.shape[1] * receptive, t.shape[0] * receptive
 
 
+_calculate_fan_in_and_fan_out = _fan  # PyTorch's (private, widely used) name: timm, flowvision
+
+
+def _calculate_correct_fan(t, mode: str) -> int:
+    return _fan_for(t, mode)
+
+
 def calculate_gain(nonlinearity: str, param=None) -> float:
     gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0, "sigmoid": 1.0,
              "tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
@@ -95,4 +102,22 @@ def trunc_normal_(t, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: fl
         flat[filled:filled + draw.size] = draw
         filled += draw.size
     t.data = _wrap_like(t, out)
+    return t
+
+
+def orthogonal_(t, gain: float = 1.0, generator=None):
+    """Fill ``t`` (at least 2-d) with a (semi-)orthogonal matrix, as PyTorch: the QR of a
+    normal draw, signs fixed by R's diagonal, times ``gain``."""
+    if t.ndim < 2:
+        raise ValueError(f"Only tensors with 2 or more dimensions are supported, got size {tuple(t.shape)}")
+    rows = t.shape[0]
+    cols = t.numel() // rows
+    flat = _rng(generator).normal(0.0, 1.0, (rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    t.data = _wrap_like(t, gain * q.reshape(tuple(t.shape)))
     return t

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from flowserve.autograd.grad_mode import no_grad
-from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
 
 
@@ -19,7 +16,8 @@ def _grads(parameters) -> list:
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False,
                     foreach=None):
     """Scale gradients in place so that their joint ``norm_type`` norm is at most ``max_norm``;
-    returns the norm before clipping.
+    returns the norm before clipping. Inside ``nn.Graph.build`` (after ``loss.backward()``)
+    the gradients are the graph's symbolic ones, so the clipping becomes part of the step.
 
     >>> import flowserve as flow
     >>> w = flow.nn.Parameter(flow.ones(4))
@@ -27,22 +25,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0, error_i
     >>> float(flow.nn.utils.clip_grad_norm_([w], 1.0))
     6.0
     """
-    grads = _grads(parameters)
-    if not grads:
-        return creation.tensor(0.0)
-    norm_type = float(norm_type)
-    if norm_type == float("inf"):
-        total = F.amax(F.stack([F.amax(F.abs(g)) for g in grads]))
-    else:
-        sums = [F.sum(F.pow(F.abs(g), norm_type)) for g in grads]
-        total = F.pow(F.sum(F.stack(sums)), 1.0 / norm_type)
-    if error_if_nonfinite and total._lazy is None and not math.isfinite(float(total)):
-        raise RuntimeError(f"the total norm of order {norm_type} for gradients from `parameters` is "
-                           "non-finite, so it cannot be clipped")
-    coef = F.clamp(max_norm / (total + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef)
-    return total
+    return clip_grads_(_grads(parameters), max_norm, norm_type, error_if_nonfinite)
 
 
 @no_grad()

@@ -8,7 +8,7 @@ method table onto ``Tensor``. The op functions are in the explicit namespace
 
 from flowserve.ops import elementwise, nn, reduce, shape  # noqa: F401  (declare the primitives)
 from flowserve.ops import indexing, math, sorting  # noqa: F401  (tensor-op primitives)
-from flowserve.ops import batch_norm, conv, dropout, pool  # noqa: F401  (nn primitives)
+from flowserve.ops import batch_norm, conv, dropout, pool, random, rnn  # noqa: F401  (nn, random, recurrent primitives)
 from flowserve.ops import collective  # noqa: F401  (collectives of distributed runs)
 from flowserve.ops import functional, methods
 from flowserve.ops.registry import REGISTRY, Meta, Primitive, bind

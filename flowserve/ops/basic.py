@@ -15,6 +15,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU
 from flowserve.ops import creation
+from flowserve.ops.dims import as_dim, same_shape
 from flowserve.ops import elementwise as E
 from flowserve.ops import nn as N
 from flowserve.ops import reduce as R
@@ -271,7 +272,7 @@ def sum_to(x: Tensor, shape) -> Tensor:
 def _shape_arg(shape) -> tuple:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
-    return tuple(int(s) for s in shape)
+    return tuple(as_dim(s) for s in shape)
 
 
 def infer_shape(x: Tensor, shape: tuple, op: str = "reshape") -> list:
@@ -289,7 +290,7 @@ def infer_shape(x: Tensor, shape: tuple, op: str = "reshape") -> list:
 
 def reshape(x, *shape):
     shape = infer_shape(x, _shape_arg(shape))
-    if list(x.shape) == shape:
+    if same_shape(x.shape, shape):
         return x
     return S.reshape(x, shape=shape)
 
@@ -342,7 +343,7 @@ def expand(x, *shape):
     shape = list(_shape_arg(shape))
     lead = len(shape) - x.ndim
     shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
-    if shape == list(x.shape):
+    if same_shape(x.shape, shape):
         return x
     return S.expand(x, shape=shape)
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.device import CPU, as_device, to_device_array
+from flowserve.ops.dims import as_dim
 from flowserve.tensor import Tensor, array_from
 
 
@@ -66,7 +67,7 @@ def from_numpy(array: np.ndarray):
 def _size(size) -> tuple:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
-    return tuple(int(s) for s in size)
+    return tuple(as_dim(s) for s in size)  # the batch mark of a trace survives (ops.dims)
 
 
 def _float_dtype(dtype):

@@ -1,9 +1,9 @@
-"""Dropout's random keep-mask: the one random primitive of the nn ops.
+"""Dropout's random keep-mask (the other random primitives are in ``flowserve.ops.random``).
 
 ``dropout_mask(x, p)`` is 1 where an element is kept (probability ``1 - p``) and 0 where it
 is dropped, in ``x``'s dtype and shape. Eagerly it draws from flowserve's default generator
 (``flow.manual_seed``); in an ``nn.Graph`` it lowers to ONNX ``RandomUniformLike``, so a
-compiled graph draws fresh masks every call from ONNX Runtime's generator. Eager and graph
+compiled graph draws fresh masks every call, seeded per node from the graph's seed. Eager and graph
 runs therefore drop different elements: training-equality checks use ``p=0`` or eval mode.
 """
 

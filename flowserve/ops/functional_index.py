@@ -24,7 +24,8 @@ from flowserve.ops import basic as F
 from flowserve.ops import elementwise as E
 from flowserve.ops import indexing as I
 from flowserve.ops import sorting as S
-from flowserve.ops.registry import fail_shape, normalize_axis
+from flowserve.ops.dims import BatchDim
+from flowserve.ops.registry import current_trace, fail_shape, normalize_axis
 from flowserve.tensor import Tensor
 
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
@@ -79,7 +80,15 @@ def _wrap_index(index: Tensor, size: int, dim: int) -> Tensor:
         if lo < -size or hi >= size:
             raise IndexError(f"index {hi if hi >= size else lo} is out of bounds for dimension {dim} with size {size}")
     index = F.cast(index, dtypes.int64)
-    return E.where(F.lt(index, 0), index + size, index)
+    return E.where(F.lt(index, 0), index + _size_value(size, index.device), index)
+
+
+def _size_value(size, device):
+    """``size`` as the wrap offset: the batch size of a trace is counted at run time (a sum
+    of ones over the batch), so indexing along the batch stays batch-polymorphic."""
+    if isinstance(size, BatchDim) and current_trace() is not None:
+        return F.sum(F.expand(F.scalar_tensor(1, dtypes.int64, device), [size]))
+    return size
 
 
 def advanced_getitem(x: Tensor, key: tuple) -> Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
+from flowserve._missing import ADVICE, missing
 from flowserve.autograd.engine import backward as _backward
 from flowserve.device import as_device
 from flowserve.errors import DTypeError, ShapeError
@@ -22,6 +23,10 @@ from flowserve.ops import basic, creation
 from flowserve.ops import functional as F
 from flowserve.ops import functional_index as FI
 from flowserve.ops import functional_math as FM
+from flowserve.ops import functional_special as FS
+from flowserve.ops import graph_creation as GC
+from flowserve.ops import random as R
+from flowserve.ops.registry import current_trace
 from flowserve.tensor import Tensor
 
 
@@ -117,31 +122,48 @@ def reshaping_inplace(fn, name: str):
 # -- random fills -----------------------------------------------------------------------------------
 
 
-def _random_fill(self, sample) -> object:
+def _random_fill(self, sample, traced) -> object:
+    """Fill ``self`` in place from ``sample(shape)`` eagerly, or ``traced(self)`` (fresh per
+    call, see ``flowserve.ops.random``) inside nn.Graph.build."""
+    if current_trace() is not None:
+        return self._assign(traced(self))
     data = np.asarray(sample(tuple(self.shape))).astype(self.dtype.np)
     return self._assign(creation._make(data, None, self.device))
 
 
 def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
     rng = creation._rng(generator)
-    return _random_fill(self, lambda shape: rng.normal(mean, std, shape))
+    return _random_fill(self, lambda shape: rng.normal(mean, std, shape), lambda t: R.normal_as(t, mean, std))
 
 
 def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
     rng = creation._rng(generator)
-    return _random_fill(self, lambda shape: rng.uniform(a, b, shape))
+    return _random_fill(self, lambda shape: rng.uniform(a, b, shape), lambda t: R.uniform_as(t, a, b))
 
 
 def random_(self, low: int = 0, high: int | None = None, generator=None):
     rng = creation._rng(generator)
     if high is None:
         low, high = 0, low if low else 2 ** 24
-    return _random_fill(self, lambda shape: rng.integers(low, high, shape))
+    return _random_fill(self, lambda shape: rng.integers(low, high, shape),
+                        lambda t: R.integers_from(R.uniform_as(t, low, high, dtypes.float32), low, high, t.dtype))
 
 
 def bernoulli_(self, p: float = 0.5, generator=None):
     rng = creation._rng(generator)
-    return _random_fill(self, lambda shape: rng.random(shape) < p)
+    return _random_fill(self, lambda shape: rng.random(shape) < p,
+                        lambda t: F.lt(R.uniform_as(t, dtype=dtypes.float32), p))
+
+
+def _strides(t) -> tuple:
+    """Element strides: the array's own for eager tensors, row-major for lazy ones."""
+    if t._lazy is None and hasattr(t._data, "strides"):
+        return tuple(s // t._data.itemsize for s in t._data.strides)
+    out, step = [], 1
+    for d in reversed(tuple(t.shape)):
+        out.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(out))
 
 
 def fill_(self, value):
@@ -162,7 +184,7 @@ def _new(fill):
 
 
 def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
-    return creation.full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+    return GC.full(tuple(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
                          requires_grad=requires_grad)
 
 
@@ -207,9 +229,9 @@ METHODS.update({
     "__invert__": lambda s: F.logical_not(s) if s.dtype is dtypes.bool_ else FM.bitwise_not(s),
     "max": FM.max_, "min": FM.min_, "normal_": normal_, "uniform_": uniform_, "random_": random_,
     "bernoulli_": bernoulli_, "fill_": fill_, "zero_": lambda self: fill_(self, 0),
-    "new_zeros": _new(lambda s, dt, dev, rg: creation.zeros(s, dtype=dt, device=dev, requires_grad=rg)),
-    "new_ones": _new(lambda s, dt, dev, rg: creation.ones(s, dtype=dt, device=dev, requires_grad=rg)),
-    "new_empty": _new(lambda s, dt, dev, rg: creation.empty(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_zeros": _new(lambda s, dt, dev, rg: GC.zeros(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_ones": _new(lambda s, dt, dev, rg: GC.ones(s, dtype=dt, device=dev, requires_grad=rg)),
+    "new_empty": _new(lambda s, dt, dev, rg: GC.empty(s, dtype=dt, device=dev, requires_grad=rg)),
     "new_full": new_full, "new_tensor": new_tensor,
     "var": FM.var, "std": FM.std, "prod": FM.prod, "logsumexp": FM.logsumexp, "norm": FM.norm,
     "cumsum": FI.cumsum, "topk": FI.topk, "sort": FI.sort, "argsort": FI.argsort,
@@ -231,6 +253,10 @@ for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log
               "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
     METHODS[_name] = getattr(FM, _name)
 METHODS["logical_not"] = F.logical_not
+METHODS["erfinv"] = FS.erfinv
+METHODS["stride"] = lambda self, dim=None: _strides(self) if dim is None else _strides(self)[dim]
+METHODS["is_contiguous"] = lambda self, memory_format=None: self._lazy is not None or \
+    bool(getattr(self._data, "flags", None) is None or self._data.flags.c_contiguous)
 
 _ARITHMETIC = {
     "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
@@ -241,7 +267,7 @@ _ARITHMETIC = {
     "eq": F.eq, "ne": F.ne, "lt": F.lt, "le": F.le, "gt": F.gt, "ge": F.ge,
     "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
     "tril": FI.tril, "triu": FI.triu, "index_add": FI.index_add, "index_copy": FI.index_copy,
-    "index_fill": FI.index_fill,
+    "index_fill": FI.index_fill, "erfinv": FS.erfinv,
 }
 for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
               "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",
@@ -262,7 +288,23 @@ METHODS.update({"__iadd__": METHODS["add_"], "__isub__": METHODS["sub_"], "__imu
 PROPERTIES = {
     "T": lambda self: F.permute(self, list(range(self.ndim))[::-1]),
     "mT": lambda self: F.transpose(self, -2, -1),
+    "is_xpu": lambda self: False,  # OneFlow's other accelerators: flowserve runs on CPU and CUDA
+    "is_global": lambda self: False,  # flowserve tensors are local (OneFlow's global tensors span ranks)
 }
+
+
+def _absent(name: str):
+    """A PyTorch/OneFlow tensor attribute flowserve lacks: reading it raises the AttributeError
+    that says what to use instead (and ``hasattr`` is False). A property per known name, not
+    ``Tensor.__getattr__``, which would slow every attribute access of every tensor."""
+
+    def read(self):
+        raise missing("Tensor", name)
+
+    return read
+
+
+PROPERTIES.update({name: _absent(name) for name in ADVICE["Tensor"]})
 
 
 def install(cls) -> None:

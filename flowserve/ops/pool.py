@@ -206,6 +206,35 @@ def _linear_matrix(size: int, out: int, scale: float, align_corners: bool) -> np
     return m
 
 
+def _nearest_exact_matrix(size: int, out: int, scale: float) -> np.ndarray:
+    src = np.minimum(np.floor((np.arange(out) + 0.5) * scale).astype(np.int64), size - 1)
+    m = np.zeros((out, size))
+    m[np.arange(out), src] = 1.0
+    return m
+
+
+def _cubic_matrix(size: int, out: int, scale: float, align_corners: bool, a: float = -0.75) -> np.ndarray:
+    """PyTorch's bicubic convolution (``A = -0.75``), taps clamped at the borders."""
+    dst = np.arange(out, dtype=np.float64)
+    if align_corners:
+        src = dst * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        src = (dst + 0.5) * scale - 0.5
+    base = np.floor(src).astype(np.int64)
+    t = src - base
+    weights = [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+               ((a + 2) * t - (a + 3)) * t * t + 1,
+               ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+               ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+    m = np.zeros((out, size))
+    for k, w in enumerate(weights):
+        np.add.at(m, (np.arange(out), np.clip(base - 1 + k, 0, size - 1)), w)
+    return m
+
+
+MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "area")
+
+
 def _out_sizes(x, size, scale_factor) -> tuple[list, list]:
     in_sizes = list(x.shape[2:])
     if (size is None) == (scale_factor is None):
@@ -222,14 +251,19 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     """Resize (N, C, H, W) or (N, C, L) inputs, as ``torch.nn.functional.interpolate``."""
     if x.ndim not in (3, 4):
         fail_shape("interpolate", "input (N, C, L) or (N, C, H, W)", tuple(x.shape))
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise ValueError(f"interpolate expected mode 'nearest', 'linear' or 'bilinear', got {mode!r}")
-    if mode != "nearest" and (x.ndim == 4) != (mode == "bilinear"):
-        fail_shape("interpolate", f"a {'4' if mode == 'bilinear' else '3'}-d input for mode {mode!r}",
+    if mode not in MODES:
+        raise ValueError(f"interpolate expected mode one of {', '.join(MODES)}, got {mode!r}")
+    if mode in ("linear", "bilinear", "bicubic") and (x.ndim == 4) != (mode != "linear"):
+        fail_shape("interpolate", f"a {'3' if mode == 'linear' else '4'}-d input for mode {mode!r}",
                    tuple(x.shape))
-    if mode == "nearest" and align_corners is not None:
-        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear")
+    if mode in ("nearest", "nearest-exact", "area") and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
     out, scales = _out_sizes(x, size, scale_factor)
+    if mode == "area":
+        squeeze_area = x.ndim == 3
+        y = adaptive_avg_pool2d(F.unsqueeze(x, 2) if squeeze_area else x, ([1] if squeeze_area else []) + out)
+        return F.squeeze(y, 2) if squeeze_area else y
     squeeze = x.ndim == 3
     if squeeze:
         x, out, scales = F.unsqueeze(x, 2), [1] + out, [1.0] + scales
@@ -241,6 +275,11 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
         y = F.reshape(y, (*x.shape[:2], out[0], out[1]))
     elif mode == "nearest":
         y = _resample(x, _nearest_matrix(h, out[0], scales[0]), _nearest_matrix(w, out[1], scales[1]))
+    elif mode == "nearest-exact":
+        y = _resample(x, _nearest_exact_matrix(h, out[0], scales[0]), _nearest_exact_matrix(w, out[1], scales[1]))
+    elif mode == "bicubic":
+        ac = bool(align_corners)
+        y = _resample(x, _cubic_matrix(h, out[0], scales[0], ac), _cubic_matrix(w, out[1], scales[1], ac))
     else:
         ac = bool(align_corners)
         y = _resample(x, _linear_matrix(h, out[0], scales[0], ac), _linear_matrix(w, out[1], scales[1], ac))

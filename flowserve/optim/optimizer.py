@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import FlowserveError
+from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
 
 
@@ -104,6 +105,7 @@ class Optimizer(ABC):
             with enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            clip_group_grads(group, [p.grad for p in group["params"] if p.grad is not None])
             for p in group["params"]:
                 if p.grad is not None:
                     self._update(p, p.grad, self.state_of(p, group), group, group["lr"])
@@ -169,6 +171,16 @@ class Optimizer(ABC):
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in sorted(group.items()) if k != "params"]
         return "\n".join(lines + [")"])
+
+
+def clip_group_grads(group: dict, grads: list) -> None:
+    """OneFlow's per-group clipping: a group with ``clip_grad_max_norm`` (and optionally
+    ``clip_grad_norm_type``, default 2) has its gradients clipped to that joint norm before
+    its update, in eager ``step()`` and in a compiled nn.Graph alike."""
+    max_norm = group.get("clip_grad_max_norm")
+    if max_norm is None or not grads:
+        return
+    clip_grads_(grads, float(max_norm), float(group.get("clip_grad_norm_type", 2.0)))
 
 
 def lerp(start, end, weight: float):

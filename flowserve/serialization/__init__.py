@@ -1,6 +1,8 @@
 """``flow.save`` / ``flow.load``: graphs as deployable directories, state dicts as safetensors.
 
-No load path unpickles anything: JSON is validated, tensors come from safetensors.
+No load path unpickles anything: JSON is validated, tensors come from safetensors, and
+PyTorch checkpoints go through a weights-only pickle reader that calls nothing but
+flowserve's own tensor rebuilders (``torch_checkpoint``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from flowserve.serialization.tensors import decode_state, encode_state, read_ten
 from flowserve.nn.graph.graph import Graph
 from flowserve.ops.creation import from_numpy
 import numpy as np
+from flowserve.serialization.torch_checkpoint import is_pickle, is_torch_zip, read_torch_checkpoint
 
 STATE_JSON = "state.json"
 STATE_TENSORS = "state.safetensors"
@@ -58,8 +61,16 @@ def _structure_array(tree):
     return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
 
 
-def load(path):
-    """Load what ``save`` wrote: a runnable graph from a saved graph directory, or a state dict."""
+def load(path, map_location=None, weights_only: bool = True, **kwargs):
+    """Load what ``save`` wrote (a runnable graph from a saved graph directory, or a state
+    dict), a ``*.safetensors`` file, or a PyTorch checkpoint (``torch.save``'s zip format).
+
+    PyTorch checkpoints are read as PyTorch's ``weights_only=True`` reads them, by a pickle
+    reader that only rebuilds tensors, storages, OrderedDicts and plain containers: any
+    other global is refused by name and nothing in the file runs. ``map_location`` and
+    ``weights_only`` are accepted for PyTorch compatibility (tensors load on the CPU; loading
+    is always weights-only).
+    """
     path = Path(path)
     if path.is_dir():
         if (path / MANIFEST).exists():
@@ -73,6 +84,11 @@ def load(path):
         return decode_state(tree, read_tensors(path / STATE_TENSORS), str(path))
     if not path.exists():
         raise SavedGraphError(f"{path}: no such file or directory")
+    if is_torch_zip(path):
+        return read_torch_checkpoint(path)
+    if is_pickle(path):
+        raise SavedGraphError(f"{path}: a raw pickle (PyTorch's legacy format, or pickle.dump); flowserve does "
+                              "not unpickle files. Re-save it with torch.save (zip format) or as safetensors")
     arrays = read_tensors(path)
     structure = arrays.pop(_STRUCTURE_KEY, None)
     if structure is None:  # a plain safetensors file: a flat state dict

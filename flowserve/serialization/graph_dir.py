@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ import flowserve
 from flowserve import dtypes
 from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
-from flowserve.nn.graph.inference import inference_traced
+from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
@@ -55,9 +56,10 @@ def _batch(ir: GraphIR) -> int | None:
     return firsts.pop() if len(firsts) == 1 and all(v.shape for v in ir.inputs) else None
 
 
-def graph_signature(ir: GraphIR) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The input and output specs of ``ir``: dim 0 is dynamic (-1) where the inputs share it."""
-    batch = _batch(ir)
+def graph_signature(ir: GraphIR, batch=...) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The input and output specs of ``ir``: dim 0 is dynamic (-1) where the inputs share it
+    (or where it equals ``batch``, the checked batch size; ``None``: nothing is dynamic)."""
+    batch = _batch(ir) if batch is ... else batch
     return _signature(ir.inputs, batch), _signature(ir.outputs, batch)
 
 
@@ -67,6 +69,10 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
     in ``flowserve.serialization.examples``."""
     traced = inference_traced(graph, model)
     ir = traced.ir
+    batch, batch_note = deployable_batch(graph, traced, model)
+    if batch_note:
+        warnings.warn(f"flow.save({graph.name}): the saved graph runs at batch size {_batch(ir)} only: "
+                      f"{batch_note}", UserWarning, stacklevel=3)
     arrays = {k: t.numpy() for k, t in traced.state.items()}
     arrays.update(traced.constants)
     if graph.training:  # also carry what resuming needs: optimizer state and the step
@@ -76,9 +82,9 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
             if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
                 arrays.setdefault(name, t.numpy())
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
-    inputs, outputs = graph_signature(ir)
+    inputs, outputs = graph_signature(ir, batch)
     manifest = SavedGraphManifest(
-        format_version=FORMAT_VERSION, flowserve_version=flowserve.__version__, graph_name=graph.name,
+        batch_note=batch_note, format_version=FORMAT_VERSION, flowserve_version=flowserve.__version__, graph_name=graph.name,
         graph_class=type(graph).__name__, training=graph.training,
         inputs=inputs, outputs=outputs,
         config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})

@@ -51,6 +51,7 @@ class SavedGraphManifest(BaseModel):
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     config: dict = Field(default_factory=dict)
+    batch_note: str | None = None  # why dim 0 is not dynamic, naming the op and line that fixed it
     files: dict[Literal["graph.json", "params.safetensors"], str]
     examples: dict[str, str] = Field(default_factory=dict)  # "examples/<file>" -> sha256
 

@@ -48,7 +48,7 @@ def read_tensors(path: Path) -> dict:
     except OSError as exc:
         raise SavedGraphError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        arrays = st_load(data)
+        arrays = st_load(data) if not _has_bf16(data) else _load_with_bf16(data, path)
         meta = _metadata(data)
     except (SafetensorError, ValueError, json.JSONDecodeError, KeyError, TypeError, AttributeError,
             RecursionError) as exc:
@@ -70,6 +70,40 @@ def _stored_kinds(meta: dict, path: Path) -> dict:
     if not isinstance(kinds, dict) or not all(isinstance(v, str) for v in kinds.values()):
         raise SavedGraphError(f"{where}: expected an object of dtype names")
     return kinds
+
+
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": dtypes.bfloat16.np,
+              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _header(data: bytes) -> dict:
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n])
+
+
+def _has_bf16(data: bytes) -> bool:
+    """A BF16 tensor written by another tool (torch's safetensors): numpy's loader lacks BF16."""
+    header = _header(data)
+    return _DTYPES_KEY not in (header.get("__metadata__") or {}) and any(
+        isinstance(v, dict) and v.get("dtype") == "BF16" for k, v in header.items() if k != "__metadata__")
+
+
+def _load_with_bf16(data: bytes, path) -> dict:
+    """The tensors of a safetensors file holding BF16 ones, read from the header's offsets
+    (each checked against the buffer and the shape)."""
+    n = int.from_bytes(data[:8], "little")
+    body = memoryview(data)[8 + n:]
+    arrays = {}
+    for name, entry in _header(data).items():
+        if name == "__metadata__":
+            continue
+        dtype = np.dtype(_ST_DTYPES[entry["dtype"]])
+        begin, end = (int(v) for v in entry["data_offsets"])
+        shape = tuple(int(d) for d in entry["shape"])
+        if not 0 <= begin <= end <= len(body) or end - begin != int(np.prod(shape)) * dtype.itemsize:
+            raise ValueError(f"tensor {name!r}: offsets {begin}..{end} do not hold {shape} {entry['dtype']}")
+        arrays[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).copy()
+    return arrays
 
 
 def _metadata(data: bytes) -> dict:

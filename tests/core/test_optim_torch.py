@@ -32,6 +32,14 @@ OPTIMIZERS = [
     ("RMSprop", dict(lr=1e-3, momentum=0.9, centered=True, alpha=0.9, maximize=True)),
     ("Adagrad", dict(lr=0.1)),
     ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.01, initial_accumulator_value=0.1)),
+    ("Adadelta", dict(lr=1.0)),
+    ("Adadelta", dict(lr=0.5, rho=0.8, weight_decay=0.01, maximize=True)),
+    ("Adamax", dict(lr=1e-2)),
+    ("Adamax", dict(lr=1e-2, betas=(0.8, 0.95), weight_decay=0.02)),
+    ("NAdam", dict(lr=1e-2)),
+    ("NAdam", dict(lr=1e-2, weight_decay=0.05, momentum_decay=8e-3, decoupled_weight_decay=True)),
+    ("RAdam", dict(lr=1e-2)),
+    ("RAdam", dict(lr=1e-2, betas=(0.8, 0.9), weight_decay=0.05, decoupled_weight_decay=True)),
 ]
 
 
@@ -192,6 +200,8 @@ def _schedulers(mod, opt):
         "LambdaLR": lambda: mod.LambdaLR(opt, lambda e: 1.0 / (1 + e)),
         "LinearLR": lambda: mod.LinearLR(opt, start_factor=0.2, end_factor=0.9, total_iters=6),
         "ConstantLR": lambda: mod.ConstantLR(opt, factor=0.5, total_iters=4),
+        "PolynomialLR": lambda: mod.PolynomialLR(opt, total_iters=9, power=2.0),
+        "CosineAnnealingWarmRestarts": lambda: mod.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=1e-3),
         "SequentialLR": lambda: mod.SequentialLR(
             opt, [mod.LinearLR(opt, start_factor=0.1, total_iters=4), mod.CosineAnnealingLR(opt, T_max=10)],
             milestones=[4]),

@@ -80,7 +80,7 @@ def test_unregistered_module_warns_once():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         g(flow.ones(2, 12))
-    assert len([w for w in caught if "not an attribute of the graph" in str(w.message)]) == 1
+    assert len([w for w in caught if "is called in a nn.Graph, but not registered into a nn.Graph" in str(w.message)]) == 1
 
 
 def test_nested_inputs_and_outputs_keep_structure():
@@ -123,9 +123,41 @@ def test_batch_dimension_is_dynamic_without_recompiling():
     assert g._last.session is session and g._last.dynamic_batch
 
 
-def test_training_graph_with_mean_loss_is_batch_static():
-    model = mlp()
+def test_training_graph_with_mean_loss_follows_the_batch():
+    """The mean's count and the backward's expands follow the batch: one session trains
+    at batch 8 then 4, as eager does."""
+    model, twin = mlp(), mlp()
     g = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1))
+    opt = flow.optim.SGD(twin.parameters(), lr=0.1)
+    for batch in (8, 4, 8):
+        x, y = data(batch=batch, seed=batch)
+        loss = g(x, y)
+        opt.zero_grad()
+        ref = nn.CrossEntropyLoss()(twin(x), y)
+        ref.backward()
+        opt.step()
+        np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5)
+    assert g._last is g._compiled and g._last.dynamic_batch
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_training_graph_with_batch_sized_constant_is_batch_static():
+    model = mlp()
+
+    class Weighted(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(flow.optim.SGD(model.parameters(), lr=0.1))
+
+        def build(self, x, y):
+            weights = flow.tensor(np.linspace(0, 1, 8, dtype=np.float32))  # one weight per sample of 8
+            loss = (nn.functional.cross_entropy(self.model(x), y, reduction="none") * weights).mean()
+            loss.backward()
+            return loss
+
+    g = Weighted()
     g(*data(batch=8))
     with pytest.raises(GraphError, match="static graph"):
         g(*data(batch=4))

@@ -21,6 +21,10 @@ OPTIMIZERS = [
     ("RMSprop", dict(lr=1e-2, weight_decay=0.01)),
     ("RMSprop", dict(lr=1e-3, momentum=0.9, centered=True)),
     ("Adagrad", dict(lr=0.1, lr_decay=0.05, weight_decay=0.01, initial_accumulator_value=0.1)),
+    ("Adadelta", dict(lr=0.5, weight_decay=0.01)),
+    ("Adamax", dict(lr=1e-2, weight_decay=0.02)),
+    ("NAdam", dict(lr=1e-2, decoupled_weight_decay=True, weight_decay=0.05)),
+    ("RAdam", dict(lr=1e-2, weight_decay=0.05)),
 ]
 IDS = [name + "-" + ",".join(f"{k}={v}" for k, v in kw.items()) for name, kw in OPTIMIZERS]
 

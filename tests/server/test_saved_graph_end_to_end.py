@@ -52,3 +52,36 @@ def test_corrupted_saved_directory_is_reported_naming_the_file(tmp_path, reposit
         saved = next(r for r in rows if r["name"] == "saved")
         assert saved["state"] == "UNAVAILABLE" and "flowserve.json" in saved["reason"]
         assert HTTPClient(server.http_url).is_model_ready("mlp")
+
+
+def test_baked_batch_size_is_explained_by_the_server(tmp_path):
+    """A graph whose build() fixed the batch size is served at that size only, and a request
+    at another size is refused naming the op and the line that fixed it."""
+    import flowserve as flow
+
+    class Baked(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token = flow.nn.Parameter(flow.zeros(1, 1, 4))
+
+        def forward(self, x):
+            return flow.cat([self.token.expand(2, -1, -1), x], dim=1)  # the batch size written out
+
+    class BakedGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = Baked()
+
+        def build(self, x):
+            return self.model(x)
+
+    graph = BakedGraph()
+    graph(flow.randn(2, 3, 4))
+    with pytest.warns(UserWarning, match="expand"):
+        flow.save(graph, tmp_path / "m")
+    with running_server(tmp_path / "m") as server:
+        client = HTTPClient(server.http_url)
+        name = client.repository_index()[0]["name"]
+        assert client.infer(name, {"x": np.zeros((2, 3, 4), np.float32)})["output_0"].shape == (2, 4, 4)
+        with pytest.raises(Exception, match=r"(?s)expects \[2, 3, 4\].*'expand'.*test_saved_graph_end_to_end.py"):
+            client.infer(name, {"x": np.zeros((5, 3, 4), np.float32)})

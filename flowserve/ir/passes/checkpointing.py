@@ -45,7 +45,7 @@ class _Recomputer:
                 self.ir.add_value(Value(twin, meta.shape, meta.dtype))
                 self.mapping[out] = twin
                 outputs.append(twin)
-            emitted.append(Node(node.op, inputs, outputs, dict(node.attrs), node.scope, node.loc))
+            emitted.append(Node(node.op, inputs, outputs, dict(node.attrs), node.scope, node.loc, dict(node.batch)))
         return self.mapping[name]
 
 

@@ -13,8 +13,9 @@ from flowserve.amp import GradScaler, StaticGradScaler
 from flowserve.distributed.pipeline import PipelineGraph
 from flowserve.distributed.segments import SegmentedGraph, has_collectives
 from flowserve.distributed.stages import ATTR as PIPELINE_ATTR
-from flowserve.errors import GraphError
+from flowserve.errors import FlowserveError, GraphError
 from flowserve.nn.graph import signature as sig
+from flowserve.nn.graph.batching import batch_mismatch, failure_origin
 from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.config import GraphConfig
 from flowserve.nn.graph.debug import DebugPrinter
@@ -262,7 +263,9 @@ class Graph:
             compiled = self._compile(args, kwargs, leaves)
             object.__setattr__(self, "_compiled", compiled)
         elif key != compiled.key and not self._batch_compatible(compiled, key, args, kwargs, leaves):
-            raise sig.static_input_error(self, self._input_names, compiled.key, key)
+            error = sig.static_input_error(self, self._input_names, compiled.key, key)
+            reason = self._batch_verdicts.get(sig.batch_size(leaves))
+            raise GraphError(f"{error} ({reason})") if reason else error
         return compiled
 
     def _batch_compatible(self, compiled, key, args, kwargs, leaves) -> bool:
@@ -275,12 +278,15 @@ class Graph:
             return False
         if batch not in self._batch_verdicts:
 
-            other = self._traced_quietly(trace_build, args, kwargs)
-            ok = sig.batch_polymorphic(compiled.traced, compiled.batch, other, batch)
-            self._batch_verdicts[batch] = ok
-            self._log(0, f"batch size {batch} {'runs' if ok else 'cannot run'} on the graph compiled for "
-                         f"batch size {compiled.batch}")
-        return self._batch_verdicts[batch]
+            try:
+                other = self._traced_quietly(trace_build, args, kwargs)
+                reason = batch_mismatch(compiled.traced, compiled.batch, other, batch)
+            except FlowserveError as exc:
+                reason = failure_origin(exc, compiled.batch, batch)
+            self._batch_verdicts[batch] = reason
+            self._log(0, f"batch size {batch} {'runs' if reason is None else 'cannot run'} on the graph "
+                         f"compiled for batch size {compiled.batch}")
+        return self._batch_verdicts[batch] is None
 
     def _traced_quietly(self, trace_build, args, kwargs):
         """A trace that leaves no trace: optimizer states and scaler untouched."""
@@ -325,9 +331,9 @@ class Graph:
             return
         self._warned_modules.add(id(module))
         warnings.warn(
-            f"nn.Graph {self.name}: module {type(module).__name__} is called in build() but is not an "
-            "attribute of the graph; its parameters and buffers become constants of the graph (not "
-            "trained, not in state_dict()). Assign it in __init__ (self.name = module) to register it.",
+            f"{type(module).__name__} is called in a nn.Graph, but not registered into a nn.Graph "
+            f"({self.name}): its parameters and buffers become constants of the graph (not trained, not "
+            "in state_dict()). Assign it in __init__ (self.name = module) to register it.",
             UserWarning, stacklevel=2)
 
     def _after_trace(self, ir, tracer) -> None:

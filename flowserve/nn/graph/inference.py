@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
+from flowserve.nn.graph.batching import batch_mismatch, failure_origin
 from flowserve.nn.graph.graph import Graph
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.trace import Traced, trace_build
 from flowserve.nn.module import Module
 from flowserve.nn.modules.loss import _Loss
 from flowserve.ops.creation import zeros
+from flowserve.utils.tree import unflatten
 
 
 class _ModelGraph(Graph):
@@ -25,11 +28,12 @@ class _ModelGraph(Graph):
         return getattr(self, self._attr)(*args)
 
 
-def inference_traced(graph: Graph, model=None) -> Traced:
+def inference_traced(graph: Graph, model=None, batch: int | None = None) -> Traced:
     """The inference trace of ``graph``: its own trace when it has no optimizer, else the
     trace of its deployable module in eval mode, without grads. That module is ``model``
     (``flow.save(graph, dir, model=graph.model)``), else what ``graph.deploy()`` returns,
-    else the last top-level module ``build()`` called that is not a loss."""
+    else the last top-level module ``build()`` called that is not a loss. With ``batch``,
+    traced again on zero inputs of that batch size (the batch check of ``flow.save``)."""
     compiled = graph.parts.last
     if compiled is None:
         raise GraphError(f"(GRAPH:{graph.name}:{type(graph).__name__}) has not been compiled; the graph must be "
@@ -40,7 +44,11 @@ def inference_traced(graph: Graph, model=None) -> Traced:
         if chosen is not None:
             raise GraphError(f"{graph.name} is an inference graph: it deploys its own build(); "
                              "model= and deploy() choose a module of a training graph only")
-        return compiled.traced
+        if batch is None:
+            return compiled.traced
+        samples = [_sample(v, batch) for v in compiled.traced.ir.inputs]
+        args, kwargs = unflatten(compiled.traced.in_spec, samples)
+        return graph._traced_quietly(trace_build, args, kwargs)
     traced = compiled.traced
     attr, module, args = _deployed_call(graph, traced, chosen)
     inputs = {v.name for v in traced.ir.inputs}
@@ -51,7 +59,7 @@ def inference_traced(graph: Graph, model=None) -> Traced:
             raise GraphError(f"module {attr!r} of {graph.name} is called on a computed tensor; to deploy it, "
                              "its inputs must be inputs of build()")
         names.append(name)
-    samples = [_sample(a) for a in args]
+    samples = [_sample(a._lazy, batch) for a in args]
     modes = {m: m.training for m in module.modules()}
     module.eval()
     try:
@@ -83,5 +91,27 @@ def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
     return attr, module, args
 
 
-def _sample(lazy):
-    return zeros(*lazy.shape, dtype=lazy.dtype)
+def _sample(value, batch: int | None = None):
+    """Zeros of a traced value's shape and dtype (dim 0 = ``batch`` when given)."""
+    shape = [int(d) for d in value.shape]
+    if batch is not None and shape:
+        shape[0] = batch
+    return zeros(*shape, dtype=dtypes.from_name(value.dtype))
+
+
+def deployable_batch(graph, traced, model=None) -> tuple[int | None, str | None]:
+    """``(batch, None)`` when the deployable trace ``traced`` of ``graph`` runs at any batch
+    size (its inputs share dim 0 and a trace at another batch size agrees), else
+    ``(None, reason)``; ``(None, None)`` when the inputs share no batch dim."""
+    ir = traced.ir
+    firsts = {v.shape[0] if v.shape else None for v in ir.inputs}
+    if len(firsts) != 1 or None in firsts:
+        return None, None
+    batch = int(firsts.pop())
+    other_batch = batch + 1
+    try:
+        other = inference_traced(graph, model, other_batch)
+    except Exception as exc:  # build() itself cannot run at another batch size
+        return None, failure_origin(exc, batch, other_batch)
+    reason = batch_mismatch(traced, batch, other, other_batch)
+    return (batch, None) if reason is None else (None, reason)

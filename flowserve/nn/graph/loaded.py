@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowserve.errors import ShapeError
 from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.trace import Traced
 from flowserve.ops.creation import from_numpy
@@ -41,14 +42,24 @@ class LoadedGraph:
         return self.manifest.outputs
 
     def __call__(self, *args):
-        if self._compiled is None:
-            self._compiled = self._compiled_cls(self._traced, training=False, dynamic_batch=True)
         tensors = [a if isinstance(a, Tensor) else from_numpy(_array(a)) for a in args]
         if len(tensors) != len(self.ir.inputs):
             raise TypeError(f"{self.name} expects {len(self.ir.inputs)} inputs "
                             f"({', '.join(v.name for v in self.ir.inputs)}), got {len(tensors)}")
+        self._check_shapes(tensors)
+        if self._compiled is None:
+            dynamic = any(s.shape and s.shape[0] == -1 for s in self.inputs)
+            self._compiled = self._compiled_cls(self._traced, training=False, dynamic_batch=dynamic)
         outs = self._compiled.run(tensors)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check_shapes(self, tensors) -> None:
+        for spec, t in zip(self.inputs, tensors):
+            shape = tuple(t.shape)
+            if len(shape) != len(spec.shape) or any(d not in (-1, g) for d, g in zip(spec.shape, shape)):
+                note = f" ({self.manifest.batch_note})" if self.manifest.batch_note else ""
+                raise ShapeError(f"{self.name}: input {spec.name!r} expected size {tuple(spec.shape)} "
+                                 f"(-1: any){note}, got {shape}")
 
     def __repr__(self) -> str:
         lines = [f"(GRAPH:{self.name}:{self.manifest.graph_class}) loaded ("]

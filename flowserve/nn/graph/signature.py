@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import numpy as np
-
 from flowserve.errors import GraphError
 
-BATCH_AWARE_OPS = ("reshape",)  # lowerings that compute the batch dim at run time
 
 
 def signature(leaves: list, spec) -> tuple:
@@ -47,54 +44,6 @@ def static_input_error(graph, names: list[str], expected: tuple, given: tuple) -
                 "input shape")
     return GraphError(f"nn.Graph {graph.name} was compiled for inputs structured as {expected[0]}, "
                       f"got {given[0]}")
-
-
-def _match(a, b, ba: int, bb: int) -> bool:
-    """``a`` (traced at batch ``ba``) equals ``b`` (at ``bb``) where every int that
-    differs is the batch size of its trace."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b or (a == ba and b == bb)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_match(x, y, ba, bb) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_match(a[k], b[k], ba, bb) for k in a)
-    return a == b
-
-
-def _same_constant(a: np.ndarray, b: np.ndarray, ba: int, bb: int) -> bool:
-    if not _match(list(a.shape), list(b.shape), ba, bb):
-        return False
-    if a.shape == b.shape:
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # batch-sized constants: uniform and equal
-    return flat_a.size > 0 and flat_b.size > 0 and bool((flat_a == flat_a[0]).all() and
-                                                         (flat_b == flat_a[0]).all())
-
-
-def batch_polymorphic(first, ba: int, other, bb: int) -> bool:
-    """Whether traces ``first`` (batch ``ba``) and ``other`` (batch ``bb``) are one graph
-    up to the batch size, lowerable with a symbolic batch axis."""
-    ir1, ir2 = first.ir, other.ir
-    if len(ir1.nodes) != len(ir2.nodes) or set(ir1.state) != set(ir2.state):
-        return False
-    for n1, n2 in zip(ir1.nodes, ir2.nodes):
-        if n1.op != n2.op or n1.inputs != n2.inputs or n1.outputs != n2.outputs:
-            return False
-        if not _match(n1.attrs, n2.attrs, ba, bb):
-            return False
-        if n1.attrs != n2.attrs and n1.op not in BATCH_AWARE_OPS:
-            return False
-    for name, v1 in ir1.values.items():
-        v2 = ir2.values.get(name)
-        if v2 is None or v1.dtype != v2.dtype or not _match(list(v1.shape), list(v2.shape), ba, bb):
-            return False
-    for name, k in ir1.state_kinds.items():
-        if k != "constant" and ir1.state[name].shape != ir2.state[name].shape:
-            return False
-    return all(n in other.constants and _same_constant(np.asarray(c), np.asarray(other.constants[n]), ba, bb)
-               for n, c in first.constants.items())
 
 
 class SignatureCache:

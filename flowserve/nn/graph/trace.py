@@ -13,8 +13,11 @@ from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
+from flowserve.nn.graph.signature import batch_size
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as F
+from flowserve.ops.creation import default_generator
+from flowserve.ops.random import RANDOM_PRIMITIVES
 from flowserve.utils.tree import flatten, leaf_names, unflatten
 
 TRAIN_STEP = "System-Train-TrainStep"
@@ -55,6 +58,20 @@ def input_names(build, leaves_count: int, spec) -> list[str]:
     return names
 
 
+def unique_output_names(names: list[str], taken) -> list[str]:
+    """Output names that collide with no input, state or other value of the graph, nor with
+    each other (``{"x": x}`` returned for input ``x`` becomes output ``x_output``)."""
+    used, out = set(taken), []
+    for name in names:
+        unique, n = name, 0
+        while unique in used:
+            n += 1
+            unique = f"{name}_output" if n == 1 else f"{name}_output_{n}"
+        used.add(unique)
+        out.append(unique)
+    return out
+
+
 def register_state(tracer: Tracer, graph) -> None:
     seen = set()
     for attr, module in graph._original_modules().items():
@@ -71,7 +88,7 @@ def register_state(tracer: Tracer, graph) -> None:
 def _scaler_state(tracer: Tracer, graph) -> dict:
     """Register the grad scaler's state; the loss scale becomes the backward seed."""
     scaler = graph.parts.grad_scaler
-    if scaler is None:
+    if scaler is None or not getattr(scaler, "is_enabled", lambda: True)():
         return {}
     lazy = {}
     for key, tensor in scaler.graph_state().items():
@@ -120,6 +137,7 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     names = names or input_names(graph.build, len(leaves), spec)
     tracer = Tracer(graph.name)
     tracer.module_names = graph._module_names()
+    tracer.batch = batch_size(leaves) if getattr(graph, "_cache", None) is None else None
     graph._on_build_start(tracer)
     steps = graph.config.gradient_accumulation_steps if graph.training else 1
     system_feeds: dict = {}
@@ -137,9 +155,17 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         out_leaves = [tracer.lift(t) for t in out_leaves]
     ir = tracer.ir
     ir.updates = tracer.state_updates()
-    name_outputs(ir, [t._lazy.name for t in out_leaves], leaf_names(out_spec))
+    if any(node.op in RANDOM_PRIMITIVES for node in ir.nodes):
+        ir.attrs["random_seed"] = graph_seed()
+    name_outputs(ir, [t._lazy.name for t in out_leaves], unique_output_names(leaf_names(out_spec), ir.values))
     eliminate_dead_code(ir)
     graph._after_trace(ir, tracer)
     state = {k: v for k, v in tracer.state_eager.items() if k in ir.state}
     constants = {k: v for k, v in tracer.constants.items() if k in ir.state}
     return Traced(ir, constants, state, system_feeds, spec, out_spec, tracer.module_calls)
+
+
+def graph_seed() -> int:
+    """The seed of a traced graph's random nodes, drawn from flowserve's default generator
+    (so ``flow.manual_seed`` before the first call makes a graph's draws repeatable)."""
+    return int(default_generator.rng.integers(1 << 31))

@@ -17,6 +17,7 @@ from flowserve.distributed.graph_step import DataParallelStep
 from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
 from flowserve.ops import functional as F
+from flowserve.optim.optimizer import clip_group_grads
 from flowserve.tensor import Tensor
 
 
@@ -43,6 +44,7 @@ def _gradients(tracer, graph, scaler_state: dict) -> list:
                 if "scale" in scaler_state:
                     g = g / scaler_state["scale"]
                 items.append((p, lazy_p, g))
+            clip_group_grads(group, [g for *_, g in items])
             work.append((opt, group, lr, lr_name, items))
     return work
 

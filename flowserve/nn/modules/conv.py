@@ -1,4 +1,4 @@
-"""Convolution modules: Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d (PyTorch's
+"""Convolution modules: Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d (PyTorch's
 parameters, initialisation and ``repr``)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from flowserve.nn import init
+from flowserve.nn.functional_3d import conv3d
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import conv as C
@@ -128,3 +129,18 @@ class ConvTranspose1d(_ConvTransposeNd):
 
 class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-D convolution (the gradient of Conv2d), as ``torch.nn.ConvTranspose2d``."""
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C, D, H, W), as ``torch.nn.Conv3d`` (a composite of 2-d
+    convolutions over the kernel's depth taps: ``flowserve.nn.functional_3d``)."""
+
+    _dims = 3
+
+    def forward(self, x):
+        name = type(self).__name__
+        pads = C.conv_pads(self.padding, list(self.kernel_size), list(self.dilation), list(self.stride), 3, name)
+        if any(pads):
+            order = [p for i in reversed(range(3)) for p in (pads[i], pads[3 + i])]
+            x = P.pad(x, order, "constant" if self.padding_mode == "zeros" else self.padding_mode)
+        return conv3d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)

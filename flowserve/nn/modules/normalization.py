@@ -153,3 +153,10 @@ class GroupNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation over (N, C, D, H, W), as ``torch.nn.BatchNorm3d``."""
+
+    _input_dims = (5,)
+    _input_text = "input (N, {c}, D, H, W)"

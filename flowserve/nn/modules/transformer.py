@@ -98,6 +98,15 @@ class MultiheadAttention(Module):
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def activation_of(activation, owner: str):
+    """A layer's activation: ``"relu"``, ``"gelu"`` or a callable (PyTorch's choices)."""
+    if isinstance(activation, str):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"{owner} expected activation 'relu' or 'gelu', got {activation!r}")
+        return _ACTIVATIONS[activation]
+    return activation
+
+
 class TransformerEncoderLayer(Module):
     """Self-attention and a feed-forward block with residuals and LayerNorm (post-norm, or
     pre-norm with ``norm_first=True``), as ``torch.nn.TransformerEncoderLayer``."""
@@ -116,11 +125,7 @@ class TransformerEncoderLayer(Module):
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(f"TransformerEncoderLayer expected activation 'relu' or 'gelu', got {activation!r}")
-            activation = _ACTIVATIONS[activation]
-        self.activation = activation
+        self.activation = activation_of(activation, "TransformerEncoderLayer")
 
     def _sa_block(self, x, attn_mask, key_padding_mask):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False)[0]
@@ -138,14 +143,18 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self._ff_block(x))
 
 
-class TransformerEncoder(Module):
-    """``num_layers`` copies of ``encoder_layer`` (``layers.0``, ``layers.1``, ...) and an optional norm."""
+class LayerStack(Module):
+    """``num_layers`` copies of ``layer`` (``layers.0``, ``layers.1``, ...) and an optional norm."""
 
-    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm=None):
+    def __init__(self, layer: Module, num_layers: int, norm=None):
         super().__init__()
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.layers = ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
+
+
+class TransformerEncoder(LayerStack):
+    """``num_layers`` copies of ``encoder_layer`` and an optional final norm."""
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal: bool = False):
         x = src

@@ -48,8 +48,8 @@ def away_from_zero(shape) -> Callable:
     return lambda rng: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.1, 2.0, shape)
 
 
-def integers(shape, low: int, high: int) -> Callable:
-    return lambda rng: rng.integers(low, high, shape).astype(np.int64)
+def integers(shape, low: int, high: int, dtype=np.int64) -> Callable:
+    return lambda rng: rng.integers(low, high, shape).astype(dtype)
 
 
 def booleans(shape) -> Callable:

@@ -1,5 +1,7 @@
 """Cases for the walking skeleton's primitives (elementwise, reduce, shape, nn basics)."""
 
+import numpy as np
+
 from tests.core.op_cases import Case, away_from_zero, booleans, integers, positive
 
 CASES = {
@@ -46,7 +48,8 @@ CASES = {
                Case([(2, 1, 3, 4), (5, 4, 2)], id="batched")],
     "log_softmax": [Case([(3, 5)], {"axis": 1})],
     "softmax": [Case([(3, 5)], {"axis": 0})],
-    "one_hot": [Case([integers((4,), 0, 5)], {"num_classes": 5, "dtype": "float32"})],
+    "one_hot": [Case([integers((4,), 0, 5)], {"num_classes": 5, "dtype": "float32"}),
+                Case([integers((4,), 0, 5, np.int32)], {"num_classes": 5, "dtype": "float32"}, id="int32")],
     "copy": [Case([(2, 3)])],
     "to_device": [Case([(2, 3)], dict(device="cpu"))],
 }

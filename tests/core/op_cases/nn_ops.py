@@ -72,6 +72,9 @@ CASES = {
         Case([(5, 2), (2,), (2,)], {"eps": 1e-3}, id="1d-features"),
         Case([(3, 2, 4), (2,), (2,)], {"eps": 0.1}, id="sequence"),
     ],
+    # random draws are only comparable where they are certain: an empty range, a vanishing deviation
+    "uniform_like": [Case([(3, 4)], {"low": 0.5, "high": 0.5}, id="point")],
+    "normal_like": [Case([(2, 5)], {"mean": -1.5, "std": 1e-30}, id="point")],
     "dropout_mask": [
         Case([(3, 4)], {"p": 0.0}, id="keep-all"),
         Case([(2, 5)], {"p": 1.0}, id="drop-all"),

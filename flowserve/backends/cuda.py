@@ -1,0 +1,10 @@
+"""``flow.backends.cuda``: PyTorch's CUDA matmul switches (accepted; see ``flowserve.backends``)."""
+
+from types import SimpleNamespace
+
+matmul = SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True)
+
+
+def is_built() -> bool:
+    """Whether this flowserve can use CUDA devices (through ONNX Runtime and CuPy): always."""
+    return True

@@ -1,0 +1,329 @@
+"""More of ``torch.nn.functional``, all composites of the registry's primitives (so they
+differentiate, trace into ``nn.Graph`` and export without rules of their own):
+
+- the activations with PyTorch's ``inplace=`` argument (``relu(x, inplace=True)``) and their
+  ``relu_``-style twins, plus ``selu``, ``celu``, ``glu``, ``threshold``, ``softsign``;
+- ``normalize``, ``cosine_similarity``, ``pairwise_distance``;
+- ``unfold``/``fold`` (im2col and its adjoint, as a grouped convolution with one-hot kernels
+  and the matching transposed convolution), ``pixel_shuffle``/``pixel_unshuffle``;
+- ``dropout1d``/``dropout2d``/``dropout3d`` (whole channels), ``instance_norm``,
+  ``adaptive_max_pool1d``/``adaptive_max_pool2d``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flowserve.ops import activation as A
+from flowserve.ops import conv as C
+from flowserve.ops import creation
+from flowserve.ops import graph_creation as GC
+from flowserve.ops import functional as F
+from flowserve.ops.norm import group_norm
+from flowserve.ops.registry import fail_shape
+
+
+__all__ = ["relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "silu",
+           "mish", "threshold", "relu_", "elu_", "leaky_relu_", "hardtanh_", "softsign", "glu", "normalize",
+           "cosine_similarity", "pairwise_distance", "unfold", "fold", "pixel_shuffle", "pixel_unshuffle",
+           "dropout1d", "dropout2d", "dropout3d", "instance_norm", "adaptive_max_pool1d", "adaptive_max_pool2d",
+           "grid_sample", "affine_grid"]
+
+
+def _maybe_inplace(x, out, inplace: bool):
+    return x._assign(out) if inplace else out
+
+
+def relu(input, inplace: bool = False):  # noqa: A002 - PyTorch's argument names
+    return _maybe_inplace(input, F.relu(input), inplace)
+
+
+def relu6(input, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.relu6(input), inplace)
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.elu(input, alpha), inplace)
+
+
+def selu(input, inplace: bool = False):  # noqa: A002
+    alpha, scale = 1.6732632423543772, 1.0507009873554805
+    return _maybe_inplace(input, A.elu(input, alpha) * scale, inplace)
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):  # noqa: A002
+    out = F.where(F.gt(input, 0), input, (F.exp(F.minimum(input, 0.0) / alpha) - 1.0) * alpha)
+    return _maybe_inplace(input, out, inplace)
+
+
+def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.leaky_relu(input, negative_slope), inplace)
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.hardtanh(input, min_val, max_val), inplace)
+
+
+def hardswish(input, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.hardswish(input), inplace)
+
+
+def hardsigmoid(input, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.hardsigmoid(input), inplace)
+
+
+def silu(input, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.silu(input), inplace)
+
+
+def mish(input, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, A.mish(input), inplace)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):  # noqa: A002
+    return _maybe_inplace(input, F.where(F.gt(input, threshold), input, value), inplace)
+
+
+def relu_(input):  # noqa: A002
+    return relu(input, inplace=True)
+
+
+def elu_(input, alpha: float = 1.0):  # noqa: A002
+    return elu(input, alpha, inplace=True)
+
+
+def leaky_relu_(input, negative_slope: float = 0.01):  # noqa: A002
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):  # noqa: A002
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def softsign(input):  # noqa: A002
+    return input / (F.abs(input) + 1)
+
+
+def glu(input, dim: int = -1):  # noqa: A002
+    if input.shape[dim] % 2:
+        fail_shape("glu", f"an even size in dim {dim}", tuple(input.shape))
+    dim = dim % input.ndim
+    half = input.shape[dim] // 2
+    return F.slice_axis(input, dim, 0, half) * F.sigmoid(F.slice_axis(input, dim, half, 2 * half))
+
+
+# -- distances -------------------------------------------------------------------------------------
+
+
+def _norm(x, p: float, dim, keepdim: bool):
+    if p == 2:
+        return F.sqrt(F.sum(x * x, dim=dim, keepdim=keepdim))
+    if p == 1:
+        return F.sum(F.abs(x), dim=dim, keepdim=keepdim)
+    if math.isinf(p):
+        return F.amax(F.abs(x), dim=dim, keepdim=keepdim)
+    return F.pow(F.sum(F.pow(F.abs(x), p), dim=dim, keepdim=keepdim), 1.0 / p)
+
+
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):  # noqa: A002
+    """``input / max(||input||_p, eps)`` along ``dim`` (``torch.nn.functional.normalize``)."""
+    return input / F.clamp(_norm(input, p, dim, True), min=eps)
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """PyTorch's formula: ``sum(x1 * x2) / sqrt(clamp(|x1|^2 * |x2|^2, eps^2))``."""
+    dot = F.sum(x1 * x2, dim=dim)
+    squares = F.sum(x1 * x1, dim=dim) * F.sum(x2 * x2, dim=dim)
+    return dot / F.sqrt(F.clamp(squares, min=eps * eps))
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    return _norm(x1 - x2 + eps, p, -1, keepdim)
+
+
+# -- im2col ----------------------------------------------------------------------------------------
+
+
+def _pair(v) -> tuple:
+    return tuple(v) if isinstance(v, (tuple, list)) else (int(v), int(v))
+
+
+def _one_hot_kernels(channels: int, kernel: tuple, dtype, device):
+    """``(channels * kh * kw, 1, kh, kw)``: one kernel per (channel, tap), grouped by channel."""
+    taps = kernel[0] * kernel[1]
+    eye = np.eye(taps, dtype=dtype.np).reshape(taps, 1, kernel[0], kernel[1])
+    return creation.tensor(np.tile(eye, (channels, 1, 1, 1)), dtype=dtype, device=device)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """Sliding blocks of ``(N, C, H, W)`` as columns ``(N, C * kh * kw, L)`` (im2col)."""
+    if input.ndim != 4:
+        fail_shape("unfold", "a 4-d input (N, C, H, W)", tuple(input.shape))
+    kernel, channels = _pair(kernel_size), input.shape[1]
+    weight = _one_hot_kernels(channels, kernel, input.dtype, input.device)
+    cols = C.conv_nd(input, weight, None, _pair(stride), _pair(padding), _pair(dilation), channels, 2, "unfold")
+    return F.reshape(cols, (input.shape[0], cols.shape[1], -1))
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """Sum columns ``(N, C * kh * kw, L)`` back into ``(N, C, *output_size)`` (col2im)."""
+    kernel, size = _pair(kernel_size), _pair(output_size)
+    taps = kernel[0] * kernel[1]
+    if input.ndim != 3 or input.shape[1] % taps:
+        fail_shape("fold", f"(N, C * {taps}, L)", tuple(input.shape))
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    blocks = [(size[i] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(2)]
+    if blocks[0] * blocks[1] != input.shape[2]:
+        fail_shape("fold", f"L = {blocks[0] * blocks[1]} blocks for output_size {size}", tuple(input.shape))
+    channels = input.shape[1] // taps
+    grid = F.reshape(input, (input.shape[0], input.shape[1], blocks[0], blocks[1]))
+    weight = _one_hot_kernels(channels, kernel, input.dtype, input.device)
+    extra = [size[i] + 2 * padding[i] - ((blocks[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1)
+             for i in range(2)]
+    return C.conv_transpose_nd(grid, weight, None, stride, padding, tuple(extra), channels, dilation, 2, "fold")
+
+
+def pixel_shuffle(input, upscale_factor: int):  # noqa: A002
+    n, c, h, w = input.shape
+    r = upscale_factor
+    if c % (r * r):
+        fail_shape("pixel_shuffle", f"channels divisible by {r * r}", tuple(input.shape))
+    x = F.reshape(input, (n, c // (r * r), r, r, h, w))
+    return F.reshape(F.permute(x, (0, 1, 4, 2, 5, 3)), (n, c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(input, downscale_factor: int):  # noqa: A002
+    n, c, h, w = input.shape
+    r = downscale_factor
+    if h % r or w % r:
+        fail_shape("pixel_unshuffle", f"height and width divisible by {r}", tuple(input.shape))
+    x = F.reshape(input, (n, c, h // r, r, w // r, r))
+    return F.reshape(F.permute(x, (0, 1, 3, 5, 2, 4)), (n, c * r * r, h // r, w // r))
+
+
+# -- channel dropout, instance norm, adaptive max pooling -------------------------------------------
+
+
+def _channel_dropout(input, p: float, training: bool, inplace: bool, spatial: int, name: str):  # noqa: A002
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (spatial + 1, spatial + 2):
+        fail_shape(name, f"a {spatial + 1}-d or {spatial + 2}-d input", tuple(input.shape))
+    if not training or p == 0.0:
+        return input
+    lead = tuple(input.shape[: input.ndim - spatial])
+    keep = F.ge(GC.rand(*lead, *([1] * spatial), dtype=input.dtype, device=input.device), p)
+    out = input * F.cast(keep, input.dtype) * (1.0 / (1.0 - p)) if p < 1 else input * 0.0
+    return _maybe_inplace(input, out, inplace)
+
+
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+    return _channel_dropout(input, p, training, inplace, 1, "dropout1d")
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+    return _channel_dropout(input, p, training, inplace, 2, "dropout2d")
+
+
+def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False):  # noqa: A002
+    return _channel_dropout(input, p, training, inplace, 3, "dropout3d")
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,  # noqa: A002
+                  use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise each (sample, channel) plane: a group norm with one group per channel."""
+    if not use_input_stats:
+        shape = (1, -1) + (1,) * (input.ndim - 2)
+        out = (input - F.reshape(running_mean, shape)) / F.sqrt(F.reshape(running_var, shape) + eps)
+    else:
+        out = group_norm(input, input.shape[1], None, None, eps)
+    if weight is not None:
+        shape = (1, -1) + (1,) * (input.ndim - 2)
+        out = out * F.reshape(weight, shape) + F.reshape(bias, shape)
+    return out
+
+
+def _adaptive_bounds(size: int, out: int) -> list:
+    return [(math.floor(i * size / out), math.ceil((i + 1) * size / out)) for i in range(out)]
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):  # noqa: A002
+    """Max over PyTorch's adaptive windows (``floor(i*H/h)`` to ``ceil((i+1)*H/h)``)."""
+    if return_indices:
+        raise ValueError("adaptive_max_pool2d(return_indices=True) is not available in flowserve; "
+                         "use max_pool2d(..., return_indices=True) where the sizes divide")
+    out = _pair(output_size)
+    size = input.shape[-2:]
+    out = tuple(s if o is None else o for o, s in zip(out, size))
+    rows, h_axis, w_axis = [], input.ndim - 2, input.ndim - 1
+    for top, bottom in _adaptive_bounds(size[0], out[0]):
+        band = F.slice_axis(input, h_axis, top, bottom)
+        cells = [F.amax(F.slice_axis(band, w_axis, left, right), dim=(h_axis, w_axis), keepdim=True)
+                 for left, right in _adaptive_bounds(size[1], out[1])]
+        rows.append(F.cat(cells, w_axis))
+    return F.cat(rows, h_axis)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False):  # noqa: A002
+    out = F.unsqueeze(input, -2)
+    return F.squeeze(adaptive_max_pool2d(out, (1, output_size), return_indices), -2)
+
+
+# -- sampling grids --------------------------------------------------------------------------------
+
+
+def affine_grid(theta, size, align_corners: bool = False):
+    """``(N, H, W, 2)`` sampling coordinates of the affine maps ``theta`` (N, 2, 3)."""
+    n, _, h, w = size
+    xs, ys = (np.linspace(-1, 1, k) * (1 if align_corners else (k - 1) / k) if k > 1 else np.zeros(1)
+              for k in (w, h))
+    base = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None], np.ones((1, 1))), -1).reshape(1, h * w, 3)
+    grid = F.matmul(creation.tensor(base, dtype=theta.dtype), F.transpose(theta, 1, 2))
+    return F.reshape(grid, (n, h, w, 2))
+
+
+def _unnormalize(coord, size: int, align_corners: bool):
+    return (coord + 1) * ((size - 1) / 2) if align_corners else ((coord + 1) * size - 1) / 2
+
+
+def _gather_plane(flat, ix, iy, w: int, valid):
+    """Values of ``flat`` (N, C, H*W) at integer pixels (ix, iy) (N, P); 0 where not ``valid``."""
+    index = F.cast(F.clamp(iy, min=0) * w + F.clamp(ix, min=0), "int64")
+    index = F.expand(F.unsqueeze(index, 1), (flat.shape[0], flat.shape[1], index.shape[1]))
+    return flat.gather(2, index) * F.unsqueeze(F.cast(valid, flat.dtype), 1)
+
+
+def grid_sample(input, grid, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
+                align_corners: bool = False):
+    """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) in [-1, 1] (x, y), as PyTorch:
+    ``bilinear`` or ``nearest``, ``zeros`` or ``border`` padding."""
+    if mode not in ("bilinear", "nearest") or padding_mode not in ("zeros", "border"):
+        raise ValueError(f"grid_sample supports mode 'bilinear'/'nearest' and padding_mode 'zeros'/'border', "
+                         f"got {mode!r} and {padding_mode!r}")
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2:
+        fail_shape("grid_sample", "input (N, C, H, W) and grid (N, Ho, Wo, 2)", (tuple(input.shape), tuple(grid.shape)))
+    n, c, h, w = input.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    points = F.reshape(grid, (n, ho * wo, 2))
+    x = _unnormalize(F.squeeze(F.slice_axis(points, 2, 0, 1), 2), w, align_corners)
+    y = _unnormalize(F.squeeze(F.slice_axis(points, 2, 1, 2), 2), h, align_corners)
+    if padding_mode == "border":
+        x, y = F.clamp(x, 0, w - 1), F.clamp(y, 0, h - 1)
+    flat = F.reshape(input, (n, c, h * w))
+    if mode == "nearest":
+        ix, iy = F.round(x), F.round(y)  # half to even, as PyTorch's nearbyint
+        corners = [(ix, iy, None)]
+    else:
+        x0, y0 = F.floor(x), F.floor(y)
+        x1, y1 = x0 + 1, y0 + 1
+        corners = [(x0, y0, (x1 - x) * (y1 - y)), (x1, y0, (x - x0) * (y1 - y)),
+                   (x0, y1, (x1 - x) * (y - y0)), (x1, y1, (x - x0) * (y - y0))]
+    out = None
+    for ix, iy, weight in corners:
+        valid = F.logical_and(F.logical_and(F.ge(ix, 0), F.le(ix, w - 1)), F.logical_and(F.ge(iy, 0), F.le(iy, h - 1)))
+        value = _gather_plane(flat, F.clamp(ix, max=w - 1), F.clamp(iy, max=h - 1), w, valid)
+        term = value if weight is None else value * F.unsqueeze(weight, 1)
+        out = term if out is None else out + term
+    return F.reshape(out, (n, c, ho, wo))

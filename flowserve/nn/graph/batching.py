@@ -1,0 +1,123 @@
+"""Is a traced graph batch-polymorphic? Two traces at two batch sizes, compared.
+
+A graph traced at batch size ``ba`` runs at ``bb`` when its trace at ``bb`` records the
+same ops, values and constants up to the batch size, and every attribute that mentions
+the batch size is one the lowering recomputes at run time: a position the trace marked as
+the batch (``expand(x.shape[0], -1, -1)``, see ``flowserve.ops.dims``), or a reshape/expand
+dim that follows its input. Otherwise the batch size is baked into the graph, and
+``batch_mismatch`` names the op and the user's source line that fixed it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowserve.ir.graph import Node
+from flowserve.ir.interpreter import BATCH_ADAPTED_OPS, batch_adapted_attrs
+
+
+def _match(a, b, ba: int, bb: int) -> bool:
+    """``a`` (traced at batch ``ba``) equals ``b`` (at ``bb``) where every int that
+    differs is the batch size of its trace."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b or (a == ba and b == bb)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_match(x, y, ba, bb) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_match(a[k], b[k], ba, bb) for k in a)
+    return a == b
+
+
+def _follows_batch(shape1, shape2, ba: int, bb: int) -> bool:
+    """Shapes equal up to dims that are the batch size, or a multiple of it (a batch merged
+    with other dims: ``(B * T, C)``)."""
+    return len(shape1) == len(shape2) and all(
+        a == b or (a % ba == 0 and b % bb == 0 and a // ba == b // bb) for a, b in zip(shape1, shape2))
+
+
+def _same_constant(a: np.ndarray, b: np.ndarray, ba: int, bb: int) -> bool:
+    if not _match(list(a.shape), list(b.shape), ba, bb):
+        return False
+    if a.shape == b.shape:
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # batch-sized constants: uniform and equal
+    return flat_a.size > 0 and flat_b.size > 0 and bool((flat_a == flat_a[0]).all() and
+                                                         (flat_b == flat_a[0]).all())
+
+
+def describe(node: Node) -> str:
+    where = f" at {node.loc.splitlines()[0]}" if node.loc else ""
+    scope = f" in module {node.scope!r}" if node.scope else ""
+    return f"op {node.op!r}{scope}{where}"
+
+
+def _node_mismatch(ir1, n1: Node, ir2, n2: Node, ba: int, bb: int) -> bool:
+    if n1.op != n2.op or n1.inputs != n2.inputs or n1.outputs != n2.outputs:
+        return True
+    if n1.attrs == n2.attrs:
+        return False
+    if n1.op in BATCH_ADAPTED_OPS and n1.inputs:  # what the lowering computes at batch bb
+        traced, actual = tuple(ir1.values[n1.inputs[0]].shape), tuple(ir2.values[n1.inputs[0]].shape)
+        adapted = batch_adapted_attrs(n1, traced, actual, bb)
+        return _resolved(adapted["shape"], actual) != list(n2.attrs["shape"]) or \
+            {k: v for k, v in adapted.items() if k != "shape"} != {k: v for k, v in n2.attrs.items() if k != "shape"}
+    return True
+
+
+def _resolved(shape, input_shape) -> list:
+    """``shape`` with a ``-1`` replaced by the size it stands for."""
+    shape = [int(d) for d in shape]
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1]))
+        shape[shape.index(-1)] = int(np.prod(input_shape)) // known if known else 0
+    return shape
+
+
+def batch_mismatch(first, ba: int, other, bb: int) -> str | None:
+    """``None`` when traces ``first`` (batch ``ba``) and ``other`` (batch ``bb``) are one
+    graph up to the batch size; else what fixed the batch size, naming the op and line."""
+    ir1, ir2 = first.ir, other.ir
+    for i, n1 in enumerate(ir1.nodes):
+        n2 = ir2.nodes[i] if i < len(ir2.nodes) else None
+        if n2 is None or _node_mismatch(ir1, n1, ir2, n2, ba, bb):
+            return f"the batch size {ba} is fixed by {describe(n1)}"
+        for name in n1.outputs:
+            v1, v2 = ir1.values[name], ir2.values.get(name)
+            if v2 is None or v1.dtype != v2.dtype or not _follows_batch(v1.shape, v2.shape, ba, bb):
+                return f"the batch size {ba} is fixed by {describe(n1)} (output size {tuple(v1.shape)})"
+    if len(ir1.nodes) != len(ir2.nodes) or set(ir1.state) != set(ir2.state):
+        return f"build() records different ops at batch sizes {ba} and {bb}"
+    for name, k in ir1.state_kinds.items():
+        if k != "constant" and ir1.state[name].shape != ir2.state[name].shape:
+            return f"state {name!r} changes size with the batch size"
+    for name, c in first.constants.items():
+        if name not in other.constants or not _same_constant(np.asarray(c), np.asarray(other.constants[name]), ba, bb):
+            user = next((n for n in ir1.nodes if name in n.inputs), None)
+            by = f", used by {describe(user)}" if user is not None else ""
+            return (f"the batch size {ba} is fixed by a tensor made in build() with a fixed size "
+                    f"{tuple(np.shape(c))}{by}; make it from the input's size (x.shape[0]) instead")
+    return None
+
+
+
+def failure_origin(exc: Exception, ba: int, bb: int) -> str:
+    """Why a trace at batch ``bb`` failed: the failing op, and the op upstream that produced
+    a size of ``ba`` (the batch size of the first trace) that did not follow the batch."""
+    failed, ir = getattr(exc, "failed_node", None), getattr(exc, "failed_ir", None)
+    if failed is None or ir is None:
+        return f"build() fails at batch size {bb}: {exc}"
+    producers = {out: node for node in ir.nodes for out in node.outputs}
+    origin, frontier = None, [n for n in failed.inputs if ba in ir.values[n].shape]
+    while frontier:
+        node = producers.get(frontier.pop())
+        if node is None:
+            continue
+        upstream = [n for n in node.inputs if ba in ir.values[n].shape]
+        if not upstream:
+            origin = node
+            break
+        frontier.extend(upstream)
+    fixed = f"the batch size {ba} is fixed by {describe(origin)}; " if origin is not None else ""
+    return f"{fixed}at batch size {bb}, {describe(failed)} fails: {exc}"

@@ -1,0 +1,31 @@
+"""Gradient clipping's rule, shared by ``nn.utils.clip_grad_norm_`` and the optimizers'
+per-group ``clip_grad_max_norm`` (OneFlow's), eagerly and inside ``nn.Graph.build``."""
+
+from __future__ import annotations
+
+import math
+
+from flowserve.autograd.grad_mode import no_grad
+from flowserve.ops import creation
+from flowserve.ops import functional as F
+
+
+@no_grad()
+def clip_grads_(grads: list, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False):
+    """Clip the gradient tensors ``grads`` in place to a joint norm of ``max_norm`` (the rule of
+    ``clip_grad_norm_``, also used for OneFlow's per-group ``clip_grad_max_norm``)."""
+    if not grads:
+        return creation.tensor(0.0)
+    norm_type = float(norm_type)
+    if norm_type == float("inf"):
+        total = F.amax(F.stack([F.amax(F.abs(g)) for g in grads]))
+    else:
+        sums = [F.sum(F.pow(F.abs(g), norm_type)) for g in grads]
+        total = F.pow(F.sum(F.stack(sums)), 1.0 / norm_type)
+    if error_if_nonfinite and total._lazy is None and not math.isfinite(float(total)):
+        raise RuntimeError(f"the total norm of order {norm_type} for gradients from `parameters` is "
+                           "non-finite, so it cannot be clipped")
+    coef = F.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total
