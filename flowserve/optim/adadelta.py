@@ -5,18 +5,8 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
-from flowserve.optim.optimizer import Optimizer, addcdiv, addcmul, check_options, lerp
-
-
-def step_tensor(p):
-    """A parameter's step counter: a 0-d float32 tensor, as PyTorch keeps it."""
-    return creation.zeros((), dtype=dtypes.float32, device=p.device)
-
-
-def check_betas(name: str, betas) -> None:
-    for i, beta in enumerate(betas):
-        if not 0.0 <= beta < 1.0:
-            raise ValueError(f"{name}: Invalid beta parameter at index {i}: {beta}")
+from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
+                                      lerp, step_tensor)
 
 
 class Adadelta(Optimizer):
@@ -40,9 +30,7 @@ class Adadelta(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         rho, eps = group["rho"], group["eps"]
-        if group["maximize"]:
-            g = -g
-        state["step"].copy_(state["step"] + 1)
+        g, _ = begin_update(g, state, group)
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
@@ -74,10 +62,7 @@ class Adamax(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         beta1, beta2 = group["betas"]
-        if group["maximize"]:
-            g = -g
-        step = state["step"]
-        step.copy_(step + 1)
+        g, step = begin_update(g, state, group)
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]

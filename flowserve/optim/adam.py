@@ -5,7 +5,8 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
-from flowserve.optim.optimizer import Optimizer, addcdiv, addcmul, check_options, lerp
+from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
+                                      lerp, step_tensor)
 
 
 def bias_corrections(step, beta1: float, beta2: float):
@@ -33,15 +34,13 @@ class Adam(Optimizer):
                  differentiable: bool = False, fused=None):
         name = "AdamW" if decoupled_weight_decay and type(self) is AdamW else type(self).__name__
         check_options(name, lr=lr, eps=eps, weight_decay=weight_decay)
-        for i, beta in enumerate(betas):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"{name}: Invalid beta parameter at index {i}: {beta}")
+        check_betas(name, betas)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize,
                                       decoupled_weight_decay=decoupled_weight_decay))
 
     def _init_state(self, p, group) -> dict:
-        state = {"step": creation.zeros((), dtype=dtypes.float32, device=p.device),
+        state = {"step": step_tensor(p),
                  "exp_avg": creation.zeros_like(p), "exp_avg_sq": creation.zeros_like(p)}
         if group["amsgrad"]:
             state["max_exp_avg_sq"] = creation.zeros_like(p)
@@ -50,10 +49,7 @@ class Adam(Optimizer):
     def _update(self, p, g, state, group, lr) -> None:
         beta1, beta2 = group["betas"]
         weight_decay = group["weight_decay"]
-        if group["maximize"]:
-            g = -g
-        step = state["step"]
-        step.copy_(step + 1)
+        g, step = begin_update(g, state, group)
         if weight_decay and group["decoupled_weight_decay"]:
             p.copy_(p * (1 - lr * weight_decay))
         elif weight_decay:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
-from flowserve.optim.adadelta import check_betas, step_tensor
-from flowserve.optim.optimizer import Optimizer, addcdiv, addcmul, check_options, lerp
+from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
+                                      lerp, step_tensor)
 
 
 def _decayed(p, g, group, lr):
@@ -54,10 +54,7 @@ class NAdam(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         beta1, beta2 = group["betas"]
-        if group["maximize"]:
-            g = -g
-        step = state["step"]
-        step.copy_(step + 1)
+        g, step = begin_update(g, state, group)
         g = _decayed(p, g, group, lr)
         step64 = F.cast(step, dtypes.float64)
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step64 * group["momentum_decay"]))
@@ -94,10 +91,7 @@ class RAdam(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         beta1, beta2 = group["betas"]
-        if group["maximize"]:
-            g = -g
-        step = state["step"]
-        step.copy_(step + 1)
+        g, step = begin_update(g, state, group)
         g = _decayed(p, g, group, lr)
         exp_avg, exp_avg_sq = _moments(state, g, beta1, beta2)
         step64 = F.cast(step, dtypes.float64)

@@ -14,8 +14,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 
+from flowserve import dtypes
 from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import FlowserveError
+from flowserve.ops import creation
 from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
 
@@ -183,6 +185,21 @@ def clip_group_grads(group: dict, grads: list) -> None:
     clip_grads_(grads, float(max_norm), float(group.get("clip_grad_norm_type", 2.0)))
 
 
+def step_tensor(p):
+    """A parameter's step counter: a 0-d float32 tensor, as PyTorch keeps it."""
+    return creation.zeros((), dtype=dtypes.float32, device=p.device)
+
+
+def begin_update(g, state: dict, group: dict):
+    """What every update starts with: the gradient negated under ``maximize`` and the
+    step counter advanced. Returns ``(g, step)``."""
+    if group["maximize"]:
+        g = -g
+    step = state["step"]
+    step.copy_(step + 1)
+    return g, step
+
+
 def lerp(start, end, weight: float):
     """``start + weight * (end - start)``, rounded as PyTorch's ``lerp`` kernel."""
     if weight < 0.5:
@@ -206,3 +223,10 @@ def check_options(name: str, lr=None, eps=None, weight_decay=None, momentum=None
                          ("weight_decay value", weight_decay), ("momentum value", momentum)):
         if value is not None and not isinstance(value, Tensor) and value < 0:
             raise ValueError(f"{name}: Invalid {label}: {value}")
+
+
+def check_betas(name: str, betas) -> None:
+    """PyTorch's check and message for ``betas`` (``Invalid beta parameter at index 1``)."""
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"{name}: Invalid beta parameter at index {i}: {beta}")

@@ -5,11 +5,8 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
-from flowserve.optim.optimizer import Optimizer, addcdiv, addcmul, check_options, lerp
-
-
-def _step_tensor(p):
-    return creation.zeros((), dtype=dtypes.float32, device=p.device)
+from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_options, lerp,
+                                      step_tensor)
 
 
 class RMSprop(Optimizer):
@@ -33,7 +30,7 @@ class RMSprop(Optimizer):
                                       momentum=momentum, centered=centered, maximize=maximize))
 
     def _init_state(self, p, group) -> dict:
-        state = {"step": _step_tensor(p), "square_avg": creation.zeros_like(p)}
+        state = {"step": step_tensor(p), "square_avg": creation.zeros_like(p)}
         if group["momentum"] > 0:
             state["momentum_buffer"] = creation.zeros_like(p)
         if group["centered"]:
@@ -42,9 +39,7 @@ class RMSprop(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         alpha = group["alpha"]
-        if group["maximize"]:
-            g = -g
-        state["step"].copy_(state["step"] + 1)
+        g, _ = begin_update(g, state, group)
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         square_avg = state["square_avg"]
@@ -88,14 +83,11 @@ class Adagrad(Optimizer):
                 self.state_of(p, group)
 
     def _init_state(self, p, group) -> dict:
-        return {"step": _step_tensor(p),
+        return {"step": step_tensor(p),
                 "sum": creation.full_like(p, group["initial_accumulator_value"])}
 
     def _update(self, p, g, state, group, lr) -> None:
-        step = state["step"]
-        step.copy_(step + 1)
-        if group["maximize"]:
-            g = -g
+        g, step = begin_update(g, state, group)
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
         clr = lr / ((F.cast(step, dtypes.float64) - 1) * group["lr_decay"] + 1)
