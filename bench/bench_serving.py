@@ -306,7 +306,10 @@ def measure_mobilenet(table, urls: dict, image: np.ndarray, seconds: float) -> t
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each load")
-    seconds, table = parser.parse_args().seconds, []
+    parser.add_argument("--latency-only", action="store_true",
+                        help="only the server-added latency at concurrency 1 (part 1)")
+    args = parser.parse_args()
+    seconds, table = args.seconds, []
     mlp, mobilenet = mlp_model(), mobilenet_v2_model()
     x1 = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     image = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
@@ -328,6 +331,9 @@ def main() -> None:
                          urls["plain"])]
         try:
             latency = measure_latency(table, urls, x1, ort_us, seconds)
+            if args.latency_only:
+                print_latency(latency)
+                return
             mlp_tp = measure_mlp_throughput(table, urls, x1, seconds)
             mobile_tp, formed = measure_mobilenet(table, urls, image, seconds)
         finally:
@@ -347,13 +353,20 @@ def main() -> None:
     print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch)
 
 
-def print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch) -> None:
-    plain = mlp_tp["plain FastAPI+ORT JSON"]
-    print("\nratios (goal in brackets)")
-    print("  server-added p50 (<= 250 us): " + ", ".join(
+def print_latency(latency) -> None:
+    binary = latency["flowserve HTTP binary"]
+    print(f"\nratios (goal in brackets), load average {os.getloadavg()[0]:.2f}")
+    print("  server-added p50 (binary <= 250 us, JSON <= 300 us): " + ", ".join(
         f"{name.removeprefix('flowserve ')} {latency[name]:.0f} us" for name in
         ("flowserve HTTP binary", "flowserve HTTP JSON", "flowserve gRPC",
          "plain FastAPI+ORT JSON")))
+    print(f"  gRPC / HTTP binary: {latency['flowserve gRPC'] / binary:.2f}x  (<= 1.2x); "
+          f"plain app / HTTP binary: {latency['plain FastAPI+ORT JSON'] / binary:.2f}x")
+
+
+def print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch) -> None:
+    plain = mlp_tp["plain FastAPI+ORT JSON"]
+    print_latency(latency)
     print(f"  MLP c=32 flowserve HTTP binary / plain app: "
           f"{mlp_tp['flowserve HTTP binary'] / plain:.2f}x  (>= 2x); "
           f"JSON / plain: {mlp_tp['flowserve HTTP JSON'] / plain:.2f}x; "

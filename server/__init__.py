@@ -9,12 +9,14 @@ Prometheus metrics. From Python::
     with InferenceServer(settings).background() as server:
         print(server.http_url)
 
-From the shell: ``flowserve serve model.onnx``.
+From the shell: ``flowserve serve model.onnx`` (``--workers 4``: four processes
+behind the same ports, ``WorkerPool`` from Python).
 """
 
 from .app import InferenceServer
 from .dataplane import DataPlane, InferenceRequest, InferenceResponse
 from .settings import ServerSettings
+from .workers import WorkerPool
 
 __all__ = ["DataPlane", "InferenceRequest", "InferenceResponse", "InferenceServer",
-           "ServerSettings"]
+           "ServerSettings", "WorkerPool"]

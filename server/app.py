@@ -193,7 +193,8 @@ class InferenceServer:
         if install_signal_handlers:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(sig, self._stop.set)
-        http_socket = _bind(self.settings.host, self.settings.http_port)
+        http_socket = _bind(self.settings.host, self.settings.http_port,
+                            self.settings.reuse_port)
         self.http_port = http_socket.getsockname()[1]
         await self.plane.start()
         grpc_server = await self._start_grpc()
@@ -205,6 +206,7 @@ class InferenceServer:
             access_log=False, lifespan="off", proxy_headers=False, server_header=False,
             timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30))
         http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))
+        publisher = asyncio.create_task(self._publish_metrics())
         log.info("serving", extra={"http": self.http_url, "grpc": self.grpc_address,
                                    "ready": self.plane.ready()})
         self._started.set()
@@ -215,14 +217,29 @@ class InferenceServer:
             await grpc_server.stop(self.settings.graceful_timeout_s)
         await http_task
         await self.plane.stop()
+        publisher.cancel()
+        self.plane.metrics.publish()  # the final counts of this worker
+
+    async def _publish_metrics(self, every_s: float = 1.0) -> None:
+        """Share this worker's metrics with the other workers of ``--workers N``."""
+        if self.settings.shared_metrics_dir is None:
+            return
+        while True:
+            await asyncio.sleep(every_s)
+            await asyncio.to_thread(self.plane.metrics.publish)
 
     async def _start_grpc(self):
         if self.settings.grpc_port is None:
             return None
         server, self.grpc_port = build_grpc_server(
-            self.plane, f"{self.settings.host}:{self.settings.grpc_port}")
+            self.plane, f"{self.settings.host}:{self.settings.grpc_port}",
+            self.settings.reuse_port)
         await server.start()
         return server
+
+    def wait_started(self, timeout_s: float = 600.0) -> bool:
+        """Wait until the server serves; False if it failed to start or took too long."""
+        return self._started.wait(timeout_s) and self._failure is None
 
     def stop(self) -> None:
         """Ask a running server (any thread) to shut down gracefully."""
@@ -262,11 +279,21 @@ def _run(coroutine) -> None:
         asyncio.run(coroutine)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    sock = reserve_port(host, port, reuse_port)
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def reserve_port(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A socket bound to ``host:port`` (0: a free port), not yet listening; with
+    ``reuse_port`` other sockets of this user may bind the same port (SO_REUSEPORT) and
+    the kernel spreads connections over those that listen."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
     return sock

@@ -61,11 +61,19 @@ def serve(
         1 << 24, help="Most values one JSON request body may hold (413 beyond)."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
+    workers: int = typer.Option(
+        1, help="Server processes sharing the HTTP and gRPC ports (SO_REUSEPORT); each loads "
+                "the models; metrics add up across them."
+    ),
+    grpc_workers: Optional[int] = typer.Option(
+        None, help="How many of the --workers processes also serve gRPC (default: all)."
+    ),
 ) -> None:
     """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
     from .app import InferenceServer
     from .logs import configure_logging
     from .settings import ServerSettings
+    from .workers import WorkerPool
 
     try:
         settings = ServerSettings(
@@ -77,7 +85,8 @@ def serve(
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
-            max_json_elements=max_json_elements, log_level=log_level,
+            max_json_elements=max_json_elements, log_level=log_level, workers=workers,
+            grpc_workers=grpc_workers,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}
@@ -89,6 +98,8 @@ def serve(
         typer.echo("WARNING: --skip-verify: models are served WITHOUT verifying them on their reference "
                    "examples; a damaged or wrong model will answer with wrong numbers", err=True)
     try:
+        if settings.workers > 1:
+            raise typer.Exit(WorkerPool(settings).run())
         InferenceServer(settings).run()
     except FlowserveError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -68,7 +68,7 @@ class DataPlane:
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(settings.shared_metrics_dir)
         self.repository = ModelRepository(settings, on_batch=self.metrics.batch)
         self._request_ids = itertools.count(1)
 

@@ -1,6 +1,9 @@
 """Prometheus metrics of one server: requests, inferences vs executions, durations.
 
 Each server owns its registry, so several servers (tests) never share counters.
+The worker processes of one ``--workers N`` server do share theirs: each writes a
+snapshot of its series to ``shared_dir`` every second (``publish``), and whichever
+worker answers a scrape adds the others' latest snapshots to its own live series.
 The series are plain numbers updated on the event loop (a counter add or a
 histogram bisect, well under a microsecond, where ``prometheus_client``'s
 locked metrics cost a few each) and turned into metric families only when
@@ -15,6 +18,10 @@ from __future__ import annotations
 
 import bisect
 import collections
+import json
+import os
+import pathlib
+from typing import Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -41,6 +48,10 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def add(self, counts: list, total: float) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, counts)]
+        self.sum += total
+
     def buckets(self) -> list[tuple[str, int]]:
         """Cumulative ``(le, count)`` pairs as the exposition format wants them."""
         total, pairs = 0, []
@@ -62,6 +73,27 @@ class ModelSeries:
         self.queue_duration = Histogram(_LATENCY_BUCKETS)
         self.compute_duration = Histogram(_LATENCY_BUCKETS)
         self.batch_size = Histogram(_BATCH_BUCKETS)
+
+    def snapshot(self) -> dict:
+        """The series as plain JSON values."""
+        values = {name: getattr(self, name) for name in _PLAIN_FIELDS}
+        values["failures"] = dict(self.failures)
+        for name in _HISTOGRAM_FIELDS:
+            histogram = getattr(self, name)
+            values[name] = {"counts": histogram.counts, "sum": histogram.sum}
+        return values
+
+    def add(self, snapshot: dict) -> None:
+        """Add another worker's ``snapshot()`` of the same model version."""
+        for name in _PLAIN_FIELDS:
+            setattr(self, name, getattr(self, name) + snapshot[name])
+        self.failures.update(snapshot["failures"])
+        for name in _HISTOGRAM_FIELDS:
+            getattr(self, name).add(snapshot[name]["counts"], snapshot[name]["sum"])
+
+
+_PLAIN_FIELDS = ("success", "inferences", "executions")
+_HISTOGRAM_FIELDS = ("request_duration", "queue_duration", "compute_duration", "batch_size")
 
 
 _COUNTERS = (
@@ -87,10 +119,38 @@ class ServerMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self):
+    def __init__(self, shared_dir: Optional[str] = None):
         self.series: dict[tuple[str, str], ModelSeries] = {}
+        self.shared_dir = pathlib.Path(shared_dir) if shared_dir else None
         self.registry = CollectorRegistry()
         self.registry.register(self)
+
+    def publish(self) -> None:
+        """Write this worker's snapshot into ``shared_dir`` (atomically: readers see the
+        previous snapshot or this one, never half of one)."""
+        if self.shared_dir is None:
+            return
+        rows = [[model, version, series.snapshot()]
+                for (model, version), series in list(self.series.items())]
+        target = self.shared_dir / f"worker-{os.getpid()}.json"
+        partial = target.with_suffix(".partial")
+        partial.write_text(json.dumps(rows))
+        os.replace(partial, target)
+
+    def _all_series(self) -> list:
+        """This worker's live series plus the other workers' latest snapshots."""
+        if self.shared_dir is None:
+            return list(self.series.items())
+        merged: dict[tuple[str, str], ModelSeries] = {}
+        own = self.shared_dir / f"worker-{os.getpid()}.json"
+        snapshots = [[[m, v, s.snapshot()] for (m, v), s in list(self.series.items())]]
+        for path in sorted(self.shared_dir.glob("worker-*.json")):
+            if path != own:
+                snapshots.append(_read_snapshot(path))
+        for rows in snapshots:
+            for model, version, values in rows:
+                merged.setdefault((model, version), ModelSeries()).add(values)
+        return list(merged.items())
 
     def _of(self, model: str, version: str) -> ModelSeries:
         series = self.series.get((model, version))
@@ -122,7 +182,7 @@ class ServerMetrics:
 
     def collect(self):
         """The metric families (``prometheus_client`` calls this when rendering)."""
-        rows = list(self.series.items())
+        rows = self._all_series()
         for name, help_text, field in _COUNTERS:
             family = CounterMetricFamily(name, help_text, labels=_LABELS)
             for labels, series in rows:
@@ -145,3 +205,11 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The registry in Prometheus' text exposition format."""
         return generate_latest(self.registry)
+
+
+def _read_snapshot(path: pathlib.Path) -> list:
+    """A worker's published rows; none when it is gone (its file removed meanwhile)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return []

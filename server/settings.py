@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -85,3 +85,24 @@ class ServerSettings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Log level of the server's structured logs."
     )
+    workers: int = Field(
+        1, ge=1, description="Server processes sharing the HTTP port (SO_REUSEPORT)."
+    )
+    grpc_workers: Optional[int] = Field(
+        None, ge=1, description="How many of the workers also serve gRPC (None: all)."
+    )
+    reuse_port: bool = Field(
+        False, description="Bind with SO_REUSEPORT (each worker of --workers N does)."
+    )
+    shared_metrics_dir: Optional[str] = Field(
+        None, description="Folder where the workers of one server share their metrics."
+    )
+
+    @field_validator("grpc_workers")
+    @classmethod
+    def _within_workers(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        workers = info.data.get("workers", 1)
+        if value is not None and value > workers:
+            raise ValueError(f"{value} exceeds --workers ({workers}); each gRPC worker is "
+                             "one of the workers")
+        return value

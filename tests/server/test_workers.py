@@ -1,0 +1,150 @@
+"""``--workers N`` / ``--grpc-workers M``: several processes behind one port.
+
+Behaviour only: every worker answers (connections spread over them), the metrics
+of any worker add up every worker's requests, a stop lets every worker finish the
+requests it holds, and each exits cleanly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+
+from flowserve.clients import GRPCClient
+from flowserve.server import ServerSettings, WorkerPool
+
+from .models import mlp_reference
+
+MODEL = "tiny"
+
+
+def http_infer(url: str, x: np.ndarray) -> np.ndarray:
+    """One request on a connection of its own (so the kernel picks a worker for it)."""
+    body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                        "data": x.ravel().tolist()}]}
+    answer = httpx.post(f"{url}/v2/models/{MODEL}/infer", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    output = answer.json()["outputs"][0]
+    return np.asarray(output["data"], np.float32).reshape(output["shape"])
+
+
+def send_infer(port: int, x: np.ndarray) -> socket.socket:
+    """A connection that has sent one whole infer request (the answer is read later)."""
+    body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    head = (f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n").encode()
+    connection = socket.create_connection(("127.0.0.1", port), timeout=60)
+    connection.sendall(head + body)
+    return connection
+
+
+def read_answer(connection: socket.socket) -> np.ndarray:
+    with connection:
+        data = b"".join(iter(lambda: connection.recv(65536), b""))
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), data
+    output = json.loads(body)["outputs"][0]
+    return np.asarray(output["data"], np.float32).reshape(output["shape"])
+
+
+def served_requests(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(float(v) for v in re.findall(r'^flowserve_request_success_total\{[^}]*\} (\S+)$',
+                                           text, re.M))
+
+
+def wait_for_total(url: str, expected: int, timeout_s: float = 30.0) -> float:
+    """The summed success counter once it reaches ``expected`` (workers publish each second)."""
+    deadline, total = time.monotonic() + timeout_s, 0.0
+    while time.monotonic() < deadline:
+        total = served_requests(url)
+        if total >= expected:
+            return total
+        time.sleep(0.3)
+    return total
+
+
+def worker_counts(pool: WorkerPool) -> dict:
+    """Requests each worker counted, from the snapshots the workers published."""
+    counts = {}
+    for process in pool.processes:
+        path = pathlib.Path(pool.metrics_dir) / f"worker-{process.pid}.json"
+        rows = json.loads(path.read_text()) if path.exists() else []
+        counts[process.pid] = sum(values["success"] for _, _, values in rows)
+    return counts
+
+
+def test_workers_share_the_ports_add_up_metrics_and_drain_on_stop(mlp_file):
+    model = onnx.load(mlp_file)
+    settings = ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=0,
+                              log_level="warning", workers=2, grpc_workers=1,
+                              max_queue_delay_us=300_000)  # requests wait: they are in flight
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(16)]
+    with concurrent.futures.ThreadPoolExecutor(16) as threads:
+        pool = WorkerPool(settings)
+        with pool.background():
+            url = pool.http_url
+            for x, y in zip(xs, threads.map(lambda x: http_infer(url, x), xs)):
+                np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+            grpc_outputs = [GRPCClient(pool.grpc_address).infer(MODEL, {"x": x})
+                            for x in xs[:2]]
+            for x, outputs in zip(xs, grpc_outputs):
+                np.testing.assert_allclose(outputs["y"], mlp_reference(model, x), rtol=1e-5,
+                                           atol=1e-5)
+            assert wait_for_total(url, 18) == 18  # any worker's /metrics counts all workers
+            in_flight = [send_infer(pool.http_port, x) for x in xs]
+            time.sleep(0.1)  # read by the workers, waiting in their queues (300 ms)
+        drained = [read_answer(connection) for connection in in_flight]
+    for x, y in zip(xs, drained):
+        np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+    assert [process.exitcode for process in pool.processes] == [0, 0]
+
+
+def test_every_worker_serves_and_publishes_its_final_counts(mlp_file, tmp_path):
+    settings = ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=None,
+                              log_level="warning", workers=2)
+    pool = WorkerPool(settings)
+    x = np.ones((1, 4), np.float32)
+    with pool.background():
+        for _ in range(40):  # 40 connections: all on one worker has odds 2**-39
+            http_infer(pool.http_url, x)
+        counts_dir = pathlib.Path(pool.metrics_dir)
+        # read the final snapshots while the folder still exists: stop the workers first
+        for process in pool.processes:
+            process.terminate()
+        for process in pool.processes:
+            process.join(60)
+        counts = worker_counts(pool)
+        assert counts_dir.exists()
+    assert sorted(counts) == sorted(p.pid for p in pool.processes)
+    assert all(count > 0 for count in counts.values()), counts
+    assert sum(counts.values()) == 40
+    assert not counts_dir.exists()  # the supervisor removes its shared folder
+
+
+def test_grpc_workers_beyond_workers_is_refused_in_one_line(mlp_file):
+    done = subprocess.run([sys.executable, "-m", "flowserve.server", str(mlp_file),
+                           "--workers", "2", "--grpc-workers", "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--grpc-workers" in done.stderr and "exceeds --workers (2)" in done.stderr
+
+
+@pytest.mark.parametrize("workers", [0, -1])
+def test_workers_must_be_positive(workers):
+    with pytest.raises(ValueError, match="workers"):
+        ServerSettings(model_path="m.onnx", workers=workers)
