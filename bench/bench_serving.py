@@ -8,7 +8,8 @@
    encoded once (the JSON bytes are identical for both servers) and decoding
    every answer into numpy arrays. gRPC uses grpcio's blocking stub the same
    way. The round trip of ``flowserve.clients`` (encoding numpy each call) is
-   shown too.
+   shown too, and the echo server (``echo_server.py``: canned answers, no work),
+   the floor of each protocol on this machine.
 2. Throughput at concurrency 32 on that MLP vs the plain app.
 3. Throughput at concurrency 32 on mobilenet_v2 (224x224, 1000 classes) with
    batching vs in-process ONNX Runtime at the batch size the server formed and
@@ -236,6 +237,13 @@ def load(url, model, concurrency, seconds, protocol="http", binary=True, x=None)
     return report
 
 
+def write_repository_mlp(root: pathlib.Path, mlp) -> None:
+    """A repository holding the MLP as model ``mlp`` (max batch 64)."""
+    (root / "mlp" / "1").mkdir(parents=True)
+    onnx.save(mlp, root / "mlp" / "1" / "model.onnx")
+    (root / "mlp" / "config.json").write_text(json.dumps({"max_batch_size": 64}))
+
+
 def write_repository(root: pathlib.Path, mlp, mobilenet) -> None:
     for name, model, config in (
         ("mlp", mlp, {"max_batch_size": 64}),
@@ -264,6 +272,8 @@ def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: f
         "flowserve HTTP JSON": raw_http_call(urls["http"], "mlp", x1, binary=False),
         "flowserve gRPC": raw_grpc_call(urls["grpc"], "mlp", x1),
         "plain FastAPI+ORT JSON": raw_http_call(urls["plain"], "m", x1, binary=False),
+        "echo server HTTP binary": raw_http_call(urls["echo"], "mlp", x1, binary=True),
+        "echo server gRPC": raw_grpc_call(urls["echo_grpc"], "mlp", x1),
         "flowserve.clients HTTPClient binary": lambda: http_bin.infer("mlp", {"x": x1}),
         "flowserve.clients HTTPClient JSON": lambda: http_json.infer("mlp", {"x": x1}),
         "flowserve.clients GRPCClient": lambda: grpc_end_to_end.infer("mlp", {"x": x1}),
@@ -317,8 +327,11 @@ def main() -> None:
         root = pathlib.Path(tmp) / "repo"
         write_repository(root, mlp, mobilenet)
         http_port, grpc_port, plain_port = free_port(), free_port(), free_port()
+        echo_port, echo_grpc_port = free_port(), free_port()
         urls = {"http": f"http://127.0.0.1:{http_port}", "grpc": f"127.0.0.1:{grpc_port}",
-                "plain": f"http://127.0.0.1:{plain_port}"}
+                "plain": f"http://127.0.0.1:{plain_port}",
+                "echo": f"http://127.0.0.1:{echo_port}",
+                "echo_grpc": f"127.0.0.1:{echo_grpc_port}"}
         print(f"machine: {os.cpu_count()} cores, onnxruntime {ort.__version__}\n")
         print(f"{'figure':<66} {'value':>10} {'unit':<6} note")
         ort_us = ort_latency_us(mlp, x1, min(seconds, 3))
@@ -328,7 +341,9 @@ def main() -> None:
                           str(http_port), "--grpc-port", str(grpc_port), "--log-level",
                           "warning"], urls["http"]),
                    start(plain_app + [str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)],
-                         urls["plain"])]
+                         urls["plain"]),
+                   start([sys.executable, str(HERE / "echo_server.py"), str(echo_port),
+                          str(echo_grpc_port)], urls["echo"])]
         try:
             latency = measure_latency(table, urls, x1, ort_us, seconds)
             if args.latency_only:
@@ -362,6 +377,10 @@ def print_latency(latency) -> None:
          "plain FastAPI+ORT JSON")))
     print(f"  gRPC / HTTP binary: {latency['flowserve gRPC'] / binary:.2f}x  (<= 1.2x); "
           f"plain app / HTTP binary: {latency['plain FastAPI+ORT JSON'] / binary:.2f}x")
+    echo_http, echo_grpc = latency["echo server HTTP binary"], latency["echo server gRPC"]
+    print(f"  over the echo server (flowserve's own cost): HTTP binary "
+          f"{binary - echo_http:.0f} us, gRPC {latency['flowserve gRPC'] - echo_grpc:.0f} us; "
+          f"echo gRPC / echo HTTP: {echo_grpc / echo_http:.2f}x")
 
 
 def print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch) -> None:

@@ -1,0 +1,116 @@
+"""Triton's perf_analyzer against flowserve and the echo server, side by side.
+
+The MLP 64-256-10 of ``bench_serving.py``, batch 1, over HTTP and gRPC at
+concurrency 1 and 8; each measurement runs flowserve then the echo server
+(``echo_server.py``: the protocol's floor on this machine; over HTTP both the bare
+echo and the same echo behind uvicorn, flowserve's HTTP stack) back to back, and
+the table gives the throughput ratios (goal: flowserve >= 0.7x the echo server).
+
+perf_analyzer ships with ``tritonclient[all]``; its binary links ``libb64`` (Debian:
+``libb64-0d``) and the CUDA runtime even on CPU-only machines: point ``--cudart-dir``
+at a folder with ``libcudart.so.12`` (for example the ``nvidia-cuda-runtime-cu12``
+wheel unpacked) when the system has none::
+
+    python bench/bench_perf_analyzer.py --cudart-dir /tmp/cudart/nvidia/cuda_runtime/lib
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from bench_serving import free_port, mlp_model, start, stop, write_repository_mlp
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def perf_analyzer(url: str, protocol: str, concurrency: int, interval_ms: int,
+                  env: dict) -> dict:
+    """perf_analyzer's figures for one run: infer/s, p50 and p99 latency in µs."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as report:
+        command = ["perf_analyzer", "-m", "mlp", "-u", url, "-i", protocol, "-b", "1",
+                   "--concurrency-range", str(concurrency), "--measurement-interval",
+                   str(interval_ms), "--max-trials", "3", "--stability-percentage", "999",
+                   "--percentile", "50", "-f", report.name]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"perf_analyzer failed:\n{done.stdout[-2000:]}{done.stderr}")
+        row = next(csv.DictReader(io.StringIO(pathlib.Path(report.name).read_text())))
+    return {"throughput": float(row["Inferences/Second"]),
+            "p50_us": float(row["p50 latency"]), "p99_us": float(row["p99 latency"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cudart-dir", help="folder holding libcudart.so.12")
+    parser.add_argument("--interval-ms", type=int, default=2000,
+                        help="perf_analyzer's measurement window")
+    args = parser.parse_args()
+    if shutil.which("perf_analyzer") is None:
+        sys.exit("perf_analyzer not found: pip install 'tritonclient[all]'")
+    env = dict(os.environ)
+    if args.cudart_dir:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (args.cudart_dir, env.get("LD_LIBRARY_PATH")) if p)
+    ports = {name: free_port() for name in ("http", "grpc", "echo", "echo_grpc",
+                                            "uvicorn_echo", "uvicorn_echo_grpc")}
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository_mlp(root, mlp_model())
+        servers = [
+            start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
+                   str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--log-level",
+                   "warning"], f"http://127.0.0.1:{ports['http']}"),
+            start([sys.executable, str(HERE / "echo_server.py"), str(ports["echo"]),
+                   str(ports["echo_grpc"])], f"http://127.0.0.1:{ports['echo']}"),
+            start([sys.executable, str(HERE / "echo_server.py"), str(ports["uvicorn_echo"]),
+                   str(ports["uvicorn_echo_grpc"]), "uvicorn"],
+                  f"http://127.0.0.1:{ports['uvicorn_echo']}"),
+        ]
+        try:
+            print(f"{'run':<34} {'infer/s':>9} {'p50 us':>8} {'p99 us':>8}", flush=True)
+            for protocol in ("http", "grpc"):
+                for concurrency in (1, 8):
+                    for target in TARGETS[protocol]:
+                        port = _port(ports, target, protocol)
+                        figures = perf_analyzer(f"127.0.0.1:{port}", protocol, concurrency,
+                                                args.interval_ms, env)
+                        results[(protocol, concurrency, target)] = figures
+                        print(f"{target + ' ' + protocol + f' c={concurrency}':<34} "
+                              f"{figures['throughput']:>9,.0f} {figures['p50_us']:>8,.0f} "
+                              f"{figures['p99_us']:>8,.0f}", flush=True)
+        finally:
+            for server in servers:
+                stop(server)
+    print(f"\nflowserve / echo server throughput (goal >= 0.7), "
+          f"load average {os.getloadavg()[0]:.2f}")
+    for protocol in ("http", "grpc"):
+        for concurrency in (1, 8):
+            ours = results[(protocol, concurrency, "flowserve")]["throughput"]
+            print(f"  {protocol} c={concurrency}: " + ", ".join(
+                f"/ {target} {ours / results[(protocol, concurrency, target)]['throughput']:.2f}"
+                for target in TARGETS[protocol][1:]))
+
+
+# HTTP: the bare httptools echo and the same echo behind uvicorn (flowserve's HTTP stack);
+# gRPC: one grpc.aio echo (both echo processes serve the same one)
+TARGETS = {"http": ("flowserve", "echo", "uvicorn echo"), "grpc": ("flowserve", "echo")}
+
+
+def _port(ports: dict, target: str, protocol: str) -> int:
+    if target == "flowserve":
+        return ports[protocol]
+    prefix = "uvicorn_echo" if target == "uvicorn echo" else "echo"
+    return ports[prefix] if protocol == "http" else ports[prefix + "_grpc"]
+
+
+if __name__ == "__main__":
+    main()
