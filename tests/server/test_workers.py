@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import pathlib
 import re
 import socket
@@ -148,3 +149,29 @@ def test_grpc_workers_beyond_workers_is_refused_in_one_line(mlp_file):
 def test_workers_must_be_positive(workers):
     with pytest.raises(ValueError, match="workers"):
         ServerSettings(model_path="m.onnx", workers=workers)
+
+
+def test_metrics_add_the_other_workers_snapshots(tmp_path):
+    from flowserve.server.batcher import BatchRecord
+    from flowserve.server.metrics import ServerMetrics
+
+    class Model:
+        name, version = "m", "1"
+
+    peer = ServerMetrics(str(tmp_path))
+    peer.request("m", "1", ok=True, seconds=0.002)
+    peer.request("m", "1", ok=False, seconds=0.001, reason="QueueFullError")
+    peer.batch(Model, BatchRecord(rows=3, requests=2, queue_s=[0.0, 0.0], compute_s=0.001,
+                                  failed=False))
+    peer.publish()
+    (tmp_path / f"worker-{os.getpid()}.json").rename(tmp_path / "worker-1.json")
+    own = ServerMetrics(str(tmp_path))
+    own.request("m", "1", ok=True, seconds=0.003)
+    text = own.render().decode()
+    assert 'flowserve_request_success_total{model="m",version="1"} 2.0' in text
+    assert ('flowserve_request_failure_total{model="m",reason="QueueFullError",version="1"} 1.0'
+            in text)
+    assert 'flowserve_inference_count_total{model="m",version="1"} 3.0' in text
+    assert 'flowserve_request_duration_seconds_count{model="m",version="1"} 3.0' in text
+    own.publish()  # its own file is not counted twice
+    assert 'flowserve_request_success_total{model="m",version="1"} 2.0' in own.render().decode()
