@@ -162,7 +162,23 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-class InferenceServer:
+class Listening:
+    """The addresses of a server (``settings``, ``http_port``, ``grpc_port``) once bound."""
+
+    settings: ServerSettings
+    http_port: Optional[int] = None
+    grpc_port: Optional[int] = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.settings.host}:{self.http_port}"
+
+    @property
+    def grpc_address(self) -> Optional[str]:
+        return None if self.grpc_port is None else f"{self.settings.host}:{self.grpc_port}"
+
+
+class InferenceServer(Listening):
     """Loads the models and serves them over HTTP and (optionally) gRPC."""
 
     def __init__(self, settings: ServerSettings):
@@ -174,14 +190,6 @@ class InferenceServer:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._started = threading.Event()
         self._failure: Optional[BaseException] = None
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.settings.host}:{self.http_port}"
-
-    @property
-    def grpc_address(self) -> Optional[str]:
-        return None if self.grpc_port is None else f"{self.settings.host}:{self.grpc_port}"
 
     def run(self) -> None:
         """Serve in the foreground until SIGINT/SIGTERM."""

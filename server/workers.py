@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from .app import InferenceServer, reserve_port
+from .app import InferenceServer, Listening, reserve_port
 from .logs import configure_logging
 from .settings import ServerSettings
 
@@ -40,7 +40,7 @@ def _serve_worker(fields: dict, ready) -> None:
     server.run()
 
 
-class WorkerPool:
+class WorkerPool(Listening):
     """Supervises ``settings.workers`` processes serving the same ports."""
 
     def __init__(self, settings: ServerSettings):
@@ -51,14 +51,6 @@ class WorkerPool:
         self.processes: list = []
         self.metrics_dir: Optional[str] = None
         self._stop = threading.Event()
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.settings.host}:{self.http_port}"
-
-    @property
-    def grpc_address(self) -> Optional[str]:
-        return None if self.grpc_port is None else f"{self.settings.host}:{self.grpc_port}"
 
     def run(self) -> int:
         """Serve in the foreground until SIGINT/SIGTERM; the exit status (0: clean)."""
