@@ -92,7 +92,7 @@ def test_workers_share_the_ports_add_up_metrics_and_drain_on_stop(mlp_file):
     model = onnx.load(mlp_file)
     settings = ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=0,
                               log_level="warning", workers=2, grpc_workers=1,
-                              max_queue_delay_us=300_000)  # requests wait: they are in flight
+                              max_queue_delay_us=1_000_000)  # requests wait: they are in flight
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(16)]
     with concurrent.futures.ThreadPoolExecutor(16) as threads:
@@ -108,7 +108,7 @@ def test_workers_share_the_ports_add_up_metrics_and_drain_on_stop(mlp_file):
                                            atol=1e-5)
             assert wait_for_total(url, 18) == 18  # any worker's /metrics counts all workers
             in_flight = [send_infer(pool.http_port, x) for x in xs]
-            time.sleep(0.1)  # read by the workers, waiting in their queues (300 ms)
+            time.sleep(0.4)  # read by the workers, waiting in their queues (1 s)
         drained = [read_answer(connection) for connection in in_flight]
     for x, y in zip(xs, drained):
         np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-5)
