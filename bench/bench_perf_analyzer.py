@@ -65,17 +65,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp) / "repo"
         write_repository_mlp(root, mlp_model())
-        servers = [
-            start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
-                   str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--log-level",
-                   "warning"], f"http://127.0.0.1:{ports['http']}"),
-            start([sys.executable, str(HERE / "echo_server.py"), str(ports["echo"]),
-                   str(ports["echo_grpc"])], f"http://127.0.0.1:{ports['echo']}"),
-            start([sys.executable, str(HERE / "echo_server.py"), str(ports["uvicorn_echo"]),
-                   str(ports["uvicorn_echo_grpc"]), "uvicorn"],
-                  f"http://127.0.0.1:{ports['uvicorn_echo']}"),
+        commands = [
+            ([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
+              str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--log-level", "warning"],
+             f"http://127.0.0.1:{ports['http']}"),
+            ([sys.executable, str(HERE / "echo_server.py"), str(ports["echo"]),
+              str(ports["echo_grpc"])], f"http://127.0.0.1:{ports['echo']}"),
+            ([sys.executable, str(HERE / "echo_server.py"), str(ports["uvicorn_echo"]),
+              str(ports["uvicorn_echo_grpc"]), "uvicorn"],
+             f"http://127.0.0.1:{ports['uvicorn_echo']}"),
         ]
+        servers = []
         try:
+            for command, url in commands:  # each started one is stopped, whatever fails
+                servers.append(start(command, url))
             print(f"{'run':<34} {'infer/s':>9} {'p50 us':>8} {'p99 us':>8}", flush=True)
             for protocol in ("http", "grpc"):
                 for concurrency in (1, 8):

@@ -337,14 +337,18 @@ def main() -> None:
         ort_us = ort_latency_us(mlp, x1, min(seconds, 3))
         row(table, "MLP 64-256-10 in-process ORT, batch 1, p50", ort_us, "us")
         plain_app = [sys.executable, str(HERE / "plain_fastapi_app.py")]
-        servers = [start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
-                          str(http_port), "--grpc-port", str(grpc_port), "--log-level",
-                          "warning"], urls["http"]),
-                   start(plain_app + [str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)],
-                         urls["plain"]),
-                   start([sys.executable, str(HERE / "echo_server.py"), str(echo_port),
-                          str(echo_grpc_port)], urls["echo"])]
+        commands = [
+            ([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
+              str(http_port), "--grpc-port", str(grpc_port), "--log-level", "warning"],
+             urls["http"]),
+            (plain_app + [str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)], urls["plain"]),
+            ([sys.executable, str(HERE / "echo_server.py"), str(echo_port),
+              str(echo_grpc_port)], urls["echo"]),
+        ]
+        servers = []
         try:
+            for command, url in commands:  # each started one is stopped, whatever fails
+                servers.append(start(command, url))
             latency = measure_latency(table, urls, x1, ort_us, seconds)
             if args.latency_only:
                 print_latency(latency)
