@@ -6,10 +6,48 @@ channels) and one matrix product (batched over groups); transposed convolutions 
 and a strided add per kernel tap (col2im, channels last); depthwise convolutions one
 multiply-add per kernel tap. 1x1 convolutions are a product per sample. Stride-1 transposed
 convolutions (input gradients) run as convolutions with the flipped kernel (im2col and one
-product instead of a product per input pixel and a strided add per kernel tap).
+product instead of a product per input pixel and a strided add per kernel tap). The im2col
+columns are copied into a per-thread buffer that is reused from call to call (``_Scratch``).
 """
 
 from __future__ import annotations
+
+import contextvars
+import math
+import threading
+
+
+class _Scratch:
+    """A thread's reusable im2col buffers (one per array module and dtype, grown to the
+    largest columns seen). Fresh 100 MB arrays cost more in first-touch page faults than
+    the copy that fills them; the columns never leave the kernel (the products write fresh
+    outputs), so one buffer serves every call of the thread that owns it."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+        self.buffers = {}
+
+    def filled(self, xp, view):
+        """A copy of ``view`` (same shape) in this thread's buffer; valid until the next call."""
+        size, key = math.prod(view.shape), (xp.__name__, view.dtype.str)
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.size < size:
+            buffer = self.buffers[key] = xp.empty(size, dtype=view.dtype)
+        out = buffer[:size].reshape(view.shape)
+        xp.copyto(out, view)
+        return out
+
+
+_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("flowserve_conv_scratch", default=None)
+
+
+def _scratch() -> _Scratch:
+    """The calling thread's scratch (a context copied into another thread gets a new one)."""
+    scratch = _SCRATCH.get()
+    if scratch is None or scratch.thread != threading.get_ident():
+        scratch = _Scratch()
+        _SCRATCH.set(scratch)
+    return scratch
 
 
 def _transpose_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int, op: int) -> int:
@@ -76,11 +114,12 @@ def conv2d(xp, x, w, stride, pads, dilation, groups):
     cols = _columns(xp, x, (kh, kw), stride, pads, dilation)
     ho, wo = cols.shape[1:3]
     if groups == 1:
-        out = cols.reshape(n * ho * wo, kh * kw * c) @ w.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)
+        cols = _scratch().filled(xp, cols).reshape(n * ho * wo, kh * kw * c)
+        out = cols @ w.transpose(2, 3, 1, 0).reshape(kh * kw * c, o)
         return out.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
     og = o // groups
     cols = cols.reshape(n, ho, wo, kh, kw, groups, cg).transpose(5, 0, 1, 2, 3, 4, 6)
-    cols = cols.reshape(groups, n * ho * wo, kh * kw * cg)
+    cols = _scratch().filled(xp, cols).reshape(groups, n * ho * wo, kh * kw * cg)
     wg = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
     out = (cols @ wg).reshape(groups, n, ho, wo, og)
     return out.transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)

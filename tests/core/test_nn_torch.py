@@ -4,7 +4,9 @@ the same random inputs, then outputs, input gradients, parameter gradients and b
 
 from __future__ import annotations
 
+import contextvars
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -419,3 +421,26 @@ def test_shape_errors_name_op_expected_and_given(make, shape, message):
 def test_dtype_error_names_the_op():
     with pytest.raises(DTypeError, match="conv2d expected a floating point input"):
         F.conv2d(flow.ones(1, 1, 3, 3, dtype=flow.int64), flow.ones(1, 1, 2, 2, dtype=flow.int64))
+
+
+def test_convolutions_in_threads_sharing_a_context_match_torch():
+    """Threads that run in copies of one context (as ``asyncio.to_thread`` does) each get
+    their own im2col scratch: concurrent convolutions of different sizes stay exact."""
+    rng = np.random.default_rng(0)
+    cases = [(rng.standard_normal((4, c, s, s)).astype(np.float32),
+              rng.standard_normal((8, c // g, 3, 3)).astype(np.float32), g)
+             for c, s, g in [(8, 12, 1), (16, 9, 2), (8, 15, 1), (16, 11, 4)]]
+    expected = [TF.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1, groups=g).numpy()
+                for x, w, g in cases]
+    F.conv2d(flow.tensor(cases[0][0]), flow.tensor(cases[0][1]), padding=1)  # this thread's scratch
+
+    def run(i):
+        x, w, g = cases[i]
+        outs = [F.conv2d(flow.tensor(x), flow.tensor(w), padding=1, groups=g).numpy() for _ in range(40)]
+        return [float(np.abs(o - expected[i]).max()) for o in outs]
+
+    contexts = [contextvars.copy_context() for _ in cases]
+    with ThreadPoolExecutor(len(cases)) as pool:
+        errors = list(pool.map(lambda i: contexts[i].run(run, i), range(len(cases))))
+    for i, errs in enumerate(errors):
+        assert max(errs) <= 1e-4 * float(np.abs(expected[i]).max()), (i, errs)
