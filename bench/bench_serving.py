@@ -40,6 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from flowserve.clients import GRPCClient, HTTPClient, grpc_client, rest
 from flowserve.clients.perf import run_load
+from flowserve.exporter.runtime import session_options
 
 try:
     import uvloop
@@ -162,8 +163,10 @@ def ort_latency_us(model: onnx.ModelProto, x: np.ndarray, seconds: float) -> flo
     return float(np.median(times) * 1e6)
 
 
-def ort_rows_per_s(model: onnx.ModelProto, batch: int, seconds: float) -> float:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+def ort_rows_per_s(model: onnx.ModelProto, batch: int, seconds: float,
+                   options: ort.SessionOptions = None) -> float:
+    session = ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                   providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
     session.run(None, {"x": x})
     runs, started = 0, time.monotonic()
@@ -318,7 +321,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each load")
     parser.add_argument("--latency-only", action="store_true",
                         help="only the server-added latency at concurrency 1 (part 1)")
+    parser.add_argument("--mobilenet-only", action="store_true",
+                        help="only mobilenet_v2 at concurrency 32 vs in-process ORT (part 3), "
+                        "in interleaved rounds")
     args = parser.parse_args()
+    if args.mobilenet_only:
+        mobilenet_only(args.seconds)
+        return
     seconds, table = args.seconds, []
     mlp, mobilenet = mlp_model(), mobilenet_v2_model()
     x1 = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
@@ -370,6 +379,58 @@ def main() -> None:
         in_process = ort_rows_per_s(mobilenet, batch, seconds)
         row(table, f"mobilenet_v2 in-process ORT at batch {batch}", in_process, "img/s")
     print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch)
+
+
+def server_compute(url: str, model: str) -> dict:
+    """The executions and nanoseconds of each compute phase the server reports."""
+    stats = HTTPClient(url).statistics(model)["model_stats"][0]
+    phases = {k: stats["inference_stats"][k]["ns"]
+              for k in ("compute_input", "compute_infer", "compute_output")}
+    return {"count": stats["execution_count"], "rows": stats["inference_count"], **phases}
+
+
+def mobilenet_only(seconds: float, rounds: int = 4) -> None:
+    """flowserve at concurrency 32 and in-process ORT at the batch it formed, in alternating
+    rounds; each round's ratio, and their median (background load hits a round's pair alike).
+    The in-process peer runs twice: ONNX Runtime's defaults (spinning threads), the goal's
+    peer, and the server's own session options (threads that do not spin)."""
+    mobilenet = mobilenet_v2_model()
+    image = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository(root, mlp_model(), mobilenet)
+        http_port = free_port()
+        url = f"http://127.0.0.1:{http_port}"
+        server = start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
+                        str(http_port), "--grpc-port", str(free_port()), "--log-level",
+                        "warning"], url)
+        try:
+            for _ in range(rounds):
+                ratios.append(mobilenet_round(url, mobilenet, image, seconds))
+        finally:
+            stop(server)
+    print("\n  mobilenet_v2 flowserve / in-process ORT at the formed batch, per round: "
+          + ", ".join(f"{r:.2f}" for r in ratios)
+          + f"; median {np.median(ratios):.2f}  (>= 0.85), load average {os.getloadavg()[0]:.2f}")
+
+
+def mobilenet_round(url: str, mobilenet, image: np.ndarray, seconds: float) -> float:
+    """One round: the server's throughput and compute phases, then the in-process peers."""
+    table, before = [], server_compute(url, "mobilenet")
+    throughput, _ = measure_mobilenet(table, {"http": url}, image, seconds)
+    phases = {k: v - before[k] for k, v in server_compute(url, "mobilenet").items()}
+    executions = max(1, phases.pop("count"))
+    batch = max(1, round(phases.pop("rows") / executions))
+    print("    per batch in the server: " + ", ".join(
+        f"{k} {v / executions / 1e6:.1f} ms" for k, v in phases.items()), flush=True)
+    in_process = ort_rows_per_s(mobilenet, batch, seconds)
+    row(table, f"mobilenet_v2 in-process ORT at batch {batch}", in_process, "img/s",
+        f"{batch / in_process * 1e3:.1f} ms per batch")
+    server_options = ort_rows_per_s(mobilenet, batch, seconds, session_options())
+    row(table, f"mobilenet_v2 in-process ORT at batch {batch}, server's options",
+        server_options, "img/s", f"{batch / server_options * 1e3:.1f} ms per batch")
+    return throughput / in_process
 
 
 def print_latency(latency) -> None:
