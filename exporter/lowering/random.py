@@ -4,15 +4,23 @@ Every random node gets its own seed, derived from the graph's seed and the node'
 name: ONNX Runtime keeps each node's generator across runs, so a session draws fresh values
 on every call, and two nodes never share a stream. (Unseeded, ONNX Runtime seeds every
 node alike, so two same-shaped dropouts would draw almost the same masks.)
+
+``uniform_seeded`` (a random op given ``generator=``) is its counter-based hash written in
+ONNX integer ops, fed its seed per call: the same numbers as its numpy kernel. Where the seed
+is baked into the model (a saved, loaded or exported graph: the generator stays in the
+process that traced it), it lowers to ``RandomUniformLike`` like an op without a generator.
 """
 
 from __future__ import annotations
 
 import zlib
 
+import numpy as np
+
 from flowserve import dtypes
 from flowserve.exporter.builder import onnx_dtype
 from flowserve.exporter.lowering.registry import lowering
+from flowserve.ops.random import HASH_DROP_BITS, HASH_PRIME, HASH_ROUNDS, HASH_SEED_MULT, HASH_STREAM_MULT
 
 SEED_RANGE = 1 << 24  # ONNX's seed attribute is a float: integers below 2**24 are exact
 
@@ -44,3 +52,24 @@ def lower_dropout_mask(b, node, ctx):
     uniform = b.op1("RandomUniformLike", [x], dtype=onnx_dtype(dtype), low=0.0, high=1.0, seed=node_seed(ctx, node))
     keep = b.op1("GreaterOrEqual", [uniform, b.const(node.attrs["p"], dtypes.from_name(dtype).np)])
     b.op("Cast", [keep], node.outputs, to=onnx_dtype(dtype))
+
+
+@lowering("uniform_seeded")
+def lower_uniform_seeded(b, node, ctx):
+    x, seed = node.inputs
+    dtype = onnx_dtype(ctx.meta(x).dtype)
+    if seed in b.initializers:  # no generator feeds a saved graph: draw as ONNX Runtime does
+        b.op("RandomUniformLike", [x], node.outputs, dtype=dtype, low=0.0, high=1.0, seed=node_seed(ctx, node))
+        return
+    i64 = lambda v: b.const(v, np.int64)  # noqa: E731
+    prime = i64(HASH_PRIME)
+    index = b.op1("Range", [i64(0), b.op1("Size", [x]), i64(1)])
+    offset = b.op1("Add", [b.op1("Mul", [b.op1("Mod", [seed, prime]), i64(HASH_SEED_MULT)]),
+                           i64(int(node.attrs["stream"]) * HASH_STREAM_MULT)])
+    h = b.op1("Mod", [b.op1("Add", [index, offset]), prime])
+    for mult, add, shift in HASH_ROUNDS:
+        h = b.op1("Mod", [b.op1("Add", [b.op1("Mul", [h, i64(mult)]), i64(add)]), prime])
+        h = b.op1("BitwiseXor", [h, b.op1("Div", [h, i64(1 << shift)])])
+    bits = b.op1("Cast", [b.op1("Div", [h, i64(1 << HASH_DROP_BITS)])], to=dtype)
+    scaled = b.op1("Mul", [bits, b.const(2.0 ** (HASH_DROP_BITS - 31), dtypes.from_name(ctx.meta(x).dtype).np)])
+    b.op("Reshape", [scaled, b.op1("Shape", [x])], node.outputs)

@@ -117,6 +117,9 @@ class Tracer:
         self._unregistered_depth = 0
         self.batch = None  # the inputs' common dim 0: traced as a BatchDim when set
         self._eager_grads: dict = {}  # state name -> the eager tensor's .grad before the trace
+        self.system_feeds: dict = {}  # system state name -> () -> its value for each call
+        self._generator_seeds: dict = {}  # id(generator) -> lazy int64 seed fed per call
+        self.random_streams = 0  # seeded random nodes so far: each draws its own stream
 
     def __enter__(self) -> "Tracer":
         current = current_interpreter()
@@ -172,6 +175,22 @@ class Tracer:
         self.state_eager[name] = eager
         self.initial[name] = name
         return lazy
+
+    def generator_seed(self, generator):
+        """The lazy int64 seed that ``generator`` feeds this graph on each call: one system
+        input per generator, its value drawn from the generator before every run."""
+        lazy = self._generator_seeds.get(id(generator))
+        if lazy is None:
+            name = f"System-Generator-{len(self._generator_seeds)}-Seed"
+            lazy = self.add_state(name, Tensor._wrap(np.asarray(0, np.int64)), "system")
+            self.system_feeds[name] = generator.draw_seed
+            self._generator_seeds[id(generator)] = lazy
+            self._keepalive.append(generator)
+        return lazy
+
+    def next_random_stream(self) -> int:
+        self.random_streams += 1
+        return self.random_streams
 
     def lazy_of(self, eager):
         return self.state_tensors.get(id(eager))

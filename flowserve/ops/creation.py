@@ -28,6 +28,11 @@ class Generator:
     def initial_seed(self) -> int:
         return self._seed
 
+    def draw_seed(self) -> np.ndarray:
+        """The next seed this generator gives a compiled ``nn.Graph`` (one per call), as
+        an int64 0-d array below ``2**31 - 1``."""
+        return np.asarray(self.rng.integers(0, (1 << 31) - 1), dtype=np.int64)
+
 
 default_generator = Generator(0)
 

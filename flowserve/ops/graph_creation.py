@@ -70,13 +70,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 
 def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:  # a graph draws fresh values per call
-        return R.traced_normal(C._size(size), C._float_dtype(dtype), _device(device))
+        return R.traced_normal(C._size(size), C._float_dtype(dtype), _device(device), generator=generator)
     return C.randn(*size, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:
-        return R.traced_uniform(C._size(size), C._float_dtype(dtype), _device(device))
+        return R.traced_uniform(C._size(size), C._float_dtype(dtype), _device(device), generator=generator)
     return C.rand(*size, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)
 
 
@@ -86,33 +86,33 @@ def randint(low, high=None, size=(), dtype=None, device=None, generator=None):
             low, high, size = 0, low, high
         if high is None:
             low, high = 0, low
-        uniform = R.traced_uniform(C._size((size,)), dtypes.float32, _device(device), low, high)
+        uniform = R.traced_uniform(C._size((size,)), dtypes.float32, _device(device), low, high, generator)
         return R.integers_from(uniform, low, high, dtype)
     return C.randint(low, high, size, dtype=dtype, device=device, generator=generator)
 
 
 def randperm(n: int, dtype=None, device=None, generator=None):
     if current_trace() is not None:
-        return R.traced_randperm(int(n), dtype, _device(device))
+        return R.traced_randperm(int(n), dtype, _device(device), generator)
     return C.randperm(n, dtype=dtype, device=device, generator=generator)
 
 
 def randn_like(t, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:
-        return R.normal_as(t, dtype=dtype)
+        return R.normal_as(t, dtype=dtype, generator=generator)
     return C.randn_like(t, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)
 
 
 def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:
-        return R.uniform_as(t, dtype=dtype)
+        return R.uniform_as(t, dtype=dtype, generator=generator)
     return C.rand_like(t, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)
 
 
 def randint_like(t, low, high=None, dtype=None, device=None, generator=None):
     if current_trace() is not None:
         low, high = (0, low) if high is None else (low, high)
-        return R.integers_from(R.uniform_as(t, low, high, dtypes.float32), low, high, dtype or t.dtype)
+        return R.integers_from(R.uniform_as(t, low, high, dtypes.float32, generator), low, high, dtype or t.dtype)
     return C.randint_like(t, low, high, dtype=dtype, device=device, generator=generator)
 
 

@@ -133,12 +133,12 @@ def _random_fill(self, sample, traced) -> object:
 
 def normal_(self, mean: float = 0.0, std: float = 1.0, generator=None):
     rng = creation._rng(generator)
-    return _random_fill(self, lambda shape: rng.normal(mean, std, shape), lambda t: R.normal_as(t, mean, std))
+    return _random_fill(self, lambda shape: rng.normal(mean, std, shape), lambda t: R.normal_as(t, mean, std, generator=generator))
 
 
 def uniform_(self, a: float = 0.0, b: float = 1.0, generator=None):
     rng = creation._rng(generator)
-    return _random_fill(self, lambda shape: rng.uniform(a, b, shape), lambda t: R.uniform_as(t, a, b))
+    return _random_fill(self, lambda shape: rng.uniform(a, b, shape), lambda t: R.uniform_as(t, a, b, generator=generator))
 
 
 def random_(self, low: int = 0, high: int | None = None, generator=None):
@@ -146,13 +146,13 @@ def random_(self, low: int = 0, high: int | None = None, generator=None):
     if high is None:
         low, high = 0, low if low else 2 ** 24
     return _random_fill(self, lambda shape: rng.integers(low, high, shape),
-                        lambda t: R.integers_from(R.uniform_as(t, low, high, dtypes.float32), low, high, t.dtype))
+                        lambda t: R.integers_from(R.uniform_as(t, low, high, dtypes.float32, generator), low, high, t.dtype))
 
 
 def bernoulli_(self, p: float = 0.5, generator=None):
     rng = creation._rng(generator)
     return _random_fill(self, lambda shape: rng.random(shape) < p,
-                        lambda t: F.lt(R.uniform_as(t, dtype=dtypes.float32), p))
+                        lambda t: F.lt(R.uniform_as(t, dtype=dtypes.float32, generator=generator), p))
 
 
 def _strides(t) -> tuple:

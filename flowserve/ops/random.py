@@ -9,6 +9,12 @@ Each random node of a graph gets its own seed, derived from the graph's seed
 the graph is traced: ``flow.manual_seed(s)`` before a graph's first call makes its
 sequence of draws repeatable. Eager and graph draws are different numbers.
 
+A random op given ``generator=`` inside ``build`` draws from that generator instead: the
+graph takes one int64 seed per generator as a system input, drawn from the generator before
+every call (``Generator.draw_seed``), and such ops record ``uniform_seeded``, a counter-based
+hash of (seed, op's stream, element index) that ONNX Runtime computes with integer ops, so
+``g.manual_seed(s)`` repeats a graph's draws exactly, whatever the default generator does.
+
 ``rand``, ``randn``, ``randint``, ``randperm``, the ``*_like`` forms, ``bernoulli``,
 ``multinomial`` and the in-place fills are composites of these two primitives in a graph.
 """
@@ -23,7 +29,14 @@ from flowserve.ops import functional as F
 from flowserve.ops.functional_index import argsort, cumsum, topk
 from flowserve.ops.registry import Meta, current_trace, fail_dtype, fail_shape, primitive
 
-RANDOM_PRIMITIVES = ("uniform_like", "normal_like", "dropout_mask")
+RANDOM_PRIMITIVES = ("uniform_like", "normal_like", "dropout_mask", "uniform_seeded")
+
+# uniform_seeded's hash: int64 arithmetic modulo the prime 2**31 - 1, every product below 2**62
+HASH_PRIME = (1 << 31) - 1
+HASH_SEED_MULT = 1103515245
+HASH_STREAM_MULT = 12345679
+HASH_ROUNDS = ((48271, 11, 13), (69621, 7919, 17), (16807, 104729, 11), (39373, 1299709, 16))
+HASH_DROP_BITS = 7  # 31-bit hashes keep 24 bits: exact in float32, below 1
 
 
 def _float_like(op: str):
@@ -47,6 +60,32 @@ def normal_like(xp, x, mean: float, std: float):
     return xp.asarray(C.default_generator.rng.normal(mean, std, x.shape)).astype(x.dtype)
 
 
+def _seeded_meta(x: Meta, seed: Meta, stream: int) -> Meta:
+    if not x.dtype.is_floating_point:
+        fail_dtype("uniform_seeded", "a floating point tensor (its shape and dtype are used)", x.dtype)
+    if seed.shape != () or seed.dtype is not dtypes.int64:
+        fail_dtype("uniform_seeded", "a 0-d int64 seed", str(seed))
+    return x
+
+
+def seeded_hash(xp, count: int, seed, stream: int):
+    """The 31-bit hashes of elements ``0..count-1`` of stream ``stream`` under ``seed``."""
+    h = (xp.arange(count, dtype=np.int64) + (np.int64(seed) % HASH_PRIME) * HASH_SEED_MULT
+         + stream * HASH_STREAM_MULT) % HASH_PRIME
+    for mult, add, shift in HASH_ROUNDS:
+        h = (h * mult + add) % HASH_PRIME
+        h = h ^ (h >> shift)
+    return h
+
+
+@primitive("uniform_seeded", shape=_seeded_meta, differentiable=False)
+def uniform_seeded(xp, x, seed, stream: int):
+    """Uniform draws in [0, 1) shaped like ``x``: a pure function of the seed, the stream
+    and the element index (the same numbers in eager, ONNX Runtime and any session)."""
+    h = seeded_hash(xp, int(np.prod(x.shape)), seed, stream) >> HASH_DROP_BITS
+    return (h.astype(np.float64) * 2.0 ** (HASH_DROP_BITS - 31)).astype(x.dtype).reshape(x.shape)
+
+
 # -- composites used while tracing ------------------------------------------------------------
 
 
@@ -61,25 +100,46 @@ def _float_base(like, dtype):
     return like if like.dtype is base_dtype else F.cast(like, base_dtype), dtype
 
 
-def traced_uniform(size: tuple, dtype, device, low: float = 0.0, high: float = 1.0):
-    return uniform_like(_base(size, dtype, device), low=float(low), high=float(high))
+def _seeded(base, generator):
+    """Uniform [0, 1) draws shaped like ``base`` from ``generator``'s per-call graph seed."""
+    trace = current_trace()
+    return uniform_seeded(base, trace.generator_seed(generator), stream=trace.next_random_stream())
 
 
-def traced_normal(size: tuple, dtype, device, mean: float = 0.0, std: float = 1.0):
+def _uniform(base, low: float, high: float, generator):
+    if generator is None:
+        return uniform_like(base, low=float(low), high=float(high))
+    u = _seeded(base, generator)
+    return u if (low, high) == (0.0, 1.0) else u * float(high - low) + float(low)
+
+
+def _normal(base, mean: float, std: float, generator):
+    if generator is None:
+        return normal_like(base, mean=float(mean), std=float(std))
+    u1, u2 = _seeded(base, generator), _seeded(base, generator)  # Box-Muller; 1 - u1 is in (0, 1]
+    z = F.sqrt(F.log(1.0 - u1) * -2.0) * F.cos(u2 * (2.0 * np.pi))
+    return z * float(std) + float(mean)
+
+
+def traced_uniform(size: tuple, dtype, device, low: float = 0.0, high: float = 1.0, generator=None):
+    return _uniform(_base(size, dtype, device), low, high, generator)
+
+
+def traced_normal(size: tuple, dtype, device, mean: float = 0.0, std: float = 1.0, generator=None):
     base = _base(size, dtype, device)
-    return normal_like(base, mean=float(mean), std=float(std)) if std != 0 else base + float(mean)
+    return _normal(base, mean, std, generator) if std != 0 else base + float(mean)
 
 
-def uniform_as(like, low: float = 0.0, high: float = 1.0, dtype=None):
+def uniform_as(like, low: float = 0.0, high: float = 1.0, dtype=None, generator=None):
     base, dtype = _float_base(like, dtype)
-    return F.cast(uniform_like(base, low=float(low), high=float(high)), dtype)
+    return F.cast(_uniform(base, low, high, generator), dtype)
 
 
-def normal_as(like, mean: float = 0.0, std: float = 1.0, dtype=None):
+def normal_as(like, mean: float = 0.0, std: float = 1.0, dtype=None, generator=None):
     base, dtype = _float_base(like, dtype)
     if std == 0:
         return F.cast(F.expand(F.scalar_tensor(float(mean), base.dtype, base.device), list(base.shape)), dtype)
-    return F.cast(normal_like(base, mean=float(mean), std=float(std)), dtype)
+    return F.cast(_normal(base, mean, std, generator), dtype)
 
 
 def integers_from(uniform, low: int, high: int, dtype):
@@ -87,8 +147,9 @@ def integers_from(uniform, low: int, high: int, dtype):
     return F.cast(F.clamp(F.floor(uniform), max=float(high - 1)), dtypes.as_dtype(dtype or dtypes.int64))
 
 
-def traced_randperm(n: int, dtype, device):
-    return F.cast(argsort(traced_uniform((n,), dtypes.float32, device)), dtypes.as_dtype(dtype or dtypes.int64))
+def traced_randperm(n: int, dtype, device, generator=None):
+    uniform = traced_uniform((n,), dtypes.float32, device, generator=generator)
+    return F.cast(argsort(uniform), dtypes.as_dtype(dtype or dtypes.int64))
 
 
 # -- user-facing random functions ---------------------------------------------------------------
@@ -109,7 +170,7 @@ def bernoulli(input, p=None, *, generator=None):  # noqa: A002 - PyTorch's argum
     probs = input if p is None else F.expand(F.scalar_tensor(float(p), input.dtype, input.device),
                                              list(input.shape))
     if _tracing():
-        return F.cast(F.lt(uniform_as(probs), probs), input.dtype)
+        return F.cast(F.lt(uniform_as(probs, generator=generator), probs), input.dtype)
     draws = C._rng(generator).random(tuple(input.shape))
     return C._make((draws < probs.numpy()).astype(input.dtype.np), None, input.device)
 
@@ -129,7 +190,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
         raise RuntimeError(f"multinomial: cannot sample n_sample > prob_dist.size(-1) samples without "
                            f"replacement (n_sample={num_samples}, size={n})")
     if _tracing():
-        return _traced_multinomial(input, num_samples, replacement)
+        return _traced_multinomial(input, num_samples, replacement, generator)
     weights = np.atleast_2d(input.numpy().astype(np.float64))
     if (weights < 0).any() or not np.isfinite(weights).all() or (weights.sum(-1) <= 0).any():
         raise RuntimeError("multinomial: probability tensor contains either inf, nan or element < 0, "
@@ -140,17 +201,17 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     return C._make(out[0] if input.ndim == 1 else out, None, input.device)
 
 
-def _traced_multinomial(input, num_samples: int, replacement: bool):  # noqa: A002
+def _traced_multinomial(input, num_samples: int, replacement: bool, generator):  # noqa: A002
     probs = F.cast(input, dtypes.float32)
     probs = probs / F.sum(probs, dim=-1, keepdim=True)
     n = probs.shape[-1]
     if replacement:  # inverse CDF: count the CDF steps below each uniform draw
         lead = tuple(probs.shape[:-1])
-        u = traced_uniform(lead + (num_samples, 1), dtypes.float32, input.device)
+        u = traced_uniform(lead + (num_samples, 1), dtypes.float32, input.device, generator=generator)
         cdf = F.unsqueeze(cumsum(probs, -1), -2)
         index = F.sum(F.cast(F.ge(u, cdf), dtypes.int64), dim=-1)
         return F.clamp(index, max=n - 1)
     # Gumbel top-k: the k largest of log(p) + Gumbel noise are a sample without replacement
-    u = uniform_as(probs, 1e-20, 1.0)
+    u = uniform_as(probs, 1e-20, 1.0, generator=generator)
     keys = F.log(probs) - F.log(-F.log(u))
     return topk(keys, num_samples, -1)[1]

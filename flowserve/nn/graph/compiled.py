@@ -67,7 +67,7 @@ class CompiledGraph:
         else:
             fed = list(self.traced.system_feeds) + self.update_names  # buffers a build updates
             baked = {**self.traced.constants,
-                     **{k: t.numpy() for k, t in state.items() if k not in self.update_names}}
+                     **{k: t.numpy() for k, t in state.items() if k not in fed}}
         self.fed_state = fed
         try:
             self.model = self._lower(fed, baked)

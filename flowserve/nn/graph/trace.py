@@ -31,7 +31,7 @@ class Traced:
     ir: GraphIR
     constants: dict
     state: dict  # state name -> eager tensor (parameters, buffers, optimizer state, train step)
-    system_feeds: dict = field(default_factory=dict)  # state name -> () -> value (learning rates)
+    system_feeds: dict = field(default_factory=dict)  # state name -> () -> value (learning rates, seeds)
     in_spec: object = None
     out_spec: object = None
     module_calls: list = field(default_factory=list)
@@ -155,10 +155,11 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         out_leaves = [tracer.lift(t) for t in out_leaves]
     ir = tracer.ir
     ir.updates = tracer.state_updates()
-    if any(node.op in RANDOM_PRIMITIVES for node in ir.nodes):
-        ir.attrs["random_seed"] = graph_seed()
+    if any(node.op in RANDOM_PRIMITIVES and node.op != "uniform_seeded" for node in ir.nodes):
+        ir.attrs["random_seed"] = graph_seed()  # ops given a generator= draw from its per-call seed
     name_outputs(ir, [t._lazy.name for t in out_leaves], unique_output_names(leaf_names(out_spec), ir.values))
     eliminate_dead_code(ir)
+    system_feeds.update({k: feed for k, feed in tracer.system_feeds.items() if k in ir.state})
     graph._after_trace(ir, tracer)
     state = {k: v for k, v in tracer.state_eager.items() if k in ir.state}
     constants = {k: v for k, v in tracer.constants.items() if k in ir.state}

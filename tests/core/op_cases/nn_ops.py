@@ -75,6 +75,11 @@ CASES = {
     # random draws are only comparable where they are certain: an empty range, a vanishing deviation
     "uniform_like": [Case([(3, 4)], {"low": 0.5, "high": 0.5}, id="point")],
     "normal_like": [Case([(2, 5)], {"mean": -1.5, "std": 1e-30}, id="point")],
+    # a pure function of (seed, stream, index): ONNX Runtime's integer hash equals the kernel
+    "uniform_seeded": [
+        Case([(3, 4), integers((), 0, 2**31 - 1)], {"stream": 1}, grad=False, id="f32"),
+        Case([(2, 3, 5), integers((), 0, 2**31 - 1)], {"stream": 9}, grad=False, id="3d"),
+    ],
     "dropout_mask": [
         Case([(3, 4)], {"p": 0.0}, id="keep-all"),
         Case([(2, 5)], {"p": 1.0}, id="drop-all"),
