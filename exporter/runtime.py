@@ -6,6 +6,10 @@ CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver
 device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
 
     session = create_session(model_proto, device="auto")
+
+``flow.backends``' switches reach every session made here through ``engine_flags``:
+``use_deterministic_compute`` in the session options, ``cudnn_conv_algo_search`` and
+``use_tf32`` in the CUDA provider's options (``cuda_provider_options``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import onnx
 import onnxruntime as ort
 
+from flowserve.backends import engine_flags
 from flowserve.errors import DeviceError
 from flowserve.exporter import openvino
 from flowserve.nn.graph.config import EXECUTION_PROVIDERS
@@ -46,9 +51,9 @@ def cuda_usable() -> bool:
 
 
 def choose_providers(device: str = "auto", options: dict | None = None) -> list:
-    """Execution providers for ``device`` ("auto", "cpu" or "cuda"); an nn.Graph's config
-    ``options`` tune the CUDA provider (``cudnn_conv_heuristic_search_algo``: cuDNN's
-    heuristic instead of exhaustive search). Raises ``DeviceError`` for an unknown device
+    """Execution providers for ``device`` ("auto", "cpu" or "cuda"); the CUDA provider's
+    options come from ``cuda_provider_options`` (``flow.backends`` and an nn.Graph's config
+    ``options``). Raises ``DeviceError`` for an unknown device
     or for "cuda" where no GPU is usable."""
     if device not in DEVICES:
         raise DeviceError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
@@ -60,9 +65,20 @@ def choose_providers(device: str = "auto", options: dict | None = None) -> list:
                 "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
                 f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)")
         return [CPU_PROVIDER]
-    if (options or {}).get("cudnn_conv_heuristic_search_algo"):
-        return [(CUDA_PROVIDER, {"cudnn_conv_algo_search": "HEURISTIC"}), CPU_PROVIDER]
-    return [CUDA_PROVIDER, CPU_PROVIDER]
+    return [(CUDA_PROVIDER, cuda_provider_options(options)), CPU_PROVIDER]
+
+
+def cuda_provider_options(options: dict | None = None) -> dict:
+    """The CUDA provider's options: ``flow.backends.cudnn.benchmark`` picks the convolution
+    algorithm search (``EXHAUSTIVE`` when True, else ``HEURISTIC``) unless an nn.Graph's
+    ``enable_cudnn_conv_heuristic_search_algo`` says otherwise; TF32 only where both
+    ``cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` allow it."""
+    flags = engine_flags()
+    search = flags["cudnn_conv_algo_search"]
+    heuristic = (options or {}).get("cudnn_conv_heuristic_search_algo")
+    if heuristic is not None:
+        search = "HEURISTIC" if heuristic else "EXHAUSTIVE"
+    return {"cudnn_conv_algo_search": search, "use_tf32": "1" if flags["use_tf32"] else "0"}
 
 
 # nn.Graph's straighten modes -> ONNX Runtime's execution order. ORT's default topological
@@ -75,7 +91,8 @@ _EXECUTION_ORDER = {"Disable": "DEFAULT", "MemoryFirst": "DEFAULT", "SpeedFirst"
 def session_options(*, instances: int = 1, threads: int = 0, options: dict | None = None) -> ort.SessionOptions:
     """Options for one of ``instances`` sessions sharing the cores (``threads`` overrides
     the share). Threads do not spin: sessions share the cores with eager numpy and with
-    each other. ``options`` are an nn.Graph's config options: ``straighten_algorithm``
+    each other; ``flow.backends``' deterministic switch sets ``use_deterministic_compute``.
+    ``options`` are an nn.Graph's config options: ``straighten_algorithm``
     picks the execution order, ``compress_memory`` returns memory to the system as soon
     as tensors die (no arena caching freed blocks)."""
     so = ort.SessionOptions()
@@ -84,6 +101,7 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     so.intra_op_num_threads = threads or max(1, (os.cpu_count() or 1) // max(1, instances))
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.use_deterministic_compute = engine_flags()["deterministic"]  # flow.use_deterministic_algorithms
     options = options or {}
     if options.get("compress_memory"):
         so.enable_cpu_mem_arena = False

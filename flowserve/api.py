@@ -56,6 +56,9 @@ class cuda(_device_cuda):  # noqa: N801 - the public name is flow.cuda
     manual_seed_all = staticmethod(manual_seed)
     amp = _cuda_amp
 from flowserve import backends  # noqa: E402,F401 - torch.backends' queries and switches
+from flowserve.backends import (  # noqa: E402 - torch's spellings of the determinism switch
+    are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled,
+    use_deterministic_algorithms)
 from flowserve.nn.graph.compile import compile  # noqa: E402,A001 - torch.compile's spelling
 
 bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool
@@ -71,4 +74,6 @@ __all__ = _functional_names + [
     "optim", "rand", "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "save",
     "set_grad_enabled", "tensor", "uint8", "utils", "zeros", "zeros_like",
     "autocast", "backends", "bernoulli", "compile", "erfinv", "multinomial", "normal",
+    "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
 ]

@@ -92,8 +92,7 @@ class OrtRunner:
             raise ModelLoadError(str(exc)) from None
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
-        if openvino:
-            self.providers = self._session.get_providers()
+        self.providers = self._session.get_providers()  # names, as the session took them
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }

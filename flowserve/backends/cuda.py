@@ -1,4 +1,5 @@
-"""``flow.backends.cuda``: PyTorch's CUDA matmul switches (accepted; see ``flowserve.backends``)."""
+"""``flow.backends.cuda``: PyTorch's CUDA matmul switches (``matmul.allow_tf32`` sets the CUDA
+provider's ``use_tf32`` with ``cudnn.allow_tf32``; see ``flowserve.backends``)."""
 
 from types import SimpleNamespace
 

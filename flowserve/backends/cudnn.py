@@ -1,4 +1,6 @@
-"""``flow.backends.cudnn``: PyTorch's cuDNN switches (accepted; see ``flowserve.backends``)."""
+"""``flow.backends.cudnn``: PyTorch's cuDNN switches, which set how ONNX Runtime's CUDA provider
+runs compiled graphs (see ``flowserve.backends``). ``enabled`` is accepted and changes nothing:
+the CUDA provider always uses cuDNN for convolutions."""
 
 from flowserve.device import cuda as _cuda
 

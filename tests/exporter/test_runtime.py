@@ -35,7 +35,7 @@ def test_provider_choice():
     if runtime.cuda_usable():
         assert runtime.choose_providers("auto")[0] == runtime.CUDA_PROVIDER
         tuned = runtime.choose_providers("cuda", {"cudnn_conv_heuristic_search_algo": True})
-        assert tuned[0] == (runtime.CUDA_PROVIDER, {"cudnn_conv_algo_search": "HEURISTIC"})
+        assert tuned[0] == (runtime.CUDA_PROVIDER, {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"})
     else:
         assert runtime.choose_providers("auto") == [runtime.CPU_PROVIDER]
         with pytest.raises(DeviceError, match="device 'cuda' asked for, but no CUDA device is usable"):
@@ -69,3 +69,73 @@ def test_one_place_probes_cuda_and_builds_sessions():
                 if needle in text:
                     found.append(f"{path.relative_to(ROOT)}: {needle}")
     assert all(f.startswith("exporter/runtime.py") for f in found), found
+
+
+# -- flow.backends' switches reach the sessions ----------------------------------------------------
+
+
+@pytest.fixture
+def backend_flags():
+    """flow.backends as a script would set it; restored afterwards."""
+    cudnn, matmul = flowserve.backends.cudnn, flowserve.backends.cuda.matmul
+    saved = (cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32)
+    yield flowserve.backends
+    cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32 = saved
+    flowserve.backends.use_deterministic_algorithms(False)
+
+
+class _Doubling(flowserve.nn.Graph):
+    def build(self, x):
+        return x * 2
+
+
+def _graph_session_options(x):
+    graph = _Doubling()
+    graph(x)
+    return graph._compiled.session.get_session_options()
+
+
+def test_deterministic_switches_set_deterministic_compute_in_every_session(backend_flags):
+    x = flowserve.ones(2, 3)
+    assert not runtime.session_options().use_deterministic_compute
+    assert not _graph_session_options(x).use_deterministic_compute
+    backend_flags.cudnn.deterministic = True
+    assert runtime.create_session(_add_one(), device="cpu").get_session_options().use_deterministic_compute
+    assert _graph_session_options(x).use_deterministic_compute
+    assert OrtRunner(_add_one(), device="cpu")._session.get_session_options().use_deterministic_compute
+    backend_flags.cudnn.deterministic = False
+    flowserve.use_deterministic_algorithms(True)
+    assert flowserve.are_deterministic_algorithms_enabled()
+    assert _graph_session_options(x).use_deterministic_compute
+    flowserve.use_deterministic_algorithms(False)
+    assert not _graph_session_options(x).use_deterministic_compute
+    with pytest.raises(TypeError, match="expects mode True or False, got 'yes'"):
+        flowserve.use_deterministic_algorithms("yes")
+
+
+def test_cudnn_benchmark_picks_the_conv_algorithm_search(backend_flags):
+    assert runtime.cuda_provider_options()["cudnn_conv_algo_search"] == "HEURISTIC"  # PyTorch's default
+    backend_flags.cudnn.benchmark = True
+    assert runtime.cuda_provider_options()["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+    # a graph's own OneFlow option wins over the process-wide switch
+    options = runtime.cuda_provider_options({"cudnn_conv_heuristic_search_algo": True})
+    assert options["cudnn_conv_algo_search"] == "HEURISTIC"
+    backend_flags.cudnn.benchmark = False
+    options = runtime.cuda_provider_options({"cudnn_conv_heuristic_search_algo": False})
+    assert options["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+
+
+def test_tf32_only_where_both_switches_allow_it(backend_flags):
+    matmul, cudnn = backend_flags.cuda.matmul, backend_flags.cudnn
+    for mm, conv, expected in [(False, True, "0"), (True, False, "0"), (True, True, "1"), (False, False, "0")]:
+        matmul.allow_tf32, cudnn.allow_tf32 = mm, conv
+        assert runtime.cuda_provider_options()["use_tf32"] == expected, (mm, conv)
+
+
+def test_the_cuda_provider_gets_the_switches(backend_flags, monkeypatch):
+    monkeypatch.setattr(runtime, "cuda_usable", lambda: True)  # no GPU here: check what would be passed
+    backend_flags.cudnn.benchmark = True
+    backend_flags.cuda.matmul.allow_tf32 = True
+    providers = runtime.choose_providers("cuda")
+    assert providers == [(runtime.CUDA_PROVIDER, {"cudnn_conv_algo_search": "EXHAUSTIVE", "use_tf32": "1"}),
+                         runtime.CPU_PROVIDER]
