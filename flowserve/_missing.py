@@ -49,7 +49,6 @@ ADVICE = {
                              "metric stalls",
     },
     "Tensor": {
-        "to_global": "flowserve tensors are local (is_global is False); keep the tensor as it is",
         "storage": "flowserve tensors expose their data through .numpy()",
         "data_ptr": "flowserve tensors expose their data through .numpy()",
         "pin_memory": "not needed: flowserve copies host arrays to ONNX Runtime directly; drop the call",

@@ -60,6 +60,15 @@ from flowserve.backends import (  # noqa: E402 - torch's spellings of the determ
     are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled,
     use_deterministic_algorithms)
 from flowserve.nn.graph.compile import compile  # noqa: E402,A001 - torch.compile's spelling
+from flowserve.distributed import sbp  # noqa: E402 - OneFlow's flow.sbp.split(0), .broadcast, .partial_sum
+from flowserve.distributed.sbp import placement  # noqa: E402 - flow.placement("cpu", ranks=[0, 1])
+from flowserve.distributed import global_tensor as _global  # noqa: E402 - Tensor.to_global / to_local
+
+# creation functions take OneFlow's placement= and sbp= (a global tensor; rank 0's draw for random ones)
+tensor, zeros, ones, empty, full, arange, eye, linspace = (
+    _global.with_placement(f) for f in (tensor, zeros, ones, empty, full, arange, eye, linspace))
+rand, randn, randint, randperm, normal = (
+    _global.with_placement(f, random=True) for f in (rand, randn, randint, randperm, normal))
 
 bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool
 uint8, int8, int16, int32, int64 = _dtypes.uint8, _dtypes.int8, _dtypes.int16, _dtypes.int32, _dtypes.int64
@@ -73,7 +82,7 @@ __all__ = _functional_names + [
     "linspace", "load", "long", "manual_seed", "max", "min", "all", "any", "nn", "no_grad", "ones", "ones_like",
     "optim", "rand", "rand_like", "randint", "randint_like", "randn", "randn_like", "randperm", "save",
     "set_grad_enabled", "tensor", "uint8", "utils", "zeros", "zeros_like",
-    "autocast", "backends", "bernoulli", "compile", "erfinv", "multinomial", "normal",
+    "autocast", "backends", "bernoulli", "compile", "erfinv", "multinomial", "normal", "placement", "sbp",
     "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
     "is_deterministic_algorithms_warn_only_enabled",
 ]

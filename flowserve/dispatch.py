@@ -27,7 +27,7 @@ from typing import Callable
 
 from flowserve import dtypes
 from flowserve.autograd import tape
-from flowserve.errors import DTypeError, FlowserveError, ShapeError
+from flowserve.errors import DistributedError, DTypeError, FlowserveError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,20 @@ class Primitive:
 
 
 REGISTRY: dict[str, Primitive] = {}
+
+
+class GlobalOperand(DistributedError):
+    """Raised where a kernel would read a global tensor's values: ``bind`` then hands the
+    call to the global-tensor rules (``flowserve.distributed.sbp_rules``), which run the
+    primitive on the local pieces. Costs nothing on the local hot path."""
+
+
+_GLOBAL_RULES: list = []  # the one global-tensor interpreter, registered by flowserve.distributed
+
+
+def set_global_rules(process: Callable) -> None:
+    """Register ``process(prim, inputs, attrs) -> outputs`` for calls with global tensors."""
+    _GLOBAL_RULES[:] = [process]
 
 
 def primitive(name: str, *, shape: Callable, vjp: Callable | None = None, differentiable: bool = True,
@@ -158,6 +172,8 @@ class EvalInterpreter(Interpreter):
                 result = prim.kernel(device.xp, first._data, inputs[1]._data, **attrs)
             else:
                 result = prim.kernel(device.xp, *_arrays_on_one_device(prim, inputs), **attrs)
+        except GlobalOperand:  # a global tensor among the inputs (flowserve.distributed.global_tensor)
+            return _GLOBAL_RULES[0](prim, inputs, attrs)
         except FlowserveError:
             raise
         except Exception as exc:

@@ -201,6 +201,10 @@ class Tracer:
         lazy = self.state_tensors.get(id(t))
         if lazy is not None:
             return lazy
+        if t.is_global:
+            raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {self.ir.name}: "
+                             "graphs take local tensors; pass x.to_local() (a launched graph is data parallel "
+                             "by itself, see docs/distributed.md)")
         return self._constant(t)
 
     def _constant(self, t):

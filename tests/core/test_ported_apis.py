@@ -221,9 +221,9 @@ def test_missing_names_say_what_to_use():
         nn.ConvTranspose3d
     with pytest.raises(AttributeError, match=r"torch\.jit.*nn\.Graph"):
         flow.jit
-    with pytest.raises(AttributeError, match=r"'Tensor' object has no attribute 'to_global'.*local"):
-        flow.randn(2).to_global
-    assert not hasattr(flow.randn(2), "to_global")
+    with pytest.raises(AttributeError, match=r"'Tensor' object has no attribute 'storage'.*numpy\(\)"):
+        flow.randn(2).storage
+    assert not hasattr(flow.randn(2), "storage")
     with pytest.raises(AttributeError, match=r"'Tensor' object has no attribute 'frobnicate'"):
         flow.randn(2).frobnicate
 

@@ -231,6 +231,11 @@ class Graph:
         run the compiled graph. Inputs and outputs may nest tuples, lists, dicts and None."""
         args = tuple(_as_tensor_arg(a) for a in args)
         leaves, spec = flatten((args, kwargs))
+        for t in leaves:
+            if getattr(t, "is_global", False):
+                raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {self.name}: "
+                                 "graphs take local tensors; pass x.to_local() (a graph run in a launched process "
+                                 "is data parallel by itself, see docs/distributed.md)")
         compiled = self._compiled_for(args, kwargs, leaves, spec)
         first_run = self._debug is not None and compiled.peak_memory is None
         self._parts.last = compiled

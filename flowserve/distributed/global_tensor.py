@@ -1,0 +1,390 @@
+"""Global tensors, as OneFlow spells them: one logical tensor spread over the processes of a
+launched run by a ``flow.placement`` and a ``flow.sbp`` (``flowserve.distributed.sbp``).
+
+A ``GlobalTensor`` holds this rank's piece (``to_local()``), the placement, the sbp and the
+logical shape (``shape``). Ops on global tensors infer the sbp of their result
+(``flowserve.distributed.sbp_rules``) and run on the local pieces, so eager autograd works
+through them unchanged; conversions between sbps (*boxing*) are differentiable ops on the
+pieces built on the communicator's all-reduce:
+
+======================  ==========================================================
+``split -> broadcast``  all-gather (zero-padded pieces, all-reduced)
+``partial_sum -> broadcast``  all-reduce
+``broadcast -> split``  each rank slices its piece (no communication)
+``partial_sum -> split``  reduce-scatter (all-reduce, then slice)
+``split(i) -> split(j)``  all-gather, then slice
+``broadcast -> partial_sum``  rank 0 keeps the value, the others hold zeros
+``split -> partial_sum``  each rank zero-pads its piece to the logical shape
+======================  ==========================================================
+
+A gradient has the *dual* sbp of its tensor: split for split, partial_sum for broadcast
+(every rank's use adds to it), broadcast for partial_sum.
+
+>>> import flowserve as flow
+>>> x = flow.ones(4, 2, placement=flow.placement.all("cpu"), sbp=flow.sbp.split(0))
+>>> x.is_global, x.shape, x.sbp
+(True, flowserve.Size([4, 2]), (flowserve.sbp.split(dim=0),))
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from flowserve import dispatch, dtypes, env
+from flowserve.autograd import no_grad
+from flowserve.dispatch import Meta, infer_meta
+from flowserve._repr import tensor_repr
+from flowserve.device import as_device
+from flowserve.distributed import sbp as S
+from flowserve.distributed.sbp_rules import Call, piece, plan
+from flowserve.errors import DistributedError
+from flowserve.ops import creation as C
+from flowserve.ops import functional as F
+from flowserve.ops.collective import all_reduce
+from flowserve.tensor import Size, Tensor
+
+MAX_DIMS = 8  # the metadata the ranks exchange to check a local -> global conversion
+
+
+def dual(s: S.sbp) -> S.sbp:
+    """The sbp of a gradient of a tensor of sbp ``s``."""
+    return S.partial_sum if s.is_broadcast else (S.broadcast if s.is_partial else s)
+
+
+def _refuse_data(self):
+    raise dispatch.GlobalOperand(
+        "a global tensor's values are spread over the ranks, and this operation reads them directly: "
+        "use .to_local() for this rank's piece or .numpy() for the logical value")
+
+
+class GlobalTensor(Tensor):
+    """A logical tensor spread over the ranks (``x.is_global`` is True). Build one with
+    ``local.to_global(placement, sbp)`` or a creation function given ``placement=`` and
+    ``sbp=``; ``to_local()`` is this rank's piece, ``numpy()`` the logical value."""
+
+    __slots__ = ("_local", "_placement", "_sbp", "_logical")
+    _data = property(_refuse_data)
+
+    @classmethod
+    def _make(cls, local: Tensor, placement: S.placement, sbp: S.sbp, shape) -> "GlobalTensor":
+        t = object.__new__(cls)
+        t._local, t._placement, t._sbp, t._logical = local, placement, sbp, Size(shape)
+        t._lazy, t._dtype, t._device = None, local._dtype, local._device
+        t._requires_grad, t._node, t._out_index, t._version = False, None, 0, 0
+        return t
+
+    # -- what makes it global ---------------------------------------------------------------
+
+    @property
+    def shape(self) -> Size:
+        return self._logical
+
+    @property
+    def is_global(self) -> bool:
+        return True
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def placement(self) -> S.placement:
+        return self._placement
+
+    @property
+    def sbp(self) -> tuple:
+        return (self._sbp,)
+
+    def to_local(self) -> Tensor:
+        """This rank's piece (the same tensor: gradients flow through it)."""
+        return self._local
+
+    def to_global(self, placement=None, sbp=None, **kwargs) -> "GlobalTensor":
+        """The same logical tensor with another sbp (boxing, a collective: every rank calls it)."""
+        _check_kwargs(kwargs)
+        if placement is not None and placement != self._placement:
+            raise DistributedError(f"to_global: moving a global tensor from {self._placement} to {placement} is "
+                                   "not supported; flowserve's global tensors span every rank")
+        if sbp is None:
+            return self
+        target = S.as_sbp(sbp, "to_global")
+        _check_split(target, self.ndim, "to_global")
+        if target == self._sbp:
+            return self
+        local = box(self._local, self._logical, self._sbp, target)
+        return GlobalTensor._make(local, self._placement, target, self._logical)
+
+    # -- autograd, on the local pieces -------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._local.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._local.requires_grad = value
+
+    def requires_grad_(self, requires_grad: bool = True) -> "GlobalTensor":
+        self._local.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._local.is_leaf
+
+    @property
+    def grad_fn(self):
+        return self._local.grad_fn
+
+    @property
+    def grad(self):
+        g = self._local.grad
+        return None if g is None else GlobalTensor._make(g, self._placement, dual(self._sbp), self._logical)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._local.grad = None if value is None else _as_global(value, "grad").to_global(sbp=dual(self._sbp))._local
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
+        """Gradients of the logical tensor: seeds each rank's piece with its share of
+        ``gradient`` (ones for a one-element tensor), in the dual sbp."""
+        if gradient is None:
+            if self._logical.numel() != 1:
+                raise DistributedError(f"backward: grad can be implicitly created only for one-element "
+                                       f"outputs, got a global tensor of size {tuple(self._logical)}")
+            seed = C.ones_like(self._local)
+            if self._sbp.is_broadcast and env.get_rank() != 0:  # partial_sum: counted once
+                seed = C.zeros_like(self._local)
+        else:
+            seed = _as_global(gradient, "backward").to_global(sbp=dual(self._sbp))._local
+        local_inputs = None if inputs is None else [t._local if isinstance(t, GlobalTensor) else t for t in inputs]
+        self._local.backward(seed, retain_graph=retain_graph, create_graph=create_graph, inputs=local_inputs)
+
+    def detach(self) -> "GlobalTensor":
+        return GlobalTensor._make(self._local.detach(), self._placement, self._sbp, self._logical)
+
+    @property
+    def data(self) -> "GlobalTensor":
+        return self.detach()
+
+    # -- values (collectives: every rank calls them) ---------------------------------------
+
+    def _eager_data(self, what: str):
+        with no_grad():
+            return self.to_global(sbp=S.broadcast)._local.numpy()
+
+    def numpy(self) -> np.ndarray:
+        """The logical value, on every rank (gathered: every rank must call it)."""
+        return self._eager_data("Tensor.numpy()")
+
+    def __repr__(self) -> str:
+        text = tensor_repr(self)
+        where = f"placement={self._placement!r}, sbp={self.sbp!r}, dtype="
+        return text.replace("dtype=", where, 1)
+
+
+# -- boxing: one sbp to another, on this rank's piece ---------------------------------------
+
+
+def _padded(piece: Tensor, dim: int, shape, rank: int, world: int) -> Tensor:
+    """This rank's piece in a zero tensor of the logical shape (a partial_sum of the split)."""
+    sizes = S.split_sizes(shape[dim], world)
+    before, after = sum(sizes[:rank]), sum(sizes[rank + 1:])
+    parts = []
+    for n in (before, after):
+        pad_shape = list(piece.shape)
+        pad_shape[dim] = n
+        parts.append(C.zeros(*pad_shape, dtype=piece.dtype, device=piece.device))
+    return F.cat([parts[0], piece, parts[1]], dim)
+
+
+def _root_only(local: Tensor, rank: int) -> Tensor:
+    return local if rank == 0 else local * 0
+
+
+def box(local: Tensor, shape, src: S.sbp, dst: S.sbp) -> Tensor:
+    """This rank's piece of the logical tensor ``shape`` held as ``src``, re-laid out as ``dst``."""
+    world, rank = env.get_world_size(), env.get_rank()
+    if src == dst:
+        return local
+    if src.is_split:
+        as_partial = _padded(local, src.dim, shape, rank, world)
+        if dst.is_partial:
+            return as_partial
+        full = all_reduce(as_partial)  # the all-gather of the pieces
+        return full if dst.is_broadcast else piece(full, dst.dim, shape, rank, world)
+    if src.is_partial:
+        full = all_reduce(local)
+        return full if dst.is_broadcast else piece(full, dst.dim, shape, rank, world)
+    # broadcast
+    return _root_only(local, rank) if dst.is_partial else piece(local, dst.dim, shape, rank, world)
+
+
+# -- local -> global ---------------------------------------------------------------------------
+
+
+def _check_kwargs(kwargs: dict) -> None:
+    unknown = set(kwargs) - {"check_meta", "copy", "grad_sbp"}
+    if unknown:
+        raise TypeError(f"to_global got unexpected keyword arguments {sorted(unknown)}")
+    if kwargs.get("grad_sbp") is not None:
+        raise DistributedError("to_global: grad_sbp is not supported; flowserve gives a gradient the dual sbp "
+                               "of its tensor (split -> split, broadcast -> partial_sum, partial_sum -> broadcast)")
+
+
+def _check_split(s: S.sbp, ndim: int, where: str) -> None:
+    if s.is_split and s.dim >= max(ndim, 1):
+        raise DistributedError(f"{where}: {s!r} needs a tensor with more than {s.dim} dims, got {ndim}")
+
+
+def _gathered_meta(local: Tensor) -> np.ndarray:
+    """Every rank's (ndim, dtype, shape...) as rows (one all-gather)."""
+    if local.ndim > MAX_DIMS:
+        raise DistributedError(f"to_global: tensors of up to {MAX_DIMS} dims, got {local.ndim}")
+    row = np.full(MAX_DIMS + 2, -1, np.int64)
+    row[0], row[1] = local.ndim, dtypes.ALL.index(local.dtype)
+    row[2:2 + local.ndim] = tuple(local.shape)
+    return env.communicator().all_gather(row.reshape(1, -1))
+
+
+def _logical_shape(local: Tensor, target: S.sbp, check_meta: bool) -> tuple:
+    world = env.get_world_size()
+    shape = list(local.shape)
+    if not check_meta or world == 1:
+        if target.is_split:
+            shape[target.dim] *= world
+        return tuple(shape)
+    rows = _gathered_meta(local)
+    ndim = local.ndim
+    same = [i for i in range(ndim) if not (target.is_split and i == target.dim)]
+    if (rows[:, 0] != ndim).any() or (rows[:, 1] != rows[0, 1]).any() or \
+            (rows[:, 2:2 + ndim][:, same] != rows[0, 2:2 + ndim][same]).any():
+        given = [(tuple(int(d) for d in r[2:2 + r[0]]), dtypes.ALL[int(r[1])].name) for r in rows]
+        what = f"the same size except dim {target.dim}" if target.is_split else "the same size"
+        raise DistributedError(f"to_global with {target!r}: every rank's local tensor must have {what} and "
+                               f"dtype, got {given} on ranks 0..{world - 1}")
+    if target.is_split:
+        sizes = [int(r[2 + target.dim]) for r in rows]
+        expected = S.split_sizes(sum(sizes), world)
+        if sizes != expected:
+            raise DistributedError(f"to_global with {target!r}: the pieces along dim {target.dim} have sizes "
+                                   f"{sizes}, but a split of {sum(sizes)} over {world} ranks has sizes {expected}")
+        shape[target.dim] = sum(sizes)
+    return tuple(shape)
+
+
+def local_to_global(local: Tensor, placement=None, sbp=None, **kwargs) -> GlobalTensor:
+    """``Tensor.to_global(placement, sbp)`` of a local tensor: it becomes this rank's piece
+    (split, partial_sum); for broadcast, rank 0's tensor is sent to every rank."""
+    _check_kwargs(kwargs)
+    if placement is None or sbp is None:
+        raise DistributedError("to_global of a local tensor needs both placement= and sbp= "
+                               "(for example placement=flow.placement.all('cpu'), sbp=flow.sbp.broadcast)")
+    if not isinstance(placement, S.placement):
+        raise DistributedError(f"to_global: placement must be a flow.placement, got {placement!r}")
+    placement.check_spans_world("to_global")
+    target = S.as_sbp(sbp, "to_global")
+    _check_split(target, local.ndim, "to_global")
+    shape = _logical_shape(local, target, kwargs.get("check_meta", True))
+    if kwargs.get("copy"):
+        local = F.clone(local)
+    if target.is_broadcast and env.get_world_size() > 1:
+        local = all_reduce(_root_only(local, env.get_rank()))  # rank 0's value, everywhere
+    return GlobalTensor._make(local, placement, target, shape)
+
+
+def from_logical(logical: Tensor, placement, sbp, *, same_on_every_rank: bool = True) -> GlobalTensor:
+    """The global tensor whose logical value is ``logical`` (rank 0's, where the ranks'
+    values may differ, as random draws do)."""
+    if placement is None or sbp is None:
+        raise DistributedError("a global tensor needs both placement= and sbp=, got "
+                               f"placement={placement!r}, sbp={sbp!r}")
+    if not isinstance(placement, S.placement):
+        raise DistributedError(f"placement must be a flow.placement, got {placement!r}")
+    placement.check_spans_world("placement")
+    target = S.as_sbp(sbp, "sbp")
+    _check_split(target, logical.ndim, "sbp")
+    world, rank = env.get_world_size(), env.get_rank()
+    if not same_on_every_rank and world > 1:
+        logical = all_reduce(_root_only(logical, rank))
+    local = box(logical, tuple(logical.shape), S.broadcast, target)
+    if placement.type != logical.device.type:
+        local = local.to(as_device(placement.type))
+    return GlobalTensor._make(local, placement, target, tuple(logical.shape))
+
+
+def with_placement(create, *, random: bool = False):
+    """``create`` (``flow.zeros``, ``flow.randn``...) taking OneFlow's ``placement=``/``sbp=``:
+    with them it makes the logical tensor and keeps this rank's piece."""
+
+    @functools.wraps(create)
+    def make(*args, placement=None, sbp=None, **kwargs):
+        if placement is None and sbp is None:
+            return create(*args, **kwargs)
+        requires_grad = kwargs.pop("requires_grad", False)
+        with no_grad():
+            out = from_logical(create(*args, **kwargs), placement, sbp, same_on_every_rank=not random)
+        return out.requires_grad_() if requires_grad else out
+
+    return make
+
+
+def _as_global(value, where: str) -> GlobalTensor:
+    if not isinstance(value, GlobalTensor):
+        raise DistributedError(f"{where}: expected a global tensor, got a local tensor of size {tuple(value.shape)}")
+    return value
+
+
+# -- ops on global tensors ---------------------------------------------------------------------
+
+
+def process(prim, inputs: tuple, attrs: dict) -> tuple:
+    """``prim`` on ``inputs`` of which some are global: infer the result's sbp
+    (``sbp_rules``), run the primitive on this rank's pieces, wrap the results."""
+    placement = None
+    for t in inputs:
+        if isinstance(t, GlobalTensor):
+            if placement is not None and t._placement != placement:
+                raise DistributedError(f"{prim.name}: global operands on different placements, {placement} and "
+                                       f"{t._placement}")
+            placement = t._placement
+        elif t.ndim != 0:
+            raise DistributedError(
+                f"{prim.name}: a local tensor of size {tuple(t.shape)} meets a global tensor; make it global first, "
+                "for example x.to_global(placement=flow.placement.all('cpu'), sbp=flow.sbp.broadcast)")
+    metas = infer_meta(prim, [Meta(tuple(t.shape), t.dtype) for t in inputs], attrs)  # the op's own shape errors
+    call = Call(prim.name, [t._local if isinstance(t, GlobalTensor) else t for t in inputs], attrs,
+                [t._sbp if isinstance(t, GlobalTensor) else None for t in inputs],
+                [tuple(t.shape) for t in inputs], tuple(metas[0].shape))
+    local_inputs, local_attrs, out_sbp = plan(call)
+    result = prim(*local_inputs, **local_attrs)
+    outs = result if prim.multiple_results else (result,)
+    return tuple(GlobalTensor._make(o, placement, out_sbp, m.shape) for o, m in zip(outs, metas))
+
+
+dispatch.set_global_rules(process)
+
+
+# -- the local tensor's side ------------------------------------------------------------------
+
+
+def _local_to_local(self):
+    raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
+
+
+def _local_placement(self):
+    raise DistributedError("a local tensor has no placement; make it global with "
+                           "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
+
+
+def _local_sbp(self):
+    raise DistributedError("a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
+
+
+Tensor.to_global = local_to_global
+Tensor.to_local = _local_to_local
+Tensor.placement = property(_local_placement)
+Tensor.sbp = property(_local_sbp)
+Tensor.is_local = property(lambda self: True)
