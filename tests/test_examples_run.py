@@ -42,3 +42,16 @@ def test_data_parallel_example_trains_with_two_processes(tmp_path):
     losses = [float(line.split("loss ")[1].split()[0]) for line in done.stdout.splitlines() if line.startswith("epoch")]
     assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
     assert (tmp_path / "convnet" / "flowserve.json").is_file()
+
+
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_global_tensor_example_matches_numpy(nproc, tmp_path):
+    from tests.distributed.helpers import free_port
+
+    script = str(EXAMPLES / "global_tensor_mlp.py")
+    command = [sys.executable, script] if nproc == 1 else [
+        sys.executable, "-m", "flowserve.distributed.launch", "--nproc_per_node", str(nproc),
+        "--master_port", str(free_port()), "--timeout", "60", script]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"{nproc} process(es): losses match single-process numpy: True" in done.stdout

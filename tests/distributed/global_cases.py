@@ -14,7 +14,8 @@ SBPS = {"S0": flow.sbp.split(0), "S1": flow.sbp.split(1), "B": flow.sbp.broadcas
 def data() -> dict:
     rng = np.random.default_rng(0)  # the same logical tensors on every rank
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    return {"A": f(5, 4), "W": f(4, 3), "V": f(3, 4), "bias": f(4), "C": f(5, 4)}
+    return {"A": f(5, 4), "W": f(4, 3), "V": f(3, 4), "bias": f(4), "C": f(5, 4), "img": f(3, 2, 5, 5),
+            "kernel": f(4, 2, 3, 3), "kbias": f(4)}
 
 
 def pieces(array: np.ndarray, dim: int, world: int) -> list:
@@ -96,7 +97,25 @@ def run(rank: int, world: int) -> tuple[dict, dict]:
     loss2 = k_split.to_global(sbp=flow.sbp.broadcast).square().sum()  # a broadcast loss
     loss2.backward()
     out["v.grad"], out["loss2"] = v.grad.numpy(), loss2.numpy()
+    out.update(_batch_ops(d, pl))
     return out, _errors(d, pl)
+
+
+def _batch_ops(d: dict, pl) -> dict:
+    """A convnet's forward on a split(0) batch with broadcast weights: every result stays split."""
+    F = flow.nn.functional
+    x = flow.tensor(d["img"], placement=pl, sbp=flow.sbp.split(0))
+    k = flow.tensor(d["kernel"], placement=pl, sbp=flow.sbp.broadcast)
+    kb = flow.tensor(d["kbias"], placement=pl, sbp=flow.sbp.broadcast)
+    conv = F.conv2d(x, k, kb, padding=1)
+    pooled = F.max_pool2d(conv, 2)
+    flat = pooled.flatten(1)
+    res = {"conv": conv, "pooled": pooled, "flat": flat, "softmax": flat.softmax(dim=1),
+           "argmax": flat.argmax(dim=1), "cat": flow.cat([flat, flat * 2], dim=1),
+           "permute": conv.permute(0, 2, 3, 1), "batch_mean": flat.mean(dim=0)}
+    out = {f"batch-{name}": t.numpy() for name, t in res.items()}
+    out.update({f"batch-sbp-{name}": str(t.sbp) for name, t in res.items()})
+    return out
 
 
 def _torch(a) -> torch.Tensor:
@@ -114,7 +133,13 @@ def reference() -> dict:
     contract = torch.tensor(d["A"]) @ v.T
     loss2 = contract.square().sum()
     loss2.backward()
-    return {"h": h, "y": y, "loss": loss, "x.grad": x.grad, "w.grad": w.grad, "b.grad": b.grad, "c.grad": c.grad,
+    conv = torch.nn.functional.conv2d(torch.tensor(d["img"]), torch.tensor(d["kernel"]), torch.tensor(d["kbias"]),
+                                      padding=1)
+    flat = torch.nn.functional.max_pool2d(conv, 2).flatten(1)
+    batch = {"conv": conv, "pooled": torch.nn.functional.max_pool2d(conv, 2), "flat": flat,
+             "softmax": flat.softmax(dim=1), "argmax": flat.argmax(dim=1), "cat": torch.cat([flat, flat * 2], 1),
+             "permute": conv.permute(0, 2, 3, 1), "batch_mean": flat.mean(dim=0)}
+    return {**{f"batch-{k}": v for k, v in batch.items()}, "h": h, "y": y, "loss": loss, "x.grad": x.grad, "w.grad": w.grad, "b.grad": b.grad, "c.grad": c.grad,
             "col": torch.tensor(d["A"]).T @ torch.tensor(d["C"]), "contract": contract, "v.grad": v.grad,
             "loss2": loss2}
 
@@ -151,6 +176,9 @@ def check(results: list, world: int) -> None:
         assert out["sbp-h"] == out["sbp-y"] == "(flowserve.sbp.split(dim=0),)"
         assert out["sbp-loss"] == out["sbp-contract"] == out["sbp-w.grad"] == "(flowserve.sbp.partial_sum,)"
         assert out["sbp-col"] == "(flowserve.sbp.split(dim=1),)"
+        for name in ("conv", "pooled", "flat", "softmax", "argmax", "cat", "permute"):
+            assert out[f"batch-sbp-{name}"] == "(flowserve.sbp.split(dim=0),)", name
+        assert out["batch-sbp-batch_mean"] == "(flowserve.sbp.partial_sum,)"
         assert "relu on global tensors: the sbp combination (flowserve.sbp.partial_sum) is not supported" in \
             errors["relu_of_partial"] and "to_global(sbp=flow.sbp.broadcast)" in errors["relu_of_partial"]
         assert "matmul on global tensors: the sbp combination (flowserve.sbp.split(dim=0), " \
