@@ -4,9 +4,11 @@ per-call seed, repeat under ``g.manual_seed(s)``, and leave the default generato
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 
 import flowserve as flow
 import flowserve.nn as nn
+from flowserve.exporter import export
 from flowserve.ops import creation
 from flowserve.ops.random import uniform_seeded
 
@@ -137,3 +139,9 @@ def test_a_saved_graph_with_a_generator_still_draws_fresh_values(tmp_path):
     loaded = flow.load(tmp_path / "g")
     a, b = loaded(np.zeros((3, 8), np.float32)), loaded(np.zeros((3, 8), np.float32))
     assert a.shape == flow.Size([3, 8]) and not np.array_equal(a.numpy(), b.numpy())
+    # exported, the draws are ONNX Runtime's, fresh per run (no parity check: random outputs differ by design)
+    export(tmp_path / "g", tmp_path / "m.onnx", check=False)
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: np.zeros((4, 8), np.float32)}
+    first, second = session.run(None, feed)[0], session.run(None, feed)[0]
+    assert first.shape == (4, 8) and not np.array_equal(first, second) and abs(first.std() - 1) < 0.5
