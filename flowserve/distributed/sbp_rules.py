@@ -6,14 +6,16 @@ on the local pieces, so its kernel, shape rule and gradient are the local ones. 
 
 - elementwise: equal splits stay split (a broadcast operand is sliced to the piece), all
   broadcast stay broadcast; ``partial_sum`` survives what is linear in it: ``P + P``,
-  ``P - P``, ``P * B``, ``P / B``, ``-P``, casts to float;
+  ``P - P``, ``P * B``, ``P / B``, ``-P``, casts to float; in ``P * P`` and ``x / P`` the
+  second factor and the divisor are all-reduced to broadcast first;
 - ``matmul``: ``split(row) x broadcast -> split(row)``, ``broadcast x split(col) ->
   split(col)``, ``split(k) x split(k)`` over the contracted dim ``-> partial_sum``,
   ``P x B`` and ``B x P -> partial_sum``;
 - ``sum`` over a split dim ``-> partial_sum`` (``mean`` divides by the logical size), over
   other dims the split moves with its dim; ``amax``/``amin``/``argmax``/softmax keep a split
   on a dim they do not reduce;
-- ``reshape``/``permute``/``expand``/``concat`` keep a split whose dim they keep;
+- ``reshape``/``permute``/``expand``/``concat``/``one_hot`` keep a split whose dim they keep
+  (so ``cross_entropy`` of split logits and labels is a ``partial_sum``);
 - convolutions and pooling keep a batch split (``split(0)`` input, broadcast weights);
 - random draws keep a split (each rank draws its piece);
 - anything else on broadcast inputs is computed on every rank (broadcast).
@@ -31,6 +33,7 @@ from flowserve import dtypes, env
 from flowserve.distributed import sbp as S
 from flowserve.errors import DistributedError
 from flowserve.ops import functional as F
+from flowserve.ops.collective import all_reduce
 
 ADDITIVE = ("add", "sub")
 OTHER_BINARY = ("pow", "maximum", "minimum", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "where",
@@ -73,6 +76,8 @@ class Call:
 
 def _elementwise(kind: str):
     def rule(call: Call):
+        if kind in ("product", "numerator"):
+            _reduce_factors(call, kind)
         n_out = len(call.out_shape)
         splits, partial = set(), []
         for i, (s, shape) in enumerate(zip(call.sbps, call.shapes)):
@@ -97,6 +102,16 @@ def _elementwise(kind: str):
         return _slice_broadcasts(call, d, n_out), call.attrs, S.split(d)
 
     return rule
+
+
+def _reduce_factors(call: Call, kind: str) -> None:
+    """``P * P``, ``x / P``: a product is linear in one factor only, so every partial_sum
+    factor but the first (every divisor) is all-reduced to broadcast first (OneFlow's boxing)."""
+    partial = [i for i, s in enumerate(call.sbps) if s is not None and s.is_partial]
+    keep = partial[:1] if kind == "product" else [i for i in partial if i == 0]
+    for i in partial:
+        if i not in keep:
+            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), S.broadcast
 
 
 def _linear_in_partial(kind: str, call: Call, partial: list) -> bool:
@@ -148,7 +163,7 @@ def _matmul(call: Call):
 
 
 def _reduce(call: Call):
-    s, (shape,) = call.sbps[0], call.shapes
+    s = call.sbps[0]
     axes, keep = call.attrs["axes"], call.attrs["keepdims"]
     if s.is_broadcast:
         return call.locals, call.attrs, S.broadcast
@@ -214,6 +229,14 @@ def _concat(call: Call):
     return call.locals, call.attrs, s
 
 
+def _one_hot(call: Call):
+    """The classes become a new last dim: a split on the labels stays."""
+    s = call.sbps[0]
+    if s.is_partial:
+        call.refuse()
+    return call.locals, call.attrs, s
+
+
 def _batch_parallel(call: Call):
     first, rest = call.sbps[0], call.sbps[1:]
     if all(s is not None and s.is_broadcast for s in call.sbps):
@@ -240,7 +263,7 @@ RULES = {"add": _elementwise("additive"), "sub": _elementwise("additive"), "mul"
          "div": _elementwise("numerator"), "cast": _elementwise("linear"), "matmul": _matmul,
          "sum": _reduce, "amax": _reduce, "amin": _reduce, "softmax": _along_axis, "log_softmax": _along_axis,
          "argmax": _along_axis, "argmin": _along_axis, "permute": _permute, "reshape": _reshape,
-         "expand": _expand, "concat": _concat}
+         "expand": _expand, "concat": _concat, "one_hot": _one_hot}
 RULES.update({name: _elementwise("other") for name in OTHER_BINARY + UNARY})
 RULES.update({name: _elementwise("linear") for name in LINEAR_UNARY})
 RULES.update({name: _batch_parallel for name in BATCH_PARALLEL})

@@ -98,6 +98,13 @@ def run(rank: int, world: int) -> tuple[dict, dict]:
     loss2.backward()
     out["v.grad"], out["loss2"] = v.grad.numpy(), loss2.numpy()
     out.update(_batch_ops(d, pl))
+    # a classifier's loss on a split batch: partial_sum, the mean's divisor all-reduced
+    ea, e = _from(d["A"], "S0", world, rank, requires_grad=True)
+    labels = flow.tensor(np.array([0, 3, 1, 2, 3]), placement=pl, sbp=flow.sbp.split(0))
+    ce = flow.nn.functional.cross_entropy(e, labels)
+    ce.backward()
+    square = e.sum() * e.sum()  # P * P: the second factor is all-reduced first
+    out.update({"ce": ce.numpy(), "ce.grad": e.grad.numpy(), "sbp-ce": str(ce.sbp), "square": square.numpy()})
     return out, _errors(d, pl)
 
 
@@ -139,7 +146,12 @@ def reference() -> dict:
     batch = {"conv": conv, "pooled": torch.nn.functional.max_pool2d(conv, 2), "flat": flat,
              "softmax": flat.softmax(dim=1), "argmax": flat.argmax(dim=1), "cat": torch.cat([flat, flat * 2], 1),
              "permute": conv.permute(0, 2, 3, 1), "batch_mean": flat.mean(dim=0)}
-    return {**{f"batch-{k}": v for k, v in batch.items()}, "h": h, "y": y, "loss": loss, "x.grad": x.grad, "w.grad": w.grad, "b.grad": b.grad, "c.grad": c.grad,
+    e = _torch(d["A"])
+    ce = torch.nn.functional.cross_entropy(e, torch.tensor([0, 3, 1, 2, 3]))
+    ce.backward()
+    extra = {"ce": ce, "ce.grad": e.grad, "square": torch.tensor(d["A"]).sum() ** 2}
+    return {**{f"batch-{k}": v for k, v in batch.items()}, **extra, "h": h, "y": y, "loss": loss, "x.grad": x.grad,
+            "w.grad": w.grad, "b.grad": b.grad, "c.grad": c.grad,
             "col": torch.tensor(d["A"]).T @ torch.tensor(d["C"]), "contract": contract, "v.grad": v.grad,
             "loss2": loss2}
 
@@ -178,7 +190,7 @@ def check(results: list, world: int) -> None:
         assert out["sbp-col"] == "(flowserve.sbp.split(dim=1),)"
         for name in ("conv", "pooled", "flat", "softmax", "argmax", "cat", "permute"):
             assert out[f"batch-sbp-{name}"] == "(flowserve.sbp.split(dim=0),)", name
-        assert out["batch-sbp-batch_mean"] == "(flowserve.sbp.partial_sum,)"
+        assert out["batch-sbp-batch_mean"] == out["sbp-ce"] == "(flowserve.sbp.partial_sum,)"
         assert "relu on global tensors: the sbp combination (flowserve.sbp.partial_sum) is not supported" in \
             errors["relu_of_partial"] and "to_global(sbp=flow.sbp.broadcast)" in errors["relu_of_partial"]
         assert "matmul on global tensors: the sbp combination (flowserve.sbp.split(dim=0), " \
