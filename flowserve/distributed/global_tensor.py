@@ -370,17 +370,21 @@ dispatch.set_global_rules(process)
 # -- the local tensor's side ------------------------------------------------------------------
 
 
+class LocalTensorAttributeError(DistributedError, AttributeError):
+    """A global-only attribute read on a local tensor (``hasattr`` is False)."""
+
+
 def _local_to_local(self):
     raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
 
 
 def _local_placement(self):
-    raise DistributedError("a local tensor has no placement; make it global with "
+    raise LocalTensorAttributeError("a local tensor has no placement; make it global with "
                            "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
 
 
 def _local_sbp(self):
-    raise DistributedError("a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
+    raise LocalTensorAttributeError("a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
 
 
 Tensor.to_global = local_to_global

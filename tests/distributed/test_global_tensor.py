@@ -40,6 +40,7 @@ def test_placement_and_sbp_as_oneflow_spells_them():
     x = flow.zeros(2, 3, placement=pl, sbp=[flow.sbp.broadcast])
     assert x.is_global and not x.is_local and x.placement == pl and x.sbp == (flow.sbp.broadcast,)
     assert not flow.zeros(2).is_global and flow.zeros(2).is_local
+    assert not hasattr(flow.zeros(2), "placement") and not hasattr(flow.zeros(2), "sbp")
 
 
 @pytest.mark.parametrize("make,message", [
