@@ -235,7 +235,7 @@ def _check_kwargs(kwargs: dict) -> None:
 
 
 def _check_split(s: S.sbp, ndim: int, where: str) -> None:
-    if s.is_split and s.dim >= max(ndim, 1):
+    if s.is_split and s.dim >= ndim:
         raise DistributedError(f"{where}: {s!r} needs a tensor with more than {s.dim} dims, got {ndim}")
 
 
