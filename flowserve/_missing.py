@@ -11,9 +11,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-_NO_3D = ("this 3-d layer is not in flowserve (Conv3d, MaxPool3d, AvgPool3d and BatchNorm3d are); fold depth "
-          "into the batch and use the 2-d form")
-
 ADVICE = {
     "flowserve": {
         "jit": "torch.jit: use nn.Graph (a traced static graph; flow.save(graph, dir) writes it)",
@@ -25,15 +22,6 @@ ADVICE = {
         "vmap": "torch.vmap is not in flowserve; batch the computation along dim 0",
         "func": "torch.func is not in flowserve; use flow.autograd.grad",
         "set_default_dtype": "flowserve's default float dtype is float32; pass dtype= where another is needed",
-    },
-    "flowserve.nn": {
-        "ConvTranspose3d": _NO_3D, "AdaptiveAvgPool3d": _NO_3D, "AdaptiveMaxPool3d": _NO_3D,
-        "CTCLoss": "CTC loss is not in flowserve",
-        "EmbeddingBag": "use nn.Embedding followed by a sum or mean over the bag dim",
-    },
-    "flowserve.nn.functional": {
-        "conv_transpose3d": _NO_3D, "adaptive_avg_pool3d": _NO_3D,
-        "ctc_loss": "CTC loss is not in flowserve",
     },
     "flowserve.optim": {
         "LBFGS": "L-BFGS is not in flowserve; use Adam or SGD",

@@ -204,6 +204,7 @@ __all__ = [name for name in dir() if not name.startswith("_") and name not in ("
 
 from flowserve.nn.functional_more import *  # noqa: E402,F401,F403 - activations with inplace=, im2col, ...
 from flowserve.nn.functional_3d import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d
+from flowserve.nn.functional_seq import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
 
 from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
 

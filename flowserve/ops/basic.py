@@ -374,6 +374,7 @@ def stack(tensors, dim: int = 0):
 
 
 def slice_axis(x, axis: int, start: int, end: int, step: int = 1):
+    axis = normalize_axis("slice", axis, x.ndim)  # the shape rule (run when tracing) wants it positive
     return S.slice_(x, starts=[start], ends=[end], axes=[axis], steps=[step])
 
 

@@ -31,3 +31,6 @@ from flowserve.nn.modules.more_layers import (  # noqa: F401
     PixelUnshuffle, PReLU, ReflectionPad2d, ReplicationPad2d, Softmax2d, Softsign, Threshold, Unflatten, Unfold,
     ZeroPad2d,
 )
+from flowserve.nn.modules.ported import (  # noqa: F401
+    AdaptiveAvgPool3d, AdaptiveMaxPool3d, ConvTranspose3d, CTCLoss, EmbeddingBag,
+)
