@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from flowserve.errors import ExportError
+from flowserve.ops.dims import batch_steps
 
 LOWERINGS: dict[str, Callable] = {}
 
@@ -53,19 +54,29 @@ class LoweringContext:
             self._batch_size = name
         return name
 
+    def batch_expression(self, steps) -> str:
+        """A 1-element int64 tensor: ``steps`` (``flowserve.ops.dims``) applied to the run-time
+        batch (``B * T``, ``B // 2``, ``B + 1``: Mul, Div, Add; dims are never negative where
+        Div's truncation and floor division could differ)."""
+        name = self.batch_size()
+        for op, k in steps:
+            name = self.b.op1({"mul": "Mul", "div": "Div", "add": "Add"}[op], [name, self.b.const([int(k)])])
+        return name
+
     def shape_operand(self, node, attr: str, dims: list) -> str:
         """``dims`` as a 1-D int64 tensor; with a dynamic batch, the positions that the trace
         marked as the batch size (``node.batch``) read it at run time."""
         positions = set(node.batch.get(attr, ())) if self.dynamic_batch and self.ir.inputs else set()
         if not positions:
             return self.b.const(list(dims))
+        steps = batch_steps(node.batch, attr)
         pieces, run = [], []
         for i, d in enumerate(dims):
             if i in positions:
                 if run:
                     pieces.append(self.b.const(run))
                     run = []
-                pieces.append(self.batch_size())
+                pieces.append(self.batch_expression(steps.get(i, ())))
             else:
                 run.append(int(d))
         if run:

@@ -44,7 +44,8 @@ class Node:
     attrs: dict = field(default_factory=dict)
     scope: str = ""
     loc: str = ""
-    batch: dict = field(default_factory=dict)  # attr name -> positions that hold the batch size
+    batch: dict = field(default_factory=dict)  # attr name -> positions that hold the batch size (and
+    # "<attr>@steps" -> [[position, [[op, k], ...]], ...] where that is an expression of it: ops.dims)
 
     def to_json(self) -> dict:
         out = {"op": self.op, "inputs": self.inputs, "outputs": self.outputs, "attrs": self.attrs,
@@ -55,7 +56,9 @@ class Node:
 
     @classmethod
     def from_json(cls, d: dict) -> "Node":
-        batch = {str(k): [int(i) for i in v] for k, v in dict(d.get("batch", {})).items()}
+        batch = {str(k): ([[int(i), [[str(op), int(n)] for op, n in steps]] for i, steps in v]
+                          if str(k).endswith("@steps") else [int(i) for i in v])  # (flowserve.ops.dims)
+                 for k, v in dict(d.get("batch", {})).items()}
         return cls(d["op"], list(d["inputs"]), list(d["outputs"]), dict(d.get("attrs", {})),
                    d.get("scope", ""), d.get("loc", ""), batch)
 

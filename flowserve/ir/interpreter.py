@@ -19,6 +19,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.errors import FlowserveError, ShapeError
 from flowserve.ir.graph import GraphIR, Node
+from flowserve.ops.dims import batch_dims_at
 from flowserve.ops.registry import REGISTRY
 
 
@@ -75,17 +76,18 @@ def batch_adapted_attrs(node: Node, traced_in: tuple, actual_in: tuple, batch) -
     """``node``'s attributes for a run at batch size ``batch`` whose first input has shape
     ``actual_in`` (traced as ``traced_in``): what the ONNX lowering computes at run time."""
     batch_at = node.batch.get("shape", ()) if batch is not None else ()
+    dims = batch_dims_at(node.batch, "shape", batch) if batch_at else {}  # position -> its size at this batch
     if node.op == "slice_backward" and batch_at and all(s == 1 for s in node.attrs["steps"]):
         shape = list(node.attrs["shape"])  # padding (ONNX Pad) leaves the batch dim as it comes
         for i in batch_at:
-            shape[i] = batch
+            shape[i] = dims[i]
         return {**node.attrs, "shape": shape}
     if node.op not in ("reshape", "expand"):
         return node.attrs
-    if traced_in == actual_in and all(node.attrs["shape"][i] == batch for i in batch_at):
+    if traced_in == actual_in and all(node.attrs["shape"][i] == dims[i] for i in batch_at):
         return node.attrs
     adapt = dynamic_reshape if node.op == "reshape" else dynamic_expand
-    return {**node.attrs, "shape": adapt(traced_in, actual_in, node.attrs["shape"], batch_at, batch)}
+    return {**node.attrs, "shape": adapt(traced_in, actual_in, node.attrs["shape"], batch_at, batch, dims)}
 
 
 def reshape_target(in_shape: tuple, out_shape, batch_at=()) -> list[int]:
@@ -103,27 +105,31 @@ def reshape_target(in_shape: tuple, out_shape, batch_at=()) -> list[int]:
     return target
 
 
-def dynamic_reshape(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None) -> list[int]:
-    """``out_shape`` (traced for input ``traced_in``) re-derived for input ``actual_in``."""
+def dynamic_reshape(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None,
+                    dims=None) -> list[int]:
+    """``out_shape`` (traced for input ``traced_in``) re-derived for input ``actual_in``;
+    ``dims``: position -> size at this batch where it is an expression of it (``B * T``)."""
     target = reshape_target(traced_in, out_shape, batch_at)
     resolved = [actual_in[i] if d == 0 else d for i, d in enumerate(target)]
     for i in batch_at:
         if target[i] != 0:
-            resolved[i] = batch
+            resolved[i] = (dims or {}).get(i, batch)
     if -1 not in resolved and int(np.prod(resolved)) != int(np.prod(actual_in)):
         raise ShapeError(f"reshape expected an input of shape {traced_in} (traced), got {actual_in}: "
                          f"the target {list(out_shape)} does not depend on the batch size")
     return resolved
 
 
-def dynamic_expand(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None) -> list[int]:
+def dynamic_expand(traced_in: tuple, actual_in: tuple, out_shape, batch_at=(), batch=None,
+                   dims=None) -> list[int]:
     """Expand target dims that equalled a (non-1) input dim follow the actual input; positions
-    ``batch_at`` (``expand(x.shape[0], -1)``) take the actual batch size."""
+    ``batch_at`` (``expand(x.shape[0], -1)``) take the actual batch size (or, per ``dims``, the
+    expression of it they hold)."""
     shape = list(out_shape)
     offset = len(shape) - len(traced_in)
     for j, (t, a) in enumerate(zip(traced_in, actual_in)):
         if t != 1 and shape[offset + j] == t:
             shape[offset + j] = a
     for i in batch_at:
-        shape[i] = batch
+        shape[i] = (dims or {}).get(i, batch)
     return shape

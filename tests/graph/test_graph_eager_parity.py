@@ -263,6 +263,82 @@ def test_batch_stays_symbolic_through_expand_view_repeat_zeros(tmp_path):
         _close(session.run(None, {"x": x.numpy()})[0], ref)
 
 
+class _ArithmeticModel(nn.Module):
+    """nanoGPT's habit: ``B, T, C = x.shape`` then sizes computed from them."""
+
+    def __init__(self):
+        super().__init__()
+        flow.manual_seed(4)
+        self.proj = nn.Linear(8, 8)
+        self.head = nn.Linear(8 * 3, 4)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        flat = self.proj(x).view(B * T, C).relu()  # the batch merged with T
+        back = flat.reshape(B, T * C)
+        pair = flow.zeros(2 * B, 2).view(B, 4) + flow.ones(B + 1, 4).sum(0)  # 2 * B and B + 1 rows
+        shifted = flow.arange(B - 1 + 1).float().view(B, 1)  # B - 1 + 1 is B again
+        return self.head(back) + pair + shifted, flat.view(-1).sum()
+
+
+def test_batch_stays_symbolic_through_shape_arithmetic(tmp_path):
+    model = _ArithmeticModel().eval()
+    graph = _TokenGraph(model)
+    graph(flow.randn(2, 3, 8))
+    for batch in (1, 5, 2):  # in-process, at other batch sizes: graph == eager
+        x = flow.randn(batch, 3, 8)
+        for got, ref in zip(graph(x), model(x)):
+            _close(got.numpy(), ref.numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "runs at batch size 2 only"
+        flow.save(graph, tmp_path / "g")
+    manifest = json.loads((tmp_path / "g" / "flowserve.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [-1, 3, 8] and manifest["batch_note"] is None
+    loaded = flow.load(tmp_path / "g")
+    export(tmp_path / "g", tmp_path / "m.onnx")
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 5):
+        x = flow.randn(batch, 3, 8)
+        refs = [r.numpy() for r in model(x)]
+        for got, ref in zip(loaded(x), refs):
+            _close(np.asarray(got), ref)
+        for got, ref in zip(session.run(None, {"x": x.numpy()}), refs):
+            _close(got, ref)
+
+
+def test_batch_floor_division_follows_the_batch(tmp_path):
+    class Halves(nn.Module):  # runs at even batch sizes only: flow.save checks at twice the batch
+        def forward(self, x):
+            B, C = x.shape
+            return x.view(B // 2, 2 * C).flip(-1).reshape(B, C) + flow.ones(B // 2 + 1, C).sum(0)
+
+    graph = _TokenGraph(Halves())
+    graph(flow.randn(4, 3))
+    for batch in (2, 6):
+        x = flow.randn(batch, 3)
+        _close(graph(x).numpy(), Halves()(x).numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flow.save(graph, tmp_path / "g")
+    x = flow.randn(8, 3)
+    _close(np.asarray(flow.load(tmp_path / "g")(x)), Halves()(x).numpy())
+    export(tmp_path / "g", tmp_path / "m.onnx", check=False)  # the parity check runs at batch 5
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    _close(session.run(None, {"x": x.numpy()})[0], Halves()(x).numpy())
+
+
+def test_an_output_with_the_batch_merged_names_the_fix():
+    class Merged(nn.Module):
+        def forward(self, x):
+            B, T, C = x.shape
+            return x.view(B * T, C)
+
+    graph = _TokenGraph(Merged())
+    graph(flow.randn(2, 3, 8))
+    with pytest.raises(flow.errors.GraphError, match=r"output 0 has dim 0 of size 6 at batch size 2.*view\(B, T, C\)"):
+        graph(flow.randn(3, 3, 8))
+
+
 class _Baked(nn.Module):
     def __init__(self):
         super().__init__()

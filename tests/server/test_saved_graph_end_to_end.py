@@ -41,6 +41,36 @@ def test_saved_directory_served_over_http_and_grpc(tmp_path):
             np.testing.assert_allclose(y, reference, rtol=1e-5, atol=1e-5 * scale)
 
 
+def test_batch_computed_by_shape_arithmetic_is_served_at_any_batch_size(tmp_path):
+    """``B, T, C = x.shape; h.view(B * T, C)`` in build(): the saved graph keeps a dynamic
+    batch, and the server runs requests of 1 and 5 rows (and merges them)."""
+    import flowserve as flow
+
+    flow.manual_seed(0)
+    proj = flow.nn.Linear(4, 4)
+
+    class Tokens(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.proj = proj
+
+        def build(self, x):
+            B, T, C = x.shape
+            return self.proj(x).view(B * T, C).relu().view(B, T * C) + flow.zeros(B + 1, 1).sum()
+
+    graph = Tokens()
+    graph(flow.randn(2, 3, 4))
+    flow.save(graph, tmp_path / "m")
+    with running_server(tmp_path / "m") as server:
+        client = HTTPClient(server.http_url)
+        name = client.repository_index()[0]["name"]
+        for batch in (1, 5):
+            x = np.random.default_rng(batch).standard_normal((batch, 3, 4)).astype(np.float32)
+            reference = proj(flow.tensor(x)).relu().numpy().reshape(batch, 12)
+            (y,) = client.infer(name, {client.model_metadata(name)["inputs"][0]["name"]: x}).values()
+            np.testing.assert_allclose(y, reference, rtol=1e-5, atol=1e-5 * float(np.abs(reference).max()))
+
+
 def test_corrupted_saved_directory_is_reported_naming_the_file(tmp_path, repository):
     import shutil
 

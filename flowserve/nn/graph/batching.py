@@ -3,8 +3,9 @@
 A graph traced at batch size ``ba`` runs at ``bb`` when its trace at ``bb`` records the
 same ops, values and constants up to the batch size, and every attribute that mentions
 the batch size is one the lowering recomputes at run time: a position the trace marked as
-the batch (``expand(x.shape[0], -1, -1)``, see ``flowserve.ops.dims``), or a reshape/expand
-dim that follows its input. Otherwise the batch size is baked into the graph, and
+the batch or an expression of it (``expand(x.shape[0], -1, -1)``, ``view(B * T, C)``, see
+``flowserve.ops.dims``), or a reshape/expand dim that follows its input; and the graph's
+outputs change size with the batch in dim 0 only, as the batch itself. Otherwise the batch size is baked into the graph, and
 ``batch_mismatch`` names the op and the user's source line that fixed it.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from flowserve.ir.graph import Node
 from flowserve.ir.interpreter import BATCH_ADAPTED_OPS, batch_adapted_attrs
+from flowserve.ops.dims import BatchDim
 
 
 def _match(a, b, ba: int, bb: int) -> bool:
@@ -31,10 +33,27 @@ def _match(a, b, ba: int, bb: int) -> bool:
 
 
 def _follows_batch(shape1, shape2, ba: int, bb: int) -> bool:
-    """Shapes equal up to dims that are the batch size, or a multiple of it (a batch merged
-    with other dims: ``(B * T, C)``)."""
+    """Shapes equal up to dims that are the batch size, a multiple of it (a batch merged
+    with other dims: ``(B * T, C)``), or the expression of it the trace recorded (``B + 1``)."""
     return len(shape1) == len(shape2) and all(
-        a == b or (a % ba == 0 and b % bb == 0 and a // ba == b // bb) for a, b in zip(shape1, shape2))
+        a == b or (a % ba == 0 and b % bb == 0 and a // ba == b // bb) or (isinstance(a, BatchDim) and a.at(bb) == b)
+        for a, b in zip(shape1, shape2))
+
+
+def _output_mismatch(ir1, ir2, ba: int, bb: int) -> str | None:
+    """Outputs with a size that follows the batch other than as the batch itself in dim 0
+    (``(B * T, C)``, ``(3, 2 * B)``): the signature (-1 = the batch, in dim 0 only) cannot say
+    so, and requests could not be merged and split along it, so the batch is fixed there."""
+    for i, v1 in enumerate(ir1.outputs):
+        v2 = ir2.outputs[i] if i < len(ir2.outputs) else None
+        if v2 is None or len(v1.shape) != len(v2.shape):
+            continue
+        for axis, (a, b) in enumerate(zip(v1.shape, v2.shape)):
+            if int(a) != int(b) and not (axis == 0 and a == ba and b == bb):
+                return (f"output {i} has dim {axis} of size {a} at batch size {ba} and {b} at {bb}: it follows the "
+                        "batch without being it (e.g. a batch merged with other dims, view(B * T, C)); return it "
+                        "with the batch as its own dim 0 (view(B, T, C)) so the batch size can change")
+    return None
 
 
 def _same_constant(a: np.ndarray, b: np.ndarray, ba: int, bb: int) -> bool:
@@ -89,6 +108,9 @@ def batch_mismatch(first, ba: int, other, bb: int) -> str | None:
                 return f"the batch size {ba} is fixed by {describe(n1)} (output size {tuple(v1.shape)})"
     if len(ir1.nodes) != len(ir2.nodes) or set(ir1.state) != set(ir2.state):
         return f"build() records different ops at batch sizes {ba} and {bb}"
+    reason = _output_mismatch(ir1, ir2, ba, bb)
+    if reason is not None:
+        return f"the batch size {ba} is fixed: {reason}"
     for name, k in ir1.state_kinds.items():
         if k != "constant" and ir1.state[name].shape != ir2.state[name].shape:
             return f"state {name!r} changes size with the batch size"

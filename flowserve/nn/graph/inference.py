@@ -108,10 +108,13 @@ def deployable_batch(graph, traced, model=None) -> tuple[int | None, str | None]
     if len(firsts) != 1 or None in firsts:
         return None, None
     batch = int(firsts.pop())
-    other_batch = batch + 1
-    try:
-        other = inference_traced(graph, model, other_batch)
-    except Exception as exc:  # build() itself cannot run at another batch size
-        return None, failure_origin(exc, batch, other_batch)
-    reason = batch_mismatch(traced, batch, other, other_batch)
-    return (batch, None) if reason is None else (None, reason)
+    failure = None
+    for other_batch in (batch + 1, 2 * batch):  # 2 * batch: for a build() that splits the batch (B // 2)
+        try:
+            other = inference_traced(graph, model, other_batch)
+        except Exception as exc:  # build() itself cannot run at this batch size
+            failure = failure or failure_origin(exc, batch, other_batch)
+            continue
+        reason = batch_mismatch(traced, batch, other, other_batch)
+        return (batch, None) if reason is None else (None, reason)
+    return None, failure
