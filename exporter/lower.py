@@ -7,11 +7,11 @@ import onnx
 
 from flowserve.errors import ExportError
 from flowserve.exporter import versions
-from flowserve.exporter.builder import Builder
+from flowserve.exporter.builder import Builder, onnx_dtype
 from flowserve.exporter.lowering import LOWERINGS, LoweringContext
 from flowserve.exporter.lowering.clip import fold_clip
 from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
-from flowserve.ir.graph import GraphIR
+from flowserve.ir.graph import GraphIR, Node, Value
 
 UPDATE_SUFFIX = ":new"
 
@@ -21,6 +21,58 @@ def _batch_shape(shape, batch: int | None) -> list:
     if batch is not None and shape and shape[0] == batch:
         shape[0] = -1
     return shape
+
+
+OUTPUT_DTYPES = {"bfloat16": "float32"}  # ONNX Runtime's Python API has no bfloat16 arrays: such outputs
+# (flow.autocast's results) are given as float32, which holds them exactly; the graph casts them back
+
+
+def _cast_output(b: Builder, name: str, dtype: str) -> None:
+    """Output ``name`` given as ``dtype``: what computed it now writes ``name:raw``, cast to ``name``."""
+    raw = f"{name}:raw"
+    for node in b.nodes:
+        if node.name == name:
+            node.name = raw
+        for i, o in enumerate(node.output):
+            if o == name:
+                node.output[i] = raw
+        for i, o in enumerate(node.input):
+            if o == name:
+                node.input[i] = raw
+    b.op("Cast", [raw], [name], to=onnx_dtype(dtype))
+
+
+def _widen_bfloat16(ir: GraphIR) -> GraphIR:
+    """ONNX Runtime's CPU provider has no bfloat16 kernels but ``Cast``: every other node that
+    reads or writes bfloat16 (``flow.autocast``'s tensors, their gradients' sums) reads its
+    inputs as float32 (exactly), computes in float32 and rounds its results to bfloat16, which
+    is what eager mode's bfloat16 arithmetic does (one rounding per op)."""
+    if not any(v.dtype == "bfloat16" for v in ir.values.values()):
+        return ir
+    ir = ir.copy()
+    nodes = []
+    for node in ir.nodes:
+        if node.op == "cast" or all(ir.values[n].dtype != "bfloat16" for n in node.inputs + node.outputs):
+            nodes.append(node)
+            continue
+        inputs, back = [], []
+        for name in node.inputs:
+            wide = f"{name}:f32"
+            if ir.values[name].dtype == "bfloat16" and wide not in ir.values:
+                ir.add_value(Value(wide, ir.values[name].shape, "float32"))
+                nodes.append(Node("cast", [name], [wide], {"dtype": "float32"}, node.scope, node.loc))
+            inputs.append(wide if ir.values[name].dtype == "bfloat16" else name)
+        outputs = []
+        for name in node.outputs:
+            if ir.values[name].dtype == "bfloat16":
+                ir.add_value(Value(f"{name}:f32", ir.values[name].shape, "float32"))
+                back.append(Node("cast", [f"{name}:f32"], [name], {"dtype": "bfloat16"}, node.scope, node.loc))
+                name = f"{name}:f32"
+            outputs.append(name)
+        nodes.append(Node(node.op, inputs, outputs, dict(node.attrs), node.scope, node.loc, dict(node.batch)))
+        nodes.extend(back)
+    ir.nodes = nodes
+    return ir
 
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
@@ -33,6 +85,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
     ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
     """
+    ir = _widen_bfloat16(ir)
     b = Builder(opset)
     batch = ir.inputs[0].shape[0] if dynamic_batch and ir.inputs and ir.inputs[0].shape else None
     for v in ir.inputs:
@@ -49,7 +102,10 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)
     for v in ir.outputs:
-        b.output(v.name, v.dtype, _batch_shape(v.shape, batch))
+        dtype = OUTPUT_DTYPES.get(v.dtype, v.dtype)
+        if dtype != v.dtype:
+            _cast_output(b, v.name, dtype)
+        b.output(v.name, dtype, _batch_shape(v.shape, batch))
     for name in state_outputs:
         v = ir.state[name]
         out = b.op1("Identity", [ir.updates[name]], name + UPDATE_SUFFIX)

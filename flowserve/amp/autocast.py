@@ -1,19 +1,26 @@
 """``flow.autocast`` (also ``flow.amp.autocast`` and ``flow.cuda.amp.autocast``): PyTorch's
 mixed-precision context, eagerly and inside ``nn.Graph.build``.
 
-Inside the context, matrix products and convolutions read their float32 inputs rounded to
-the low-precision dtype (bfloat16 by default on the CPU, float16 on CUDA, as PyTorch) and
-round their result to it: the numbers of a low-precision kernel that accumulates in float32
-(what tensor cores and PyTorch's CPU kernels do). Everything else — elementwise ops,
-reductions, softmax, norms, losses — stays float32, so parameters are float32 master weights
-and gradients flow through the roundings as through casts. The one difference from PyTorch:
-the results are float32 tensors holding low-precision values, not float16/bfloat16 tensors,
-so code that checks ``y.dtype`` sees float32. Inside ``nn.Graph.build`` the same casts are
-recorded into the graph (``graph.config.enable_amp(True)`` does this for a whole graph).
+Inside the context the ops follow PyTorch's CPU autocast lists
+(``flowserve.ops.autocast_policy``): matrix products, ``linear`` and the convolutions cast
+their float32 inputs to the low-precision dtype (bfloat16 by default on the CPU, float16 on
+CUDA, as PyTorch) and return tensors of that dtype; the losses cast low-precision inputs up
+and return float32; the normalisations return their input's dtype; every other op follows
+the usual promotion (``bf16 + f32`` is float32). A primitive given low-precision inputs
+computes in float32 and rounds its result to the low-precision dtype once, as PyTorch's
+CPU kernels do (a matrix product accumulates in float32). Parameters stay float32 master
+weights; gradients flow through the casts, so a parameter's gradient is float32. Leaving
+the context restores the float32 behaviour (tensors already made keep their dtype).
+
+Inside ``nn.Graph.build`` the same casts are recorded into the graph, so a graph gives the
+numbers and dtypes of eager mode (``graph.config.enable_amp(True)`` is the graph-wide pass,
+which keeps float32 tensors holding low-precision values).
 
 >>> import flowserve as flow
 >>> with flow.autocast("cpu"):
 ...     y = flow.nn.Linear(4, 2)(flow.randn(3, 4))
+>>> y.dtype
+flowserve.bfloat16
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ from flowserve.dispatch import Interpreter, current_interpreter, pop_interpreter
 from flowserve.ops import functional as F
 
 DEFAULT_DTYPES = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
-COMPUTE_OPS = ("matmul", "conv", "conv_transpose")
+LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 class AutocastInterpreter(Interpreter):
-    """Wraps the interpreter in force (eager or tracing): compute primitives read inputs
-    rounded through ``low`` and round their results to it; everything else passes through."""
+    """Wraps the interpreter in force (eager or tracing) and marks the autocast dtype for
+    the public functions' policies (``flowserve.ops.autocast_policy``). A primitive with
+    low-precision floating inputs reads them as float32 (exactly), computes in float32 and
+    rounds its floating results to that low-precision dtype: one rounding per op."""
 
     __slots__ = ("inner", "low")
 
@@ -43,20 +52,27 @@ class AutocastInterpreter(Interpreter):
     def trace(self):
         return self.inner.trace
 
-    def _rounded(self, t):
-        if t.dtype is not dtypes.float32:
-            return t
-        token = push_interpreter(self.inner)  # the rounding casts bind normally
+    @property
+    def autocast_dtype(self):
+        return self.low
+
+    def _cast(self, t, dtype):
+        token = push_interpreter(self.inner)  # the casts bind normally
         try:
-            return F.cast(F.cast(t, self.low), dtypes.float32)
+            return F.cast(t, dtype)
         finally:
             pop_interpreter(token)
 
     def process(self, prim, inputs, attrs) -> tuple:
-        if prim.name not in COMPUTE_OPS:
+        if prim.name == "cast":
             return self.inner.process(prim, inputs, attrs)
-        outputs = self.inner.process(prim, tuple(self._rounded(t) for t in inputs), attrs)
-        return tuple(self._rounded(o) for o in outputs)
+        lows = [t.dtype for t in inputs if t.dtype in LOW]
+        if not lows:
+            return self.inner.process(prim, inputs, attrs)
+        low = lows[0]
+        wide = tuple(self._cast(t, dtypes.float32) if t.dtype in LOW else t for t in inputs)
+        outputs = self.inner.process(prim, wide, attrs)
+        return tuple(self._cast(o, low) if o.dtype is dtypes.float32 else o for o in outputs)
 
     def with_grad(self, enabled: bool) -> "AutocastInterpreter":
         return AutocastInterpreter(self.inner.with_grad(enabled), self.low)

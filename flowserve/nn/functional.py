@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as _np
 
 from flowserve.ops import conv as _conv
+from flowserve.ops.autocast_policy import lower_precision as _lower_precision
 from flowserve.ops import creation as _creation
 from flowserve.ops import functional as _F
 from flowserve.ops import indexing
@@ -53,6 +54,7 @@ from flowserve.ops.padding import pad  # noqa: F401
 from flowserve.ops.registry import fail_shape
 
 
+@_lower_precision
 def linear(x, weight, bias=None):
     """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
     if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
@@ -85,20 +87,24 @@ def dropout(x, p: float = 0.5, training: bool = True, inplace: bool = False):
 # -- convolution and pooling ----------------------------------------------------------------
 
 
+@_lower_precision
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):  # noqa: A002
     return _conv.conv_nd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 
+@_lower_precision
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):  # noqa: A002
     return _conv.conv_nd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+@_lower_precision
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,  # noqa: A002
                      groups: int = 1, dilation=1):
     return _conv.conv_transpose_nd(input, weight, bias, stride, padding, output_padding, groups, dilation,
                                    1, "conv_transpose1d")
 
 
+@_lower_precision
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,  # noqa: A002
                      groups: int = 1, dilation=1):
     return _conv.conv_transpose_nd(input, weight, bias, stride, padding, output_padding, groups, dilation,

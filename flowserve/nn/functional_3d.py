@@ -18,6 +18,7 @@ import math
 
 from flowserve import dtypes
 from flowserve.ops import conv as C
+from flowserve.ops.autocast_policy import float32, lower_precision
 from flowserve.ops import functional as F
 from flowserve.ops import pool
 from flowserve.ops.padding import pad
@@ -46,6 +47,7 @@ def _unstack(y, n: int, depth_out: int):
     return F.permute(F.reshape(y, (n, depth_out) + tuple(y.shape[1:])), (0, 2, 1, 3, 4))
 
 
+@lower_precision
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):  # noqa: A002
     """``torch.nn.functional.conv3d`` over (N, C, D, H, W)."""
     if input.ndim != 5 or weight.ndim != 5 or input.shape[1] != weight.shape[1] * groups:
@@ -67,6 +69,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
     return out if bias is None else out + F.reshape(bias, (1, -1, 1, 1, 1))
 
 
+@float32
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
                return_indices: bool = False):
     """``torch.nn.functional.max_pool3d`` over (N, C, D, H, W) (no ``ceil_mode``/indices)."""
@@ -89,6 +92,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _unstack(out, input.shape[0], depth_out)
 
 
+@float32
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
                count_include_pad: bool = True, divisor_override=None):
     """``torch.nn.functional.avg_pool3d`` (zero padding counted, as PyTorch's default)."""
@@ -102,6 +106,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
     return conv3d(input, ones, None, stride if stride is not None else kernel, padding, 1, channels)
 
 
+@lower_precision
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1,  # noqa: A002
                      dilation=1):
     """``torch.nn.functional.conv_transpose3d`` over (N, C, D, H, W); weight (C, O/groups, kD, kH, kW)."""
@@ -155,6 +160,7 @@ def _as_5d(input, name: str):  # noqa: A002
     return (input, False) if input.ndim == 5 else (F.unsqueeze(input, 0), True)
 
 
+@float32
 def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     """``torch.nn.functional.adaptive_avg_pool3d``: PyTorch's adaptive windows, any output size."""
     x, unbatched = _as_5d(input, "adaptive_avg_pool3d")

@@ -20,6 +20,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.ops.autocast_policy import float32
 from flowserve.ops.indexing import take
 from flowserve.ops.padding import pad
 from flowserve.ops.registry import fail_dtype, fail_shape
@@ -175,6 +176,7 @@ def _padded_targets(targets, target_lengths, n: int):
     return take(targets, index, axis=0)
 
 
+@float32
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, reduction: str = "mean",
              zero_infinity: bool = False):
     """``torch.nn.functional.ctc_loss``: the negative log-likelihood of ``targets`` under all

@@ -16,6 +16,7 @@ from flowserve import dtypes
 from flowserve.ops import activation as A
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops.registry import fail_shape
 
 
@@ -24,6 +25,7 @@ def _allowed_to_bias(allowed, dtype):
     return F.where(allowed, 0.0, float("-inf")) if allowed.dtype is dtypes.bool_ else F.cast(allowed, dtype)
 
 
+@lower_precision
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale=None):
     """``softmax(q @ k^T * scale + mask) @ v`` over (..., L, E) queries and (..., S, E) keys,
@@ -77,6 +79,7 @@ def _split_heads(x, n: int, heads: int):
     return F.permute(F.reshape(x, (n, x.shape[1], heads, x.shape[2] // heads)), [0, 2, 1, 3])
 
 
+@lower_precision
 def multi_head_attention(query, key, value, heads: int, q_proj, k_proj, v_proj, out_proj,
                          attn_mask=None, key_padding_mask=None, need_weights: bool = True,
                          average_attn_weights: bool = True, dropout_p: float = 0.0):

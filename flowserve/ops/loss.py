@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flowserve.ops import functional as F
+from flowserve.ops.autocast_policy import float32
 from flowserve.ops.registry import fail_dtype, fail_shape
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -23,17 +24,20 @@ def _same_shape(op: str, input, target) -> None:
         fail_shape(op, f"target of the input's size {tuple(input.shape)}", tuple(target.shape))
 
 
+@float32
 def mse_loss(input, target, reduction: str = "mean"):
     _same_shape("mse_loss", input, target)
     diff = input - target
     return reduce(diff * diff, reduction, "mse_loss")
 
 
+@float32
 def l1_loss(input, target, reduction: str = "mean"):
     _same_shape("l1_loss", input, target)
     return reduce(F.abs(input - target), reduction, "l1_loss")
 
 
+@float32
 def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
     """Squared below ``beta``, absolute above (``beta=0`` is the L1 loss)."""
     _same_shape("smooth_l1_loss", input, target)
@@ -44,6 +48,7 @@ def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
     return reduce(loss, reduction, "smooth_l1_loss")
 
 
+@float32
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
     _same_shape("huber_loss", input, target)
     diff = F.abs(input - target)
@@ -51,6 +56,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
     return reduce(loss, reduction, "huber_loss")
 
 
+@float32
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     """``-(t log x + (1 - t) log(1 - x))`` with logs clamped at -100, as PyTorch."""
     _same_shape("binary_cross_entropy", input, target)
@@ -62,6 +68,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     return reduce(loss, reduction, "binary_cross_entropy")
 
 
+@float32
 def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one stable expression, as PyTorch."""
     _same_shape("binary_cross_entropy_with_logits", input, target)
@@ -99,6 +106,7 @@ def _picked_weights(input, target, weight, ignore_index: int):
     return w, hot
 
 
+@float32
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input``."""
     if input.ndim == 1:
@@ -117,6 +125,7 @@ def _class_weight_view(weight, ndim: int):
     return F.reshape(weight, [1, weight.shape[0]] + [1] * (ndim - 2)) if weight is not None else None
 
 
+@float32
 def cross_entropy(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0):
     """Softmax cross entropy with class indices or class probabilities, label smoothing,
@@ -153,6 +162,7 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
     return loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
 
 
+@float32
 def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
     _same_shape("kl_div", input, target)
     if log_target:

@@ -19,6 +19,7 @@ from flowserve._missing import ADVICE, missing
 from flowserve.autograd.engine import backward as _backward
 from flowserve.device import as_device
 from flowserve.errors import DTypeError, ShapeError
+from flowserve.ops import autocast_policy as AP
 from flowserve.ops import basic, creation
 from flowserve.ops import functional as F
 from flowserve.ops import functional_index as FI
@@ -252,6 +253,8 @@ for _name in ("sin", "cos", "tan", "erf", "erfc", "expm1", "log1p", "log2", "log
               "ceil", "round", "trunc", "frac", "isnan", "isinf", "isfinite", "logical_and",
               "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"):
     METHODS[_name] = getattr(FM, _name)
+METHODS.update({name: getattr(AP, name) for name in ("matmul", "mm", "bmm")})  # flow.autocast's policy
+METHODS.update({"__matmul__": AP.matmul, "__rmatmul__": _reverse(AP.matmul)})
 METHODS["logical_not"] = F.logical_not
 METHODS["erfinv"] = FS.erfinv
 METHODS["stride"] = lambda self, dim=None: _strides(self) if dim is None else _strides(self)[dim]

@@ -15,6 +15,7 @@ import math
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.ops import collective as C
 from flowserve.ops import functional as F
+from flowserve.ops.autocast_policy import like_input
 from flowserve.ops.batch_norm import batch_norm_train
 from flowserve.ops.registry import fail_shape
 
@@ -53,6 +54,7 @@ def _synced_stats(x, axes: list, count: int):
     return mean, centered, var, total
 
 
+@like_input
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum=0.1, eps: float = 1e-5, op: str = "batch_norm", sync: bool = False):
     """Batch normalisation over all dims but the channel dim 1, as ``torch.nn.functional.batch_norm``.
@@ -105,6 +107,7 @@ def _normalize_last(x, axes: list, eps: float):
     return centered * F.rsqrt(var + eps)
 
 
+@like_input
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     """Normalise over the trailing ``normalized_shape`` dims, as ``torch.nn.functional.layer_norm``."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -117,6 +120,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
     return y + bias if bias is not None else y
 
 
+@like_input
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     """Normalise channel groups per sample, as ``torch.nn.functional.group_norm``."""
     if x.ndim < 2 or x.shape[1] % num_groups:

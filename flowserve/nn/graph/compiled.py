@@ -103,7 +103,8 @@ class CompiledGraph:
             target._data = to_device_array(array, target.device)
             target._version += 1
         device = inputs[0].device if inputs else CPU
-        return [Tensor._wrap(to_device_array(out.copy(), device), device) for out in outs]
+        return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype), device), device)
+                for out, v in zip(outs, self.traced.ir.outputs)]
 
     def _bind_state_outputs(self, binding) -> dict:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
@@ -134,7 +135,7 @@ class CompiledGraph:
         self._out_index = (self._out_index + 1) % size
         ring = self._out_ring[self._out_index]
         if ring is None or [a.shape for a in ring] != shapes or any(s is None for s in shapes):
-            ring = [np.empty(s, dtype=_np_dtype(v.dtype)) if s is not None else None
+            ring = [np.empty(s, dtype=_np_dtype(_OUTPUT_DTYPES.get(v.dtype, v.dtype))) if s is not None else None
                     for s, v in zip(shapes, self.traced.ir.outputs)]
             self._out_ring[self._out_index] = ring
         arrays = []
@@ -176,6 +177,15 @@ class _Deferred(list):
 
 def _np_dtype(name: str):
     return dtypes.from_name(name).np
+
+
+_OUTPUT_DTYPES = {"bfloat16": "float32"}  # as the lowering gives them (exporter.lower.OUTPUT_DTYPES)
+
+
+def _as_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
+    """A copy of the session's output in the IR's dtype (bfloat16 outputs come as float32)."""
+    want = _np_dtype(name)
+    return out.astype(want) if out.dtype != want else out.copy()
 
 
 def _host(t: Tensor) -> np.ndarray:

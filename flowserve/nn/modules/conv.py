@@ -10,8 +10,12 @@ from flowserve.nn.functional_3d import conv3d
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import conv as C
+from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops import creation
 from flowserve.ops import padding as P
+
+_conv_nd = lower_precision(C.conv_nd)  # under flow.autocast: in float16/bfloat16, as PyTorch
+_conv_transpose_nd = lower_precision(C.conv_transpose_nd)
 
 
 class _ConvNd(Module):
@@ -60,7 +64,7 @@ class _ConvNd(Module):
             pads = C.conv_pads(padding, list(self.kernel_size), list(self.dilation), list(self.stride), r, name)
             order = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
             x, padding = P.pad(x, order, self.padding_mode), 0
-        return C.conv_nd(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups, r, name)
+        return _conv_nd(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups, r, name)
 
     def extra_repr(self) -> str:
         r = self._dims
@@ -119,7 +123,7 @@ class _ConvTransposeNd(_ConvNd):
                          padding_mode, output_padding, device, dtype)
 
     def forward(self, x):
-        return C.conv_transpose_nd(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+        return _conv_transpose_nd(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
                                    self.groups, self.dilation, self._dims, type(self).__name__)
 
 
