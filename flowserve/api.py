@@ -38,7 +38,7 @@ from flowserve.ops.graph_creation import (  # the creation functions that know a
     zeros_like,
 )
 from flowserve.ops.functional import all_ as all, any_ as any, max_ as max, min_ as min  # noqa: E402,A001
-from flowserve.ops.autocast_policy import bmm, matmul, mm  # noqa: E402 - under flow.autocast: float16/bfloat16
+from flowserve.ops.autocast_policy import bmm, einsum, matmul, mm  # noqa: E402 - under flow.autocast: float16/bfloat16
 from flowserve import autograd, nn, optim  # noqa: E402
 from flowserve import amp  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use

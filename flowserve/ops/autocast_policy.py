@@ -1,8 +1,9 @@
 """Which dtype an op computes in under ``flow.autocast`` (PyTorch's CPU autocast lists),
 for the public functions; ``flowserve.amp.autocast`` holds the context itself.
 
-- ``lower_precision``: ``linear``, ``matmul``/``mm``/``bmm``, the convolutions and
-  transposed convolutions, ``scaled_dot_product_attention`` and multi-head attention:
+- ``lower_precision``: ``linear``, ``matmul``/``mm``/``bmm``, ``einsum``, the convolutions and
+  transposed convolutions, ``scaled_dot_product_attention``, multi-head attention, the LSTM
+  layer and ``prelu``:
   float32 tensor arguments are read rounded to the autocast dtype, the op computes in
   float32 and its result is a float16/bfloat16 tensor, rounded once;
 - ``float32``: the losses and the 3-d pools of PyTorch's float32 list: low-precision
@@ -96,3 +97,4 @@ def like_input(fn):
 matmul = lower_precision(F.matmul)
 mm = matmul
 bmm = lower_precision(FM.bmm)
+einsum = lower_precision(FM.einsum)

@@ -63,6 +63,35 @@ def test_autocast_dtypes_and_values_match_torch(dtype):
         assert (flow.tensor(X) @ flow.tensor(W).T).dtype == flow.float32
 
 
+def _layers(lib):
+    n = lib.nn
+    return [n.LSTM(4, 8, num_layers=2), n.GRU(4, 8), n.PReLU(3), n.MultiheadAttention(8, 2),
+            n.TransformerEncoderLayer(8, 2, 16, dropout=0.0)]
+
+
+def test_autocast_layers_match_torch():
+    flow.manual_seed(5)
+    mine, theirs = _layers(flow), _layers(torch)
+    for a, b in zip(mine, theirs):
+        b.load_state_dict({k: torch.tensor(v.numpy()) for k, v in a.state_dict().items()})
+    seq = RNG.standard_normal((5, 2, 4)).astype(np.float32)
+    tokens, small = RNG.standard_normal((5, 2, 8)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    args = [(seq,), (seq,), (small,), (tokens, tokens, tokens), (tokens,)]
+    a, b = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
+    with flow.autocast("cpu"):
+        got = [m(*[flow.tensor(v) for v in x]) for m, x in zip(mine, args)]
+        got.append(flow.einsum("ij,jk->ik", flow.tensor(a), flow.tensor(b)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = [m(*[torch.tensor(v) for v in x]) for m, x in zip(theirs, args)]
+        ref.append(torch.einsum("ij,jk->ik", torch.tensor(a), torch.tensor(b)))
+    for i, (g, r) in enumerate(zip(got, ref)):
+        g, r = (g[0], r[0]) if isinstance(r, tuple) else (g, r)  # LSTM's and GRU's output, MHA's
+        assert g.dtype.name == str(r.dtype).split(".")[-1], (i, g.dtype, r.dtype)  # LSTM bf16, GRU float32...
+        rv = r.float().detach().numpy()
+        np.testing.assert_allclose(g.float().numpy(), rv, rtol=0, err_msg=str(i),
+                                   atol=2 * ULP["bfloat16"] * max(1.0, float(np.abs(rv).max())))
+
+
 def _nets(lib):
     n = lib.nn
     return n.Sequential(n.Conv2d(3, 4, 3), n.BatchNorm2d(4), n.ReLU(), n.Flatten(), n.Linear(4 * 6 * 6, 16),

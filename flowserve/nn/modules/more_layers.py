@@ -13,6 +13,7 @@ from flowserve.nn.modules.normalization import BatchNorm2d
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops.padding import pad
 from flowserve.ops.registry import fail_shape
 
@@ -228,10 +229,14 @@ class PReLU(Module):
         self.weight = Parameter(creation.full((num_parameters,), init, device=device, dtype=dtype or "float32"))
 
     def forward(self, x):
-        w = self.weight
-        if self.num_parameters > 1:
-            w = F.reshape(w, (-1,) + (1,) * (x.ndim - 2))
-        return F.where(F.gt(x, 0), x, x * w)
+        return _prelu(x, self.weight)
+
+
+@lower_precision  # under flow.autocast: in float16/bfloat16, as PyTorch's prelu
+def _prelu(x, w):
+    if w.shape[0] > 1:
+        w = F.reshape(w, (-1,) + (1,) * (x.ndim - 2))
+    return F.where(F.gt(x, 0), x, x * w)
 
 
 def _activation(name: str, fn, *arg_names):

@@ -24,6 +24,7 @@ from flowserve.ops import creation
 from flowserve.ops import graph_creation as GC
 from flowserve.ops import functional as OF
 from flowserve.ops import rnn as R
+from flowserve.ops.autocast_policy import lower_precision
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
@@ -157,6 +158,7 @@ class LSTM(RNNBase):
     def __init__(self, *args, **kwargs):
         super().__init__("LSTM", *args, **kwargs)
 
+    @lower_precision  # under flow.autocast: in float16/bfloat16, as PyTorch's CPU LSTM
     def _cell(self, x, states, weights, reverse):
         return R.lstm_layer(x, states[0], states[1], *weights, reverse=reverse)
 
