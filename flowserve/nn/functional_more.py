@@ -21,6 +21,7 @@ from flowserve.ops import conv as C
 from flowserve.ops import creation
 from flowserve.ops import graph_creation as GC
 from flowserve.ops import functional as F
+from flowserve.nn.functional_3d import adaptive_max_pool3d
 from flowserve.ops.norm import group_norm
 from flowserve.ops.registry import fail_shape
 
@@ -250,10 +251,14 @@ def _adaptive_bounds(size: int, out: int) -> list:
 
 
 def adaptive_max_pool2d(input, output_size, return_indices: bool = False):  # noqa: A002
-    """Max over PyTorch's adaptive windows (``floor(i*H/h)`` to ``ceil((i+1)*H/h)``)."""
-    if return_indices:
-        raise ValueError("adaptive_max_pool2d(return_indices=True) is not available in flowserve; "
-                         "use max_pool2d(..., return_indices=True) where the sizes divide")
+    """Max over PyTorch's adaptive windows (``floor(i*H/h)`` to ``ceil((i+1)*H/h)``); with
+    ``return_indices``, also each maximum's position in its (H, W) plane (as PyTorch)."""
+    if return_indices:  # the 3-d form over a depth of 1: its (1, H, W) positions are the plane's
+        if input.ndim not in (3, 4):
+            fail_shape("adaptive_max_pool2d", "input (N, C, H, W) or (C, H, W)", tuple(input.shape))
+        size = _pair(output_size)
+        values, at = adaptive_max_pool3d(F.unsqueeze(input, -3), (1, size[0], size[1]), return_indices=True)
+        return F.squeeze(values, -3), F.squeeze(at, -3)
     out = _pair(output_size)
     size = input.shape[-2:]
     out = tuple(s if o is None else o for o, s in zip(out, size))
@@ -267,8 +272,8 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False):  # no
 
 
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False):  # noqa: A002
-    out = F.unsqueeze(input, -2)
-    return F.squeeze(adaptive_max_pool2d(out, (1, output_size), return_indices), -2)
+    out = adaptive_max_pool2d(F.unsqueeze(input, -2), (1, output_size), return_indices)
+    return tuple(F.squeeze(t, -2) for t in out) if return_indices else F.squeeze(out, -2)
 
 
 # -- sampling grids --------------------------------------------------------------------------------

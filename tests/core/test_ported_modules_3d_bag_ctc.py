@@ -75,6 +75,19 @@ def test_adaptive_3d_pooling_matches_torch(size):
     _close(nn.AdaptiveAvgPool3d(size)(flow.tensor(x[0])), torch.nn.AdaptiveAvgPool3d(size)(torch.tensor(x[0])))
 
 
+@pytest.mark.parametrize("size", [(3, 2), 1, (None, 3)])
+def test_adaptive_max_pool_1d_2d_return_indices_like_torch(size):
+    x = RNG.standard_normal((2, 3, 7, 5)).astype(np.float32)
+    (got, at), (ref, ref_at) = (nn.AdaptiveMaxPool2d(size, return_indices=True)(flow.tensor(x)),
+                                torch.nn.AdaptiveMaxPool2d(size, return_indices=True)(torch.tensor(x)))
+    _close(got, ref)
+    assert np.array_equal(at.numpy(), ref_at.numpy())
+    (got, at), (ref, ref_at) = (F.adaptive_max_pool1d(flow.tensor(x[0]), 3, True),
+                                TF.adaptive_max_pool1d(torch.tensor(x[0]), 3, True))
+    _close(got, ref)
+    assert np.array_equal(at.numpy(), ref_at.numpy())
+
+
 BAG_INPUT = np.array([1, 2, 4, 5, 4, 3, 2, 9, 0, 0], dtype=np.int64)
 BAG_OFFSETS = np.array([0, 4, 4, 7], dtype=np.int64)  # the second bag is empty
 BAGS = [(layout, mode, padding_idx) for layout in ("offsets", "last-offset", "2d") for mode in ("sum", "mean", "max")
