@@ -41,9 +41,9 @@ def lower_concat(b, node, ctx):
 
 @lowering("slice")
 def lower_slice(b, node, ctx):
-    a = node.attrs
-    b.op("Slice", [node.inputs[0], b.const(a["starts"]), b.const(a["ends"]), b.const(a["axes"]),
-                   b.const(a["steps"])], node.outputs)
+    a = node.attrs  # starts/ends that are the batch or an expression of it (x[1:], x[:B // 2]) read it at run time
+    b.op("Slice", [node.inputs[0], ctx.shape_operand(node, "starts", a["starts"]),
+                   ctx.shape_operand(node, "ends", a["ends"]), b.const(a["axes"]), b.const(a["steps"])], node.outputs)
 
 
 @lowering("slice_backward")

@@ -69,12 +69,21 @@ def _as_dtype(array: np.ndarray, dtype_name: str) -> np.ndarray:
     return array if array.dtype == want else array.astype(want)
 
 
-BATCH_ADAPTED_OPS = ("reshape", "expand", "slice_backward")  # ops whose attributes may hold the batch size
+BATCH_ADAPTED_OPS = ("reshape", "expand", "slice_backward", "slice")  # ops whose attributes may hold the batch size
 
 
 def batch_adapted_attrs(node: Node, traced_in: tuple, actual_in: tuple, batch) -> dict:
     """``node``'s attributes for a run at batch size ``batch`` whose first input has shape
     ``actual_in`` (traced as ``traced_in``): what the ONNX lowering computes at run time."""
+    if node.op == "slice":  # starts/ends along the batch (x[1:], x[:B // 2])
+        if batch is None:
+            return node.attrs
+        adapted = dict(node.attrs)
+        for key in ("starts", "ends"):
+            if node.batch.get(key):
+                at = batch_dims_at(node.batch, key, batch)
+                adapted[key] = [at.get(i, v) for i, v in enumerate(node.attrs[key])]
+        return adapted
     batch_at = node.batch.get("shape", ()) if batch is not None else ()
     dims = batch_dims_at(node.batch, "shape", batch) if batch_at else {}  # position -> its size at this batch
     if node.op == "slice_backward" and batch_at and all(s == 1 for s in node.attrs["steps"]):

@@ -15,7 +15,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU
 from flowserve.ops import creation
-from flowserve.ops.dims import as_dim, same_shape
+from flowserve.ops.dims import BatchDim, as_dim, same_shape
 from flowserve.ops import elementwise as E
 from flowserve.ops import nn as N
 from flowserve.ops import reduce as R
@@ -378,6 +378,28 @@ def slice_axis(x, axis: int, start: int, end: int, step: int = 1):
     return S.slice_(x, starts=[start], ends=[end], axes=[axis], steps=[step])
 
 
+def _slice_indices(k: slice, size):
+    """``k.indices(size)``; along the batch of a trace (``size`` a ``BatchDim``), an omitted stop,
+    a stop that is the batch or an expression of it, and a negative start or stop within range
+    stay expressions of the batch (``x[1:]``, ``x[:B // 2]``, ``x[-1:]``), so the slice follows
+    it at run time; other ints stay as written (clamped at the traced size, as ``indices``)."""
+    s, e, st = k.indices(size)
+    if not isinstance(size, BatchDim) or st != 1:
+        return s, e, st
+
+    def symbolic(v, default):
+        if v is None:
+            return default
+        if isinstance(v, BatchDim):
+            return v if 0 <= v <= size else None
+        if type(v) is int and -size <= v < 0:
+            return size + v
+        return None
+
+    start, stop = symbolic(k.start, 0), symbolic(k.stop, size)
+    return (s if start is None else start), (e if stop is None else stop), st
+
+
 def getitem(x: Tensor, key):
     """Basic indexing: ints, slices, ``None`` and ``...`` (``functional_index.getitem``
     adds tensor indices)."""
@@ -396,10 +418,11 @@ def getitem(x: Tensor, key):
             continue
         size = x.shape[axis]
         if isinstance(k, slice):
-            s, e, st = k.indices(size)
+            s, e, st = _slice_indices(k, size)
             if st <= 0:
                 raise ValueError("step must be greater than zero")
-            if (s, e, st) != (0, size, 1):
+            # a whole-dim slice is no op, unless a bound is an expression of the batch (x[B - 2:] at B = 2)
+            if (s, e, st) != (0, size, 1) or getattr(s, "steps", ()) or getattr(e, "steps", ()):
                 starts.append(s), ends.append(max(e, s)), axes.append(axis), steps.append(st)
             shape.append(len(range(s, e, st)))
         else:

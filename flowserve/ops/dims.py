@@ -52,29 +52,29 @@ class BatchDim(int):
         return BatchDim(value, self.steps + ((op, k),))
 
     def __mul__(self, other):
-        if type(other) is not int:
-            return int(self) * other
+        if type(other) is not int:  # another BatchDim (B * B), a float, ...: a plain result
+            return int(self) * _plain(other)
         return self if other == 1 else self._then("mul", other, int(self) * other)
 
     __rmul__ = __mul__
 
     def __floordiv__(self, other):
         if type(other) is not int or other <= 0 or int(self) < 0:
-            return int(self) // other
+            return int(self) // _plain(other)
         return self if other == 1 else self._then("div", other, int(self) // other)
 
     def __add__(self, other):
         if type(other) is not int:
-            return int(self) + other
+            return int(self) + _plain(other)
         return self if other == 0 else self._then("add", other, int(self) + other)
 
     __radd__ = __add__
 
     def __sub__(self, other):
-        return self + (-other) if type(other) is int else int(self) - other
+        return self + (-other) if type(other) is int else int(self) - _plain(other)
 
     def __rsub__(self, other):
-        return (-self) + other if type(other) is int else other - int(self)
+        return (-self) + other if type(other) is int else _plain(other) - int(self)
 
     def __neg__(self):
         return self._then("mul", -1, -int(self))
@@ -84,6 +84,12 @@ class BatchDim(int):
 
     def __reduce__(self):
         return (BatchDim, (int(self), self.steps))
+
+
+def _plain(v):
+    """``v`` without the mark: two expressions of the batch combined (``B * B``, ``B - B // 2``)
+    are not one of the forms the lowering computes, so they give a plain int."""
+    return int(v) if isinstance(v, int) else v
 
 
 def as_dim(d):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from flowserve.ops.dims import BatchDim
 from flowserve.ops.registry import Meta, broadcast_shapes, fail_dtype, fail_shape, primitive
 
 
@@ -75,7 +76,8 @@ def concat(xp, *xs, axis: int):
 def slice_shape(shape: tuple, starts: list, ends: list, axes: list, steps: list) -> tuple:
     out = list(shape)
     for s, e, a, st in zip(starts, ends, axes, steps):
-        out[a] = len(range(s, e, st))
+        symbolic = st == 1 and (isinstance(s, BatchDim) or isinstance(e, BatchDim))
+        out[a] = (e - s if e >= s else 0) if symbolic else len(range(s, e, st))  # (ops.dims: x[1:] is B - 1)
     return tuple(out)
 
 

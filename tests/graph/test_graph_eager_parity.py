@@ -327,6 +327,29 @@ def test_batch_floor_division_follows_the_batch(tmp_path):
     _close(session.run(None, {"x": x.numpy()})[0], Halves()(x).numpy())
 
 
+def test_slices_along_the_batch_follow_it(tmp_path):
+    class Halves(nn.Module):  # contrastive-style: the first half against the second
+        def forward(self, x):
+            B = x.shape[0]
+            first, second, last = x[: B // 2], x[B // 2 * 1:], x[-1:]
+            return x * (first.sum() - second.sum()) + x[1:].sum(0) + last + x[B - 2:].mean(0)
+
+    graph = _TokenGraph(Halves())
+    graph(flow.randn(4, 3))
+    for batch in (2, 5, 7):
+        x = flow.randn(batch, 3)
+        _close(graph(x).numpy(), Halves()(x).numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flow.save(graph, tmp_path / "g")
+    export(tmp_path / "g", tmp_path / "m.onnx")
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (2, 6):
+        x = flow.randn(batch, 3)
+        _close(session.run(None, {"x": x.numpy()})[0], Halves()(x).numpy())
+        _close(np.asarray(flow.load(tmp_path / "g")(x)), Halves()(x).numpy())
+
+
 def test_an_output_with_the_batch_merged_names_the_fix():
     class Merged(nn.Module):
         def forward(self, x):

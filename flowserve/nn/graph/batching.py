@@ -80,6 +80,8 @@ def _node_mismatch(ir1, n1: Node, ir2, n2: Node, ba: int, bb: int) -> bool:
     if n1.op in BATCH_ADAPTED_OPS and n1.inputs:  # what the lowering computes at batch bb
         traced, actual = tuple(ir1.values[n1.inputs[0]].shape), tuple(ir2.values[n1.inputs[0]].shape)
         adapted = batch_adapted_attrs(n1, traced, actual, bb)
+        if "shape" not in adapted:  # a slice: its starts/ends at bb
+            return adapted != n2.attrs
         return _resolved(adapted["shape"], actual) != list(n2.attrs["shape"]) or \
             {k: v for k, v in adapted.items() if k != "shape"} != {k: v for k, v in n2.attrs.items() if k != "shape"}
     return True
@@ -104,7 +106,9 @@ def batch_mismatch(first, ba: int, other, bb: int) -> str | None:
             return f"the batch size {ba} is fixed by {describe(n1)}"
         for name in n1.outputs:
             v1, v2 = ir1.values[name], ir2.values.get(name)
-            if v2 is None or v1.dtype != v2.dtype or not _follows_batch(v1.shape, v2.shape, ba, bb):
+            # a slice's size follows its bounds, checked above (x[B // 2:] is B - B // 2 rows)
+            if v2 is None or v1.dtype != v2.dtype or not (
+                    n1.op == "slice" or _follows_batch(v1.shape, v2.shape, ba, bb)):
                 return f"the batch size {ba} is fixed by {describe(n1)} (output size {tuple(v1.shape)})"
     if len(ir1.nodes) != len(ir2.nodes) or set(ir1.state) != set(ir2.state):
         return f"build() records different ops at batch sizes {ba} and {bb}"
