@@ -55,3 +55,15 @@ def test_global_tensor_example_matches_numpy(nproc, tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"{nproc} process(es): losses match single-process numpy: True" in done.stdout
+
+
+def test_ctc_example_trains_decodes_and_exports(tmp_path):
+    done = subprocess.run([sys.executable, str(EXAMPLES / "ctc_graph_train.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    losses = [float(line.split("ctc loss ")[1]) for line in done.stdout.splitlines() if "ctc loss" in line]
+    assert losses[-1] < 0.1 * losses[0], done.stdout
+    right = int(done.stdout.split("greedy decoding: ")[1].split("/")[0])
+    assert right >= 28, done.stdout
+    manifest = (tmp_path / "labeller" / "flowserve.json").read_text()
+    assert '"batch_note": null' in manifest and (tmp_path / "labeller.onnx").is_file()
