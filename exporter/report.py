@@ -48,6 +48,9 @@ class ExportReport:
             batches = sorted({p.batch for p in self.parity if p.batch is not None})
             lines.append(f"  parity vs flowserve at batch {batches}: ok (largest error {worst.max_abs_err:.2g} "
                          f"on {worst.output!r}, allowed {worst.allowed:.2g})")
+            drawn = sorted({p.output for p in self.parity if p.compared == "shape"})
+            if drawn:
+                lines.append(f"  drawn at random, so checked for shape and finiteness only: {', '.join(drawn)}")
         if self.external_data:
             lines.append(f"  weights in external data file {self.external_data}")
         return "\n".join(lines)

@@ -42,3 +42,24 @@ def test_cli_rtol_option(saved, tmp_path):
     assert failed.returncode == 2 and "rtol=1e-12" in failed.stderr and "Traceback" not in failed.stderr
     ok = subprocess.run(cli + ["--rtol", "1e-4"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_outputs_drawn_at_random_are_checked_for_shape_and_the_rest_by_value(tmp_path):
+    class Noisy(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.linear = flow.nn.Linear(8, 4)
+
+        def build(self, x):
+            y = self.linear(x)
+            return y, y + 0.1 * flow.randn(x.shape[0], 4)
+
+    graph = Noisy()
+    graph(flow.randn(3, 8))
+    flow.save(graph, tmp_path / "g")
+    report = export(tmp_path / "g").report
+    by_output = {}
+    for p in report.parity:
+        by_output.setdefault(p.output, set()).add(p.compared)
+    assert sorted(by_output.values(), key=sorted) == [{"shape"}, {"values"}]
+    assert len({p.batch for p in report.parity}) == 2  # both batch sizes were run
