@@ -3,7 +3,10 @@
 * ``int8``: ``onnxruntime.quantization.quantize_static`` in QDQ format, weights int8 per
   channel, activations uint8 (the U8S8 kernels x86 CPUs run fastest), calibrated (min-max)
   on the stored example inputs through a ``CalibrationDataReader``, after ONNX Runtime's
-  ``quant_pre_process`` (shape inference and graph optimisation);
+  ``quant_pre_process`` (shape inference and graph optimisation), with the batch laid out
+  as one image around the pointwise convolutions (``exporter/batch_rows.py``: ONNX
+  Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
+  convolutions on small feature maps would otherwise be one tiny GEMM per image);
 * ``int8-dynamic``: ``quantize_dynamic``: int8 weights, activations quantized per call
   (MatMul-heavy models such as transformers; needs no calibration);
 * ``fp16``: ``onnxruntime.transformers.float16.convert_float_to_float16``, inputs and
@@ -31,6 +34,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from flowserve.errors import ExportError
+from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.runtime import cuda_usable
 from flowserve.serialization.examples import ExampleSet
 
@@ -135,7 +139,7 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
                           "inputs), or use --precision int8-dynamic")
     with tempfile.TemporaryDirectory(prefix="flowserve-quant-") as tmp:
         source, prepared, output = Path(tmp, "fp32.onnx"), Path(tmp, "prepared.onnx"), Path(tmp, "q.onnx")
-        onnx.save_model(model, str(source))
+        onnx.save_model(fold_batch_into_rows(model) if precision == "int8" else model, str(source))
         root = logging.getLogger()
         root.addFilter(_drop_preprocessing_advice)
         try:

@@ -1,0 +1,85 @@
+"""The batch-in-rows rewrite before static int8 (exporter/batch_rows.py): the rewritten
+model computes what the original does (onnx.reference as the oracle) at every batch
+size, pixel-wise runs share one fold and one unfold, and ops that look at neighbouring
+pixels stay on the batch-first tensor."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from flowserve.exporter.batch_rows import fold_batch_into_rows
+from flowserve.exporter.runtime import create_session
+
+
+def _block_model() -> onnx.ModelProto:
+    """x (N,4,3,3) -> 1x1 conv -> Clip -> 3x3 depthwise -> Relu -> 1x1 conv -> + x
+    -> 3x3 conv stride 3 (to 1x1) -> Relu -> depthwise 3x3 on the 1x1 map -> 1x1 conv -> y."""
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    inits = [w("w_expand", 8, 4, 1, 1), w("b_expand", 8), w("w_dw", 8, 1, 3, 3), w("w_project", 4, 8, 1, 1),
+             w("w_down", 6, 4, 3, 3), w("w_point_dw", 6, 1, 3, 3), w("b_point_dw", 6), w("w_head", 5, 6, 1, 1),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w_expand", "b_expand"], ["e"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+        helper.make_node("Conv", ["e6", "w_dw"], ["d"], group=8, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["d"], ["dr"]),
+        helper.make_node("Identity", ["dr"], ["di"]),
+        helper.make_node("Conv", ["di", "w_project"], ["p"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["x", "p"], ["r"]),
+        helper.make_node("Conv", ["r", "w_down"], ["s"], kernel_shape=[3, 3], strides=[3, 3]),
+        helper.make_node("Relu", ["s"], ["sr"]),
+        helper.make_node("Conv", ["sr", "w_point_dw", "b_point_dw"], ["q"], group=6, kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["q", "w_head"], ["y"], kernel_shape=[1, 1]),
+    ]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, 1, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_rewritten_model_computes_what_the_original_does(batch):
+    model = _block_model()
+    folded = fold_batch_into_rows(model)
+    onnx.checker.check_model(folded, full_check=True)
+    x = np.random.default_rng(batch).standard_normal((batch, 4, 3, 3)).astype(np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ReferenceEvaluator(folded).run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
+    session = create_session(folded, device="cpu")
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_pixelwise_runs_share_one_fold_and_neighbour_ops_stay_batch_first():
+    folded = fold_batch_into_rows(_block_model())
+    ops = collections.Counter(n.op_type for n in folded.graph.node)
+    # runs on the twin: [expand, Clip], [project, Add (x's twin made once, for expand)],
+    # [centre-tap dw, head]: 3 folds in, 3 unfolds out (to the 3x3 convs and the output);
+    # the Relus after the 3x3 convs stay batch-first (their input has no twin)
+    assert ops["Reshape"] == 6 and ops["Transpose"] == 12
+    convs = {n.output[0]: n for n in folded.graph.node if n.op_type == "Conv"}
+    dw = convs["d"]  # the 3x3 depthwise conv reads the batch-first tensor, made from the twin
+    assert dw.input[0] == "e6" and dict((a.name, helper.get_attribute_value(a)) for a in dw.attribute)["group"] == 8
+    centre = convs["q:rows"]  # depthwise on a 1x1 map: a 1x1 depthwise conv with the centre tap
+    weights = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}
+    original = {t.name: numpy_helper.to_array(t) for t in _block_model().graph.initializer}
+    np.testing.assert_array_equal(weights[centre.input[1]], original["w_point_dw"][:, :, 1:2, 1:2])
+    assert "w_point_dw" not in weights  # the unused 3x3 weight is dropped
+
+
+def test_models_without_static_images_are_left_alone():
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert [n.op_type for n in fold_batch_into_rows(model).graph.node] == ["Relu"]
