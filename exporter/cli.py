@@ -28,8 +28,10 @@ def export(
     output: Optional[Path] = typer.Option(None, "-o", "--output",
                                           help="Where to write the ONNX model (default: DIR.onnx, "
                                                "DIR.<precision>.onnx for reduced precision)."),
-    target: str = typer.Option("portable", help="portable (flowserve-domain local functions, any runtime) "
-                                                "or onnxruntime (com.microsoft fused kernels)."),
+    target: str = typer.Option("portable", help="portable (flowserve-domain local functions, any runtime), "
+                                                "onnxruntime (com.microsoft fused kernels), or all (float32 "
+                                                "only: one model per target, MODEL.<target>.onnx after the first, "
+                                                "each proven)."),
     opset: Optional[int] = typer.Option(None, help="ONNX opset (default: the newest ONNX Runtime loads, >= 21)."),
     no_check: bool = typer.Option(False, "--no-check",
                                   help="Skip onnx.checker, shape inference and the parity check."),
@@ -43,23 +45,32 @@ def export(
                                                       "or cannot be checked."),
 ) -> None:
     """Export a saved graph to ONNX with fused subgraphs, proven on the saved examples."""
-    from flowserve.exporter.export import export as export_model
+    from flowserve.exporter.export import TARGETS, export as export_model
     from flowserve.exporter.verified import export_verified
 
     suffix = ".onnx" if precision == "fp32" else f".{precision}.onnx"
-    path = output or dir.with_name(dir.name + suffix)
+    first = output or dir.with_name(dir.name + suffix)
     try:
-        if no_check:
-            if precision != "fp32":
-                raise FlowserveError("--no-check exports float32 only: reduced precision is always checked")
-            typer.echo(export_model(dir, path, target=target, opset=opset, check=False).report.summary())
-        else:
-            result = export_verified(dir, path, precision=precision, target=target, opset=opset, rtol=rtol,
-                                     min_agreement=min_agreement, force=force)
-            typer.echo(result.summary())
+        if target != "all":
+            written = [(target, first)]
+        elif precision != "fp32":
+            raise FlowserveError(f"--target all exports float32 at every target ({', '.join(TARGETS)}); "
+                                 f"--precision {precision} is made from one float32 export: drop --target all")
+        else:  # the first target at the given path, the others beside it: model.onnx, model.onnxruntime.onnx
+            written = [(t, first if i == 0 else first.with_name(f"{first.stem}.{t}{first.suffix or '.onnx'}"))
+                       for i, t in enumerate(TARGETS)]
+        for name, path in written:
+            if no_check:
+                if precision != "fp32":
+                    raise FlowserveError("--no-check exports float32 only: reduced precision is always checked")
+                typer.echo(export_model(dir, path, target=name, opset=opset, check=False).report.summary())
+            else:
+                result = export_verified(dir, path, precision=precision, target=name, opset=opset, rtol=rtol,
+                                         min_agreement=min_agreement, force=force)
+                typer.echo(result.summary())
+            typer.echo(f"wrote {path}")
     except FlowserveError as exc:
         _fail(exc)
-    typer.echo(f"wrote {path}")
 
 
 def inspect(

@@ -221,7 +221,9 @@ def _replace_dir(tmp: Path, target: Path) -> None:
 
 
 def _record(source, outcome: VerifiedExport, written: bool, note: str = "") -> None:
-    """Add this export to ``DIR/reports/export.json`` (one entry per precision), atomically."""
+    """Add this export to ``DIR/reports/export.json``, atomically: one entry per precision
+    (the latest export at it), whose ``targets`` keep the latest export of every target the
+    precision was exported for, so that proving one target does not drop another's proof."""
     if not isinstance(source, (str, Path)):
         return
     folder = Path(source) / REPORTS_DIR
@@ -232,13 +234,19 @@ def _record(source, outcome: VerifiedExport, written: bool, note: str = "") -> N
     except (UnicodeDecodeError, json.JSONDecodeError):
         doc = {}
     exports = doc.get("exports") if isinstance(doc.get("exports"), dict) else {}
-    exports[outcome.precision] = {
+    target = outcome.export.report.target
+    entry = {
         "written": written, "path": str(outcome.path) if outcome.path else None, "forced": outcome.forced,
         "note": note, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "description": DESCRIPTIONS[outcome.precision], "export": outcome.export.report.to_json(),
+        "description": DESCRIPTIONS[outcome.precision], "target": target, "export": outcome.export.report.to_json(),
         "reference": outcome.reference.to_json() if outcome.reference else None,
         "proof": outcome.proof.to_json() if outcome.proof else None,
     }
+    previous = exports.get(outcome.precision)
+    targets = previous.get("targets") if isinstance(previous, dict) else None
+    targets = dict(targets) if isinstance(targets, dict) else {}
+    targets[target] = entry
+    exports[outcome.precision] = {**entry, "targets": targets}
     tmp = path.with_name(f".{EXPORT_REPORT}.{os.getpid()}")
     write_bytes(tmp, json.dumps({"format_version": 1, "exports": exports}, indent=1).encode())
     os.replace(tmp, path)

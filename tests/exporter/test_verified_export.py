@@ -132,3 +132,54 @@ def test_reduced_precision_without_examples_is_refused(tmp_path):
         export_verified(tmp_path / "d", tmp_path / "m.onnx", precision="int8-dynamic")
     assert not (tmp_path / "m.onnx").exists()
     assert export_verified(tmp_path / "d", tmp_path / "m.onnx", precision="int8-dynamic", force=True).forced
+
+
+def _saved_mlp(directory):
+    """An inference MLP called on two real batches, saved with them as its examples."""
+    import flowserve as flow
+    from tests.exporter.helpers import InferenceGraph, mlp
+
+    graph = InferenceGraph(mlp(3).eval())
+    for seed in (0, 1):
+        graph(flow.tensor(np.random.default_rng(seed).standard_normal((4, 6)).astype(np.float32)))
+    flow.save(graph, directory)
+    return directory
+
+
+def test_every_target_keeps_its_own_proof_in_the_report(tmp_path):
+    directory = _saved_mlp(tmp_path / "d")
+    export_verified(directory, tmp_path / "p.onnx", target="portable")
+    export_verified(directory, tmp_path / "o.onnx", target="onnxruntime")
+    entry = json.loads((directory / "reports" / "export.json").read_text())["exports"]["fp32"]
+    assert entry["target"] == "onnxruntime" and entry["path"] == str(tmp_path / "o.onnx")  # the latest
+    assert set(entry["targets"]) == {"portable", "onnxruntime"}
+    for target, name in (("portable", "p.onnx"), ("onnxruntime", "o.onnx")):
+        proven = entry["targets"][target]
+        assert proven["path"] == str(tmp_path / name) and proven["export"]["target"] == target
+        assert proven["proof"]["passed"] and {r["batch"] for r in proven["proof"]["records"]} == {4, 1}
+
+
+def test_cli_target_all_writes_and_proves_every_target(tmp_path):
+    directory = _saved_mlp(tmp_path / "d")
+    runner = CliRunner()
+    flowserve.cli._register()
+    done = runner.invoke(flowserve.cli.app, ["export", str(directory), "-o", str(tmp_path / "m.onnx"),
+                                             "--target", "all"])
+    assert done.exit_code == 0, done.output
+    written = [tmp_path / "m.onnx", tmp_path / "m.onnxruntime.onnx"]
+    assert [line for line in done.output.splitlines() if line.startswith("wrote")] == [f"wrote {p}" for p in written]
+    assert done.output.count("fp32 matches its examples") == 2
+    for path, target in zip(written, ("portable", "onnxruntime")):
+        spec, examples = read_sidecar(path)
+        assert spec.model == path.name and examples.rows == 8
+        session = create_session(str(path), device="cpu")  # the written file reproduces the examples
+        for batch in examples.batches:
+            np.testing.assert_allclose(session.run(None, batch.inputs)[0], batch.outputs["output_0"], rtol=1e-4,
+                                       atol=1e-5)
+        domains = {n.domain for n in onnx.load(str(path)).graph.node}
+        assert ("com.microsoft" in domains) == (target == "onnxruntime")
+    report = json.loads((directory / "reports" / "export.json").read_text())["exports"]["fp32"]
+    assert {t: e["proof"]["passed"] for t, e in report["targets"].items()} == {"portable": True, "onnxruntime": True}
+    done = runner.invoke(flowserve.cli.app, ["export", str(directory), "--target", "all", "--precision", "int8"])
+    assert done.exit_code == 2 and "--target all exports float32 at every target (portable, onnxruntime); " \
+                                   "--precision int8 is made from one float32 export" in done.output
