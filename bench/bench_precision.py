@@ -96,25 +96,13 @@ def train_and_save(name: str, directory: pathlib.Path, steps: int) -> None:
     for step in range(steps):
         y = np.random.default_rng(step).integers(0, CLASSES, 32)
         graph(flow.tensor(make(32, y, step)), flow.tensor(y))
+    # BatchNorm's running statistics from data: after a few training steps they are still near
+    # their initial values, and a deep network (MobileNetV2) would predict no better than chance
     y = np.random.default_rng(500).integers(0, CLASSES, 128)
-    recalibrate_batchnorm(model, flow.tensor(make(128, y, 500)))
+    flow.optim.swa_utils.update_bn([flow.tensor(make(128, y, 500))], model)
     y = example_labels()
     data = flow.utils.data.TensorDataset(flow.tensor(make(EXAMPLE_ROWS, y, 1000)), flow.tensor(y))
     flow.save(graph, directory, examples=flow.utils.data.DataLoader(data, batch_size=EXAMPLE_BATCH))
-
-
-def recalibrate_batchnorm(model, x) -> None:
-    """Set BatchNorm's running statistics to those of ``x`` (one eager pass, momentum 1):
-    after a few training steps they are still near their initial values, and a deep
-    network (MobileNetV2) would predict no better than chance in eval mode."""
-    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    saved = [m.momentum for m in norms]
-    for m in norms:
-        m.momentum = 1.0
-    with flow.no_grad():
-        model(x)
-    for m, momentum in zip(norms, saved):
-        m.momentum = momentum
 
 
 def example_labels() -> np.ndarray:

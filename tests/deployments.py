@@ -65,19 +65,6 @@ class TrainGraph(nn.Graph):
         return loss
 
 
-def recalibrate_batchnorm(model, x) -> None:
-    """BatchNorm running statistics from ``x`` (one eager pass at momentum 1): after a few
-    steps they are near their initial values and the convnets would predict one class."""
-    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    saved = [m.momentum for m in norms]
-    for m in norms:
-        m.momentum = 1.0
-    with flow.no_grad():
-        model(x)
-    for m, momentum in zip(norms, saved):
-        m.momentum = momentum
-
-
 def example_labels() -> np.ndarray:
     return labels(EXAMPLE_ROWS, 1000)
 
@@ -96,8 +83,10 @@ def train_and_save(name: str, directory: Path) -> Path:
     for step in range(steps):
         y = labels(16, step)
         graph(flow.tensor(make(16, y, step)), flow.tensor(y))
+    # after a few steps BatchNorm's running statistics are near their initial values and the
+    # convnets would predict one class in eval mode: recompute them from one batch of data
     y = labels(64, 500)
-    recalibrate_batchnorm(model, flow.tensor(make(64, y, 500)))
+    flow.optim.swa_utils.update_bn([flow.tensor(make(64, y, 500))], model)
     y = example_labels()
     dataset = flow.utils.data.TensorDataset(flow.tensor(make(EXAMPLE_ROWS, y, 1000)), flow.tensor(y))
     flow.save(graph, directory, examples=flow.utils.data.DataLoader(dataset, batch_size=EXAMPLE_BATCH))

@@ -1,5 +1,6 @@
 """``flowserve.optim``: optimizers whose update nn.Graph compiles into the training graph,
-and learning-rate schedulers (``flowserve.optim.lr_scheduler``)."""
+learning-rate schedulers (``flowserve.optim.lr_scheduler``), and PyTorch's BatchNorm
+helper ``flowserve.optim.swa_utils.update_bn`` (loaded when first named)."""
 
 from flowserve.optim import lr_scheduler  # noqa: F401
 from flowserve.optim.adadelta import Adadelta, Adamax  # noqa: F401
