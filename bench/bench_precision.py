@@ -2,6 +2,11 @@
 examples, and the same models served over HTTP (binary tensors) at concurrency 32.
 
     python bench/bench_precision.py [--runs 60] [--threads 2] [--serve-seconds 8]   # ~5-8 min on 2 cores
+    python bench/bench_precision.py --models mobilenet_v2 --profile   # + where the time goes, per op
+
+``--profile`` adds ONNX Runtime's profiler view of each session at batch 1 and 32: the
+milliseconds per call of every kind of node (median over calls; convolutions split into
+pointwise, depthwise and full), after ONNX Runtime's own graph optimisation.
 
 Models (``flowserve.models``): ResNet-18 and MobileNetV2 for CIFAR (3x32x32) with static
 int8 (QDQ, per-channel, calibrated on the examples), and the Transformer encoder
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import pathlib
@@ -31,7 +37,9 @@ import tempfile
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+from onnx import helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,8 +79,9 @@ MODELS = {  # name: (factory, inputs, precisions compared with fp32)
 }
 # training steps per model: enough for the float32 model to learn the classes (its accuracy
 # is the "fp32 acc" column). MobileNetV2 needs more than ResNet-18: after 4 steps it is near
-# chance, its logits nearly tied, and top-1 agreement then measures the ties, not int8.
-TRAIN_STEPS = {"resnet18": 4, "mobilenet_v2": 40, "transformer": 4, "transformer_d256": 4}
+# chance, its logits nearly tied, and top-1 agreement then measures the ties, not int8. The
+# d_model 64 Transformer is at chance after 4 steps (9%), 83% after 16, 98% after 32.
+TRAIN_STEPS = {"resnet18": 4, "mobilenet_v2": 40, "transformer": 32, "transformer_d256": 4}
 
 
 class TrainGraph(nn.Graph):
@@ -129,6 +138,57 @@ def median_ms(sessions: dict, feed: dict, runs: int, rounds: int = 6) -> dict:
     return {k: float(np.median(v) * 1e3) for k, v in times.items()}
 
 
+def node_kinds(model: onnx.ModelProto) -> dict:
+    """Node name -> its kind: the op type, convolutions split by shape (pw, dw, kxk)."""
+    kinds = {}
+    for node in model.graph.node:
+        kind = node.op_type
+        if "Conv" in node.op_type:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            kernel = list(attrs.get("kernel_shape", []))
+            kind += "/dw" if attrs.get("group", 1) > 1 else "/pw" if kernel == [1, 1] else f"/{'x'.join(map(str, kernel))}"
+        kinds[node.name] = kind
+    return kinds
+
+
+def op_profile(path: pathlib.Path, feed: dict, threads: int, runs: int) -> dict:
+    """Node kind -> milliseconds per call (median over ``runs`` profiled calls)."""
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        options.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        kinds = node_kinds(onnx.load(options.optimized_model_filepath))
+        options.optimized_model_filepath = ""
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tmp, "profile")
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs):
+            sess.run(None, feed)
+        events = json.loads(pathlib.Path(sess.end_profiling()).read_text())
+    per_kind = collections.defaultdict(list)
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            node = event["name"][:-len("_kernel_time")]
+            per_kind[kinds.get(node, event["args"]["op_name"])].append(event["dur"])
+    out = {}
+    for kind, durations in per_kind.items():
+        calls = len(durations) // runs
+        if calls:
+            out[kind] = float(np.median(np.reshape(durations[:calls * runs], (runs, calls)).sum(1)) / 1e3)
+    return out
+
+
+def print_profile(name: str, batch: int, profiles: dict) -> None:
+    kinds = sorted(set().union(*profiles.values()), key=lambda k: -max(p.get(k, 0.0) for p in profiles.values()))
+    print(f"\n# {name}, batch {batch}: ms per call by node kind (ONNX Runtime profiler, median)")
+    print(f"  {'node kind':<30}" + "".join(f"{p:>14}" for p in profiles))
+    for kind in kinds[:14]:
+        print(f"  {kind:<30}" + "".join(f"{p.get(kind, 0.0):>14.3f}" for p in profiles.values()))
+    print(f"  {'sum':<30}" + "".join(f"{sum(p.values()):>14.3f}" for p in profiles.values()), flush=True)
+
+
 def measure_model(name: str, root: pathlib.Path, args) -> list:
     directory = root / name
     started = time.perf_counter()
@@ -150,6 +210,8 @@ def measure_model(name: str, root: pathlib.Path, args) -> list:
     for batch in (1, 32):
         feed = {input_name: np.ascontiguousarray(examples[:batch])}
         latency = median_ms(sessions, feed, args.runs)
+        if args.profile:
+            print_profile(name, batch, {p: op_profile(path, feed, args.threads, args.runs) for p, path in paths.items()})
         for precision in MODELS[name][2]:
             proof = proofs[precision]
             rows.append((name, precision, batch, latency["fp32"], latency[precision],
@@ -187,6 +249,8 @@ def main() -> None:
                         help="training steps for every model (default: TRAIN_STEPS, per model)")
     parser.add_argument("--serve-seconds", type=float, default=8.0)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where each session's time goes, per node kind (ONNX Runtime's profiler)")
     args = parser.parse_args()
     print(f"# onnxruntime {ort.__version__}, {args.threads} threads, load average before "
           f"{os.getloadavg()[0]:.2f}", flush=True)
