@@ -51,7 +51,7 @@ def _block_model() -> onnx.ModelProto:
 @pytest.mark.parametrize("batch", [1, 2, 5])
 def test_rewritten_model_computes_what_the_original_does(batch):
     model = _block_model()
-    folded = fold_batch_into_rows(model)
+    folded = fold_batch_into_rows(model, max_pixels=None)
     onnx.checker.check_model(folded, full_check=True)
     x = np.random.default_rng(batch).standard_normal((batch, 4, 3, 3)).astype(np.float32)
     expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
@@ -61,7 +61,7 @@ def test_rewritten_model_computes_what_the_original_does(batch):
 
 
 def test_pixelwise_runs_share_one_fold_and_neighbour_ops_stay_batch_first():
-    folded = fold_batch_into_rows(_block_model())
+    folded = fold_batch_into_rows(_block_model(), max_pixels=None)
     ops = collections.Counter(n.op_type for n in folded.graph.node)
     # runs on the twin: [expand, Clip], [project, Add (x's twin made once, for expand)],
     # [centre-tap dw, head]: 3 folds in, 3 unfolds out (to the 3x3 convs and the output);
@@ -75,6 +75,16 @@ def test_pixelwise_runs_share_one_fold_and_neighbour_ops_stay_batch_first():
     original = {t.name: numpy_helper.to_array(t) for t in _block_model().graph.initializer}
     np.testing.assert_array_equal(weights[centre.input[1]], original["w_point_dw"][:, :, 1:2, 1:2])
     assert "w_point_dw" not in weights  # the unused 3x3 weight is dropped
+
+
+def test_only_maps_up_to_max_pixels_are_folded():
+    folded = fold_batch_into_rows(_block_model())  # default 4 pixels: the 3x3 maps stay, the 1x1 tail folds
+    ops = collections.Counter(n.op_type for n in folded.graph.node)
+    assert ops["Reshape"] == 2
+    assert [n.output[0] for n in folded.graph.node if n.op_type == "Conv"] == ["e", "d", "p", "s", "q:rows", "y:rows"]
+    x = np.random.default_rng(7).standard_normal((3, 4, 3, 3)).astype(np.float32)
+    np.testing.assert_allclose(ReferenceEvaluator(folded).run(None, {"x": x})[0],
+                               ReferenceEvaluator(_block_model()).run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
 def test_models_without_static_images_are_left_alone():
