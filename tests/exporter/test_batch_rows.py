@@ -9,12 +9,15 @@ import collections
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from flowserve.exporter.batch_rows import fold_batch_into_rows
+from flowserve.exporter.precision import reduce_precision
 from flowserve.exporter.runtime import create_session
+from flowserve.serialization.examples import ExampleBatch, ExampleSet
 
 
 def _block_model() -> onnx.ModelProto:
@@ -93,3 +96,49 @@ def test_models_without_static_images_are_left_alone():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     assert [n.op_type for n in fold_batch_into_rows(model).graph.node] == ["Relu"]
+
+
+def _small_map_block() -> onnx.ModelProto:
+    """A MobileNetV2 block on a 2x2 map: 1x1 expand, ReLU6, 3x3 depthwise, ReLU6, 1x1
+    project, residual add, 1x1 head."""
+    rng = np.random.default_rng(4)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.5).astype(np.float32), name)
+
+    inits = [w("w_expand", 16, 8, 1, 1), w("b_expand", 16), w("w_dw", 16, 1, 3, 3), w("b_dw", 16),
+             w("w_project", 8, 16, 1, 1), w("b_project", 8), w("w_head", 5, 8, 1, 1), w("b_head", 5),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w_expand", "b_expand"], ["e"], kernel_shape=[1, 1]),
+             helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+             helper.make_node("Conv", ["e6", "w_dw", "b_dw"], ["d"], group=16, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+             helper.make_node("Conv", ["d6", "w_project", "b_project"], ["p"], kernel_shape=[1, 1]),
+             helper.make_node("Add", ["x", "p"], ["r"]),
+             helper.make_node("Conv", ["r", "w_head", "b_head"], ["y"], kernel_shape=[1, 1])]
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, 2, 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_onnx_runtime_runs_the_int8_model_on_the_folded_batch_without_transposes(tmp_path):
+    """What the rewrite is for: after static int8 (reduce_precision folds before quantizing)
+    ONNX Runtime's layout transform cancels the transposes of the fold, leaving one
+    Reshape per fold and unfold and the NHWC transposes at the model's input and output."""
+    model = _small_map_block()
+    x = np.random.default_rng(5).standard_normal((16, 8, 2, 2)).astype(np.float32)
+    reference = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    examples = ExampleSet([ExampleBatch({"x": x}, {"y": reference})], 1e-4)
+    quantized = reduce_precision(model, "int8", examples)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3
+    session = ort.InferenceSession(quantized.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ops = collections.Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
+    # folds: x (for expand and the add), d6 (for project); unfolds: e6 (to the depthwise conv), y
+    assert ops["QLinearConv"] == 4 and ops["QLinearAdd"] == 1 and ops["Reshape"] == 4
+    assert ops["Transpose"] == 2, ops
+    for batch in (1, 16):  # int8 error only, at either batch size
+        got = session.run(None, {"x": x[:batch]})[0]
+        assert np.abs(got - reference[:batch]).max() <= 0.05 * np.abs(reference).max()
