@@ -260,8 +260,11 @@ class DynamicBatcher:
     def _record(self, rows: int, requests: int, queue_s: list, started: float,
                 failed: bool, nbytes: int, timings: tuple) -> None:
         compute_s = time.monotonic() - started
+        # what decides inline runs is the batch's own work, timed where it ran: a thread
+        # hop (or a busy loop) in compute_s would keep small batches off the loop for good
+        work_s = sum(timings)
         first = self._compute_ema_s == float("inf")
-        self._compute_ema_s = compute_s if first else 0.9 * self._compute_ema_s + 0.1 * compute_s
+        self._compute_ema_s = work_s if first else 0.9 * self._compute_ema_s + 0.1 * work_s
         nbytes = max(1.0, float(nbytes))
         self._input_ema_bytes = nbytes if first else 0.9 * self._input_ema_bytes + 0.1 * nbytes
         self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed, *timings))

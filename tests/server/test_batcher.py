@@ -255,3 +255,35 @@ def test_no_direct_run_when_the_batcher_waits_for_company():
 
     run(main())
     assert all(r.queue_s[0] >= 0.001 for r in records)  # both waited for the delay
+
+
+def test_a_slow_hand_off_does_not_keep_small_batches_off_the_loop():
+    """What decides an inline run is the batch's own work, not the time the event loop took
+    to come back from the thread: a first batch whose hand-off was held up by a busy loop
+    still leaves the next lone requests running at once on the loop."""
+    threads = []
+
+    def runner(inputs):
+        threads.append(threading.current_thread())
+        return {"y": inputs["x"] * 2}
+
+    async def hold_the_loop():
+        time.sleep(0.05)  # the loop is busy while the first batch runs in its thread
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8)
+        await batcher.start()
+        first = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 2))}, 1))
+        await asyncio.sleep(0)  # queued; its worker hands it to the thread...
+        await asyncio.sleep(0)
+        await hold_the_loop()  # ...and comes back only after this
+        await first
+        for _ in range(5):
+            await asyncio.sleep(0.002)  # idle between requests
+            await batcher.submit({"x": np.ones((1, 2))}, 1)
+        await batcher.stop()
+
+    run(main())
+    loop_thread = threading.main_thread()
+    assert threads[0] is not loop_thread  # the first batch (nothing known yet) went to a thread
+    assert threads[1:] == [loop_thread] * 5, threads
