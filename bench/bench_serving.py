@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import pathlib
@@ -186,17 +187,61 @@ def timed_calls(call, seconds: float, limit: int = 20000) -> list[float]:
     return times
 
 
-def interleaved_round_trips(calls: dict, seconds: float, rounds: int = 3) -> dict:
-    """``{name: (p50 µs, p99 µs)}`` of each call, measured in alternating rounds."""
+def process_cpu_ns(pid: int) -> int:
+    """CPU time used so far by every thread of process ``pid`` (``/proc/PID/task/*/schedstat``,
+    nanoseconds on the CPU), or 0 where the kernel does not expose it."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def interleaved_round_trips(calls: dict, seconds: float, rounds: int = 3,
+                            pids: dict = None) -> dict:
+    """``{name: Trips}`` of each call measured in alternating rounds: p50 and p99 round trip,
+    and the CPU time per call of the client (this process, all its threads) and of the
+    server (``pids[name]``, all its threads, less what it burns idle), in µs."""
+    pids = pids or {}
     for call in calls.values():
         for _ in range(50):
             call()
     samples = {name: [] for name in calls}
+    cpu = {name: [0, 0] for name in calls}  # client ns, server ns
+    idle_ns = {pid: _idle_cpu_ns_per_s(pid) for pid in set(pids.values())}
     for _ in range(rounds):
         for name, call in calls.items():
+            pid = pids.get(name)
+            server_before, client_before = process_cpu_ns(pid) if pid else 0, time.process_time_ns()
+            started = time.monotonic()
             samples[name] += timed_calls(call, seconds / rounds)
-    return {name: (float(np.percentile(t, 50) * 1e6), float(np.percentile(t, 99) * 1e6))
+            cpu[name][0] += time.process_time_ns() - client_before
+            if pid:
+                idle = idle_ns[pid] * (time.monotonic() - started)
+                cpu[name][1] += max(0.0, process_cpu_ns(pid) - server_before - idle)
+    return {name: Trips(float(np.percentile(t, 50) * 1e6), float(np.percentile(t, 99) * 1e6),
+                        cpu[name][0] / len(t) / 1e3,
+                        cpu[name][1] / len(t) / 1e3 if name in pids else float("nan"))
             for name, t in samples.items()}
+
+
+def _idle_cpu_ns_per_s(pid: int, seconds: float = 0.5) -> float:
+    """What process ``pid`` burns per second with no request (timers, pollers)."""
+    before, started = process_cpu_ns(pid), time.monotonic()
+    time.sleep(seconds)
+    return (process_cpu_ns(pid) - before) / (time.monotonic() - started)
+
+
+@dataclasses.dataclass
+class Trips:
+    """One call's figures at concurrency 1, µs: round-trip p50 and p99, CPU per call."""
+
+    p50: float
+    p99: float
+    client_cpu: float
+    server_cpu: float
 
 
 def raw_http_call(url: str, model: str, x: np.ndarray, binary: bool):
@@ -266,8 +311,20 @@ def row(table, name, value, unit, note=""):
     print(f"{name:<66} {value:>10,.1f} {unit:<6} {note}", flush=True)
 
 
-def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: float) -> dict:
-    """Server-added p50/p99 of every front end and the plain app, interleaved."""
+# the echo row whose client-side time each front end's is taken to equal (same client,
+# same protocol, same encoding of the request and decoding of the answer)
+ECHO_OF = {"flowserve HTTP binary": "echo server HTTP binary",
+           "flowserve HTTP JSON": "echo server HTTP JSON",
+           "plain FastAPI+ORT JSON": "echo server HTTP JSON",
+           "flowserve gRPC": "echo server gRPC"}
+
+
+def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: float,
+                    pids: dict) -> dict:
+    """Per front end and the plain app, interleaved: server-added p50/p99 (round trip less
+    in-process ORT), the client's and the server's CPU per call, and the server's share
+    (round trip less the client side, that is less the echo's round trip minus the echo
+    server's own CPU: what the client, the kernel and the wake-ups cost with this client)."""
     http_bin, http_json = HTTPClient(urls["http"]), HTTPClient(urls["http"], binary=False)
     grpc_end_to_end = GRPCClient(urls["grpc"])
     calls = {
@@ -276,17 +333,33 @@ def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: f
         "flowserve gRPC": raw_grpc_call(urls["grpc"], "mlp", x1),
         "plain FastAPI+ORT JSON": raw_http_call(urls["plain"], "m", x1, binary=False),
         "echo server HTTP binary": raw_http_call(urls["echo"], "mlp", x1, binary=True),
+        "echo server HTTP JSON": raw_http_call(urls["echo"], "mlp", x1, binary=False),
         "echo server gRPC": raw_grpc_call(urls["echo_grpc"], "mlp", x1),
         "flowserve.clients HTTPClient binary": lambda: http_bin.infer("mlp", {"x": x1}),
         "flowserve.clients HTTPClient JSON": lambda: http_json.infer("mlp", {"x": x1}),
         "flowserve.clients GRPCClient": lambda: grpc_end_to_end.infer("mlp", {"x": x1}),
     }
+    server_of = {"flowserve": pids["flowserve"], "plain": pids["plain"], "echo": pids["echo"]}
+    call_pids = {name: pid for name in calls for key, pid in server_of.items()
+                 if name.startswith(key)}
+    trips = interleaved_round_trips(calls, min(seconds, 3) * len(calls), pids=call_pids)
     latency = {}
-    for name, (p50, p99) in interleaved_round_trips(calls, min(seconds, 3) * len(calls)).items():
-        latency[name] = p50 - ort_us
+    for name, trip in trips.items():
+        latency[name] = trip.p50 - ort_us
         note = "numpy encoded per call" if name.startswith("flowserve.clients") else ""
-        row(table, f"server-added latency c=1, {name}, p50", p50 - ort_us, "us", note)
-        row(table, f"server-added latency c=1, {name}, p99", p99 - ort_us, "us", note)
+        row(table, f"server-added latency c=1, {name}, p50", trip.p50 - ort_us, "us", note)
+        row(table, f"server-added latency c=1, {name}, p99", trip.p99 - ort_us, "us", note)
+        row(table, f"client CPU per call c=1, {name}", trip.client_cpu, "us", note)
+        if name in call_pids:
+            row(table, f"server CPU per call c=1, {name}", trip.server_cpu, "us")
+    for name, echo in ECHO_OF.items():
+        client_side = trips[echo].p50 - trips[echo].server_cpu
+        latency[f"share {name}"] = share = trips[name].p50 - client_side
+        latency[f"cpu {name}"] = trips[name].server_cpu
+        row(table, f"server's share c=1, {name}, p50", share, "us",
+            f"client side {client_side:.0f} us (from {echo})")
+    for echo in set(ECHO_OF.values()):
+        latency[f"cpu {echo}"] = trips[echo].server_cpu
     return latency
 
 
@@ -358,7 +431,8 @@ def main() -> None:
         try:
             for command, url in commands:  # each started one is stopped, whatever fails
                 servers.append(start(command, url))
-            latency = measure_latency(table, urls, x1, ort_us, seconds)
+            pids = dict(zip(("flowserve", "plain", "echo"), (p.pid for p in servers)))
+            latency = measure_latency(table, urls, x1, ort_us, seconds, pids)
             if args.latency_only:
                 print_latency(latency)
                 return
@@ -446,6 +520,14 @@ def print_latency(latency) -> None:
     print(f"  over the echo server (flowserve's own cost): HTTP binary "
           f"{binary - echo_http:.0f} us, gRPC {latency['flowserve gRPC'] - echo_grpc:.0f} us; "
           f"echo gRPC / echo HTTP: {echo_grpc / echo_http:.2f}x")
+    shares = {name: latency[f"share {name}"] for name in ECHO_OF}
+    print("  server's share p50, the client's side removed: " + ", ".join(
+        f"{name.removeprefix('flowserve ')} {value:.0f} us" for name, value in shares.items())
+        + f"; gRPC / HTTP binary: {shares['flowserve gRPC'] / shares['flowserve HTTP binary']:.2f}x"
+        "  (<= 1.2x)")
+    print("  server CPU per call: " + ", ".join(
+        f"{name.removeprefix('flowserve ')} {latency['cpu ' + name]:.0f} us"
+        for name in (*ECHO_OF, *sorted(set(ECHO_OF.values())))))
 
 
 def print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch) -> None:
