@@ -3,9 +3,10 @@
 Both variants (two models, or two versions ``name:version`` of one, fp32 and int8 say)
 get the same inputs, concurrency and protocol; the load alternates between them in
 ``rounds`` slices so that a change in the machine's load hits both alike. The table puts
-throughput, latency percentiles and the accuracy figures the server verified (model
-metadata ``parameters.verification``) side by side, with the ratio of the second to the
-first::
+throughput, latency percentiles and the accuracy figures the server verified side by
+side, with the ratio of the second to the first. The figures are model metadata
+``parameters.verification`` over HTTP; over gRPC, whose metadata has no parameters, the
+same values come from the model configuration's ``parameters``::
 
     comparison = asyncio.run(run_compare("http://127.0.0.1:8000", "resnet:1", "resnet:2",
                                          concurrency=32, duration_s=10))
@@ -15,6 +16,7 @@ first::
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 
@@ -95,6 +97,20 @@ class Comparison:
         plt.close(figure)
 
 
+def config_parameters(config: dict) -> dict:
+    """The ``parameters`` of a model configuration (Triton's shape: each value a JSON text in
+    a ``string_value``) as plain values: ``{"verified": True, "verification": {...}}``. A
+    value that is not JSON stays the text it is."""
+    found = {}
+    for name, value in (config.get("parameters") or {}).items():
+        text = value.get("string_value", "") if isinstance(value, dict) else value
+        try:
+            found[name] = json.loads(text)
+        except (TypeError, ValueError):
+            found[name] = text
+    return found
+
+
 def _verification(parameters: dict) -> dict:
     value = parameters.get("verification")
     return value if isinstance(value, dict) else {}
@@ -126,11 +142,14 @@ async def run_compare(url: str, first: str, second: str, concurrency: int = 1, d
                       max_requests=None) -> Comparison:
     """Drive ``first`` and ``second`` (``NAME`` or ``NAME:VERSION``) with the same inputs,
     alternating ``rounds`` times, ``duration_s`` in all for each. The verification figures
-    come from model metadata ``parameters``, which KServe's gRPC metadata lacks: use HTTP."""
+    come from model metadata ``parameters`` (HTTP) or the model configuration (gRPC)."""
     variants = [split_variant(first), split_variant(second)]
     client = client_for(url, protocol, binary, token)
     try:
         metadata = [await client.model_metadata(name, version) for name, version in variants]
+        parameters = [m.get("parameters") or config_parameters(
+                          await client.model_config(name, version))
+                      for m, (name, version) in zip(metadata, variants)]
     finally:
         await client.close()
     inputs = sample_inputs(metadata[0])
@@ -142,8 +161,7 @@ async def run_compare(url: str, first: str, second: str, concurrency: int = 1, d
                                              max_requests=max_requests))
     merged = [_merge(r) for r in reports]
     return Comparison(*(Variant(label, report, params)
-                        for label, report, params in zip((first, second), merged,
-                                                         [m.get("parameters") or {} for m in metadata])))
+                        for label, report, params in zip((first, second), merged, parameters)))
 
 
 def _merge(reports: list) -> LoadReport:

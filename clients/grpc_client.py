@@ -154,6 +154,10 @@ class AsyncGRPCClient:
         request = protos.ModelMetadataRequest(name=model, version=version)
         return _to_dict(await self.call("ModelMetadata", request))
 
+    async def model_config(self, model: str, version: str = "") -> dict:
+        request = protos.ModelConfigRequest(name=model, version=version)
+        return _to_dict((await self.call("ModelConfig", request)).config)
+
     async def infer(self, model: str, inputs: dict, outputs: Optional[list] = None,
                     version: str = "", request_id: str = "") -> dict:
         """Run ``model`` on ``{name: array}``; returns ``{output name: array}``."""

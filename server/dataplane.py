@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import itertools
+import json
 import logging
 import time
 from typing import Optional
@@ -194,6 +195,8 @@ def triton_config(model: ServedModel) -> dict:
                             "kind": "KIND_GPU" if model.device == "cuda" else "KIND_CPU"}],
         "default_model_filename": "model.onnx",
     }
+    if model.parameters:
+        result["parameters"] = config_parameters(model.parameters)
     if model.max_batch_size:
         result["dynamic_batching"] = {
             "preferred_batch_size": config.preferred_batch_size,
@@ -202,6 +205,14 @@ def triton_config(model: ServedModel) -> dict:
                                      "default_timeout_microseconds": config.default_timeout_us},
         }
     return result
+
+
+def config_parameters(parameters: dict) -> dict:
+    """A model's metadata ``parameters`` as Triton's configuration carries them, each value
+    written as JSON in a ``string_value`` (``{"verified": {"string_value": "true"}, ...}``):
+    KServe's gRPC ``ModelMetadataResponse`` has no parameters, ``ModelConfig`` has."""
+    return {name: {"string_value": json.dumps(value, separators=(",", ":"))}
+            for name, value in parameters.items()}
 
 
 def _duration(d) -> dict:

@@ -60,7 +60,7 @@ class InferenceServicer:
 
     async def ModelMetadata(self, request, context):
         metadata = self.plane.model_metadata(request.name, request.version)
-        metadata.pop("parameters", None)  # KServe's gRPC ModelMetadataResponse has no parameters
+        metadata.pop("parameters", None)  # not in KServe's ModelMetadataResponse; ModelConfig has them
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
     async def ModelInfer(self, request, context):

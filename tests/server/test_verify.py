@@ -75,6 +75,29 @@ def test_every_precision_verifies_and_serves(verified_repo, deployments):
         assert GRPCClient(server.grpc_address).model_metadata("mlp")["name"] == "mlp"
 
 
+def test_grpc_model_config_carries_the_verification(verified_repo):
+    """KServe's gRPC metadata has no parameters; the model configuration carries them as
+    Triton's do (JSON in a ``string_value``), over gRPC and HTTP ``/config`` alike, and
+    ``tritonclient.grpc`` reads them."""
+    import tritonclient.grpc as triton_grpc
+
+    from flowserve.clients.compare import config_parameters
+
+    with running_server(verified_repo) as server:
+        http, grpc_client = HTTPClient(server.http_url), GRPCClient(server.grpc_address)
+        for version in ("1", str(len(PRECISIONS))):
+            expected = http.model_metadata("mlp", version)["parameters"]
+            assert expected["verified"] is True
+            config = grpc_client.model_config("mlp", version)
+            assert config_parameters(config) == expected
+            assert config_parameters(http.model_config("mlp", version)) == expected
+            triton = triton_grpc.InferenceServerClient(server.grpc_address)
+            answer = triton.get_model_config("mlp", version, as_json=True)["config"]
+            assert json.loads(answer["parameters"]["verified"]["string_value"]) is True
+            figures = json.loads(answer["parameters"]["verification"]["string_value"])
+            assert figures == expected["verification"]
+
+
 @pytest.mark.parametrize("name,precision", [("resnet18", "fp32"), ("mlp", "int8"), ("transformer", "fp16")])
 def test_tampered_model_fails_verification_and_is_never_ready(deployments, tmp_path, name, precision):
     _, exports = deployments[name]
@@ -104,6 +127,10 @@ def test_skip_verify_serves_an_unverified_model_flagged(deployments, tmp_path):
         assert http.is_ready()
         assert http.model_metadata("model")["parameters"] == {"verified": False,
                                                                "verification": "skipped (--skip-verify)"}
+        config = GRPCClient(server.grpc_address).model_config("model")
+        assert config["parameters"]["verified"] == {"string_value": "false"}
+        assert config["parameters"]["verification"] == {
+            "string_value": '"skipped (--skip-verify)"'}
 
 
 def test_single_saved_directory_verifies(deployments):
@@ -113,7 +140,8 @@ def test_single_saved_directory_verifies(deployments):
         assert parameters["verified"] and parameters["verification"]["criteria"] == "rtol 0.0001"
 
 
-def test_perf_compare_puts_two_variants_side_by_side(deployments, tmp_path):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_compare_puts_two_variants_side_by_side(deployments, tmp_path, protocol):
     from typer.testing import CliRunner
 
     import flowserve.cli
@@ -125,9 +153,11 @@ def test_perf_compare_puts_two_variants_side_by_side(deployments, tmp_path):
     flowserve.cli._register()
     plot = tmp_path / "compare.png"
     with running_server(tmp_path / "repo") as server:
+        url = server.http_url if protocol == "http" else server.grpc_address
         done = CliRunner().invoke(flowserve.cli.app, [
-            "perf", server.http_url, "-m", "mlp:1", "--compare", "mlp:2", "--concurrency", "4",
-            "--duration", "0.4", "--max-requests", "20", "--plot", str(plot)])
+            "perf", url, "-m", "mlp:1", "--compare", "mlp:2", "--concurrency", "4",
+            "--duration", "0.4", "--max-requests", "20", "--plot", str(plot),
+            "--protocol", protocol])
     assert done.exit_code == 0, done.output
     lines = {line[:32].strip(): line[32:].split() for line in done.output.splitlines()}
     assert lines[""] == ["mlp:1", "mlp:2", "ratio"]
