@@ -34,6 +34,10 @@ def serve(
         1024, help="Queued requests per model before 503 / UNAVAILABLE."
     ),
     instances: int = typer.Option(1, help="ONNX Runtime sessions per model, run in parallel."),
+    intra_op_threads: int = typer.Option(
+        0, help="ONNX Runtime threads per session (0: cores divided by instances, or one for "
+                "a model whose runs are short, measured at load)."
+    ),
     skip_verify: bool = typer.Option(
         False, "--skip-verify",
         help="UNSAFE: serve models without checking that they reproduce their reference examples.",
@@ -82,6 +86,7 @@ def serve(
             provider=provider,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
+            intra_op_threads=intra_op_threads,
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,

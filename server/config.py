@@ -7,7 +7,7 @@ errors that name the key::
     {"max_batch_size": 32,
      "dynamic_batching": {"max_queue_delay_us": 200, "preferred_batch_size": [8, 16],
                           "max_queue_size": 512, "default_timeout_us": 1000000},
-     "instance_count": 2, "device": "cpu",
+     "instance_count": 2, "device": "cpu", "intra_op_threads": 1,
      "version_policy": {"policy": "specific", "versions": [1, 3]},
      "warmup": {"batch_sizes": [1, 8]}}
 """
@@ -70,6 +70,7 @@ class ModelConfigFile(_Strict):
     dynamic_batching: DynamicBatching = Field(default_factory=DynamicBatching)
     instance_count: Optional[int] = Field(None, ge=1)
     device: Optional[Literal["auto", "cpu", "cuda"]] = None
+    intra_op_threads: Optional[int] = Field(None, ge=0)
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     warmup: Warmup = Field(default_factory=Warmup)
 
@@ -85,6 +86,7 @@ class ResolvedModelConfig(_Strict):
     instance_count: int
     device: str
     provider: str
+    intra_op_threads: int = 0  # 0: chosen at load (one thread for a model whose runs are short)
     version_policy: VersionPolicy
     warmup_batch_sizes: list[int]
     warmup_from_examples: bool = True  # no warmup in config.json: the verification runs are the warmup
@@ -123,6 +125,7 @@ def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelC
         instance_count=pick(config.instance_count, settings.instances),
         device=pick(config.device, settings.device),
         provider=settings.provider,
+        intra_op_threads=pick(config.intra_op_threads, settings.intra_op_threads),
         version_policy=config.version_policy,
         warmup_batch_sizes=config.warmup.batch_sizes,
         warmup_from_examples="warmup" not in config.model_fields_set,

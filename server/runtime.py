@@ -93,6 +93,8 @@ class OrtRunner:
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
         self.providers = self._session.get_providers()  # names, as the session took them
+        self.intra_op_threads = (self._session.get_session_options().intra_op_num_threads
+                                 if hasattr(self._session, "get_session_options") else 0)
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }

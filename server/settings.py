@@ -56,7 +56,8 @@ class ServerSettings(BaseSettings):
         False, description="Serve models without verifying them on their reference examples (unsafe)."
     )
     intra_op_threads: int = Field(
-        0, ge=0, description="Threads per session (0: cores divided by instances)."
+        0, ge=0, description="ONNX Runtime threads per session (0: cores divided by instances, "
+        "or one for a model whose runs are short, measured at load; config.json can override)."
     )
     allow_model_control: bool = Field(
         False, description="Allow repository load/unload requests (never outside the repo)."
