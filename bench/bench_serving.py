@@ -10,7 +10,17 @@
    way. The round trip of ``flowserve.clients`` (encoding numpy each call) is
    shown too, and the echo server (``echo_server.py``: canned answers, no work),
    the floor of each protocol on this machine.
-2. Throughput at concurrency 32 on that MLP vs the plain app.
+
+   A Python client costs a lot itself (grpcio's blocking stub ~200 µs of CPU per
+   call, the raw HTTP client ~15), so each row also gives the CPU per call of the
+   client (this process) and of the server (its process, all threads, from
+   ``/proc/PID/task/*/schedstat``, less what it burns idle), and each front end's
+   *share*: its round trip less the client side, which is the echo's round trip
+   (same client, same protocol, same encoding) minus the echo server's own CPU.
+   The client's cost leaves both protocols the same way, and grpcio's own server
+   cost, which a gRPC front end on grpcio cannot avoid, stays in the share.
+2. Throughput at concurrency 32 on that MLP vs the plain app, and the echo server's
+   with the same client (the protocol's ceiling here), with CPU per request.
 3. Throughput at concurrency 32 on mobilenet_v2 (224x224, 1000 classes) with
    batching vs in-process ONNX Runtime at the batch size the server formed and
    vs the plain app.
@@ -363,19 +373,29 @@ def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: f
     return latency
 
 
-def measure_mlp_throughput(table, urls: dict, x1: np.ndarray, seconds: float) -> dict:
-    """Requests/s at concurrency 32 of each front end and of the plain app."""
+def measure_mlp_throughput(table, urls: dict, x1: np.ndarray, seconds: float,
+                           pids: dict) -> dict:
+    """Requests/s at concurrency 32 of each front end, of the plain app and of the echo
+    server (the most the protocol and this client reach here), with the server's and the
+    client's CPU per request."""
     throughput = {}
-    for name, protocol, binary, url, model in (
-        ("flowserve HTTP binary", "http", True, urls["http"], "mlp"),
-        ("flowserve HTTP JSON", "http", False, urls["http"], "mlp"),
-        ("flowserve gRPC", "grpc", True, urls["grpc"], "mlp"),
-        ("plain FastAPI+ORT JSON", "http", False, urls["plain"], "m"),
+    for name, protocol, binary, url, model, server in (
+        ("flowserve HTTP binary", "http", True, urls["http"], "mlp", "flowserve"),
+        ("flowserve HTTP JSON", "http", False, urls["http"], "mlp", "flowserve"),
+        ("flowserve gRPC", "grpc", True, urls["grpc"], "mlp", "flowserve"),
+        ("plain FastAPI+ORT JSON", "http", False, urls["plain"], "m", "plain"),
+        ("echo server HTTP binary", "http", True, urls["echo"], "mlp", "echo"),
+        ("echo server gRPC", "grpc", True, urls["echo_grpc"], "mlp", "echo"),
     ):
+        server_before, client_before = process_cpu_ns(pids[server]), time.process_time_ns()
         report = load(url, model, 32, seconds, protocol, binary, x1)
+        requests = report.throughput * (seconds + 0.5)  # the warm-up's half second included
+        server_us = (process_cpu_ns(pids[server]) - server_before) / requests / 1e3
+        client_us = (time.process_time_ns() - client_before) / requests / 1e3
         throughput[name] = report.throughput
         row(table, f"MLP throughput c=32, {name}", report.throughput, "req/s",
-            f"p99 {report.percentile_ms(99):.2f} ms")
+            f"p99 {report.percentile_ms(99):.2f} ms, CPU per request: server {server_us:.0f} us,"
+            f" client {client_us:.0f} us")
     return throughput
 
 
@@ -436,7 +456,7 @@ def main() -> None:
             if args.latency_only:
                 print_latency(latency)
                 return
-            mlp_tp = measure_mlp_throughput(table, urls, x1, seconds)
+            mlp_tp = measure_mlp_throughput(table, urls, x1, seconds, pids)
             mobile_tp, formed = measure_mobilenet(table, urls, image, seconds)
         finally:
             for server in servers:
@@ -537,6 +557,11 @@ def print_ratios(latency, mlp_tp, mobile_tp, plain_mobile, in_process, batch) ->
           f"{mlp_tp['flowserve HTTP binary'] / plain:.2f}x  (>= 2x); "
           f"JSON / plain: {mlp_tp['flowserve HTTP JSON'] / plain:.2f}x; "
           f"gRPC / plain: {mlp_tp['flowserve gRPC'] / plain:.2f}x")
+    print(f"  MLP c=32 echo server / plain app (the protocol's ceiling with this client): "
+          f"HTTP binary {mlp_tp['echo server HTTP binary'] / plain:.2f}x, "
+          f"gRPC {mlp_tp['echo server gRPC'] / plain:.2f}x; flowserve / echo: HTTP binary "
+          f"{mlp_tp['flowserve HTTP binary'] / mlp_tp['echo server HTTP binary']:.2f}, "
+          f"gRPC {mlp_tp['flowserve gRPC'] / mlp_tp['echo server gRPC']:.2f}")
     print(f"  mobilenet_v2 flowserve / in-process ORT at batch {batch}: "
           f"{mobile_tp / in_process:.2f}  (>= 0.85)")
     print(f"  mobilenet_v2 flowserve / plain app: {mobile_tp / plain_mobile:.2f}x  (>= 1.5x)")
