@@ -64,7 +64,7 @@ class GlobalTensor(Tensor):
     ``local.to_global(placement, sbp)`` or a creation function given ``placement=`` and
     ``sbp=``; ``to_local()`` is this rank's piece, ``numpy()`` the logical value."""
 
-    __slots__ = ("_local", "_placement", "_sbp", "_logical")
+    __slots__ = ("_local", "_placement", "_sbp", "_logical", "_grad_synced")
     _data = property(_refuse_data)
 
     @classmethod
@@ -73,7 +73,14 @@ class GlobalTensor(Tensor):
         t._local, t._placement, t._sbp, t._logical = local, placement, sbp, Size(shape)
         t._lazy, t._dtype, t._device = None, local._dtype, local._device
         t._requires_grad, t._node, t._out_index, t._version = False, None, 0, 0
+        t._grad_synced = False
         return t
+
+    @classmethod
+    def _leaf(cls, value: "GlobalTensor", requires_grad: bool) -> "GlobalTensor":
+        """A new leaf of class ``cls`` holding ``value``'s pieces (``Parameter.to_global``)."""
+        out = cls._make(value._local.detach(), value._placement, value._sbp, value._logical)
+        return out.requires_grad_() if requires_grad else out
 
     # -- what makes it global ---------------------------------------------------------------
 
@@ -102,18 +109,32 @@ class GlobalTensor(Tensor):
         return self._local
 
     def to_global(self, placement=None, sbp=None, **kwargs) -> "GlobalTensor":
-        """The same logical tensor with another sbp (boxing, a collective: every rank calls it)."""
-        _check_kwargs(kwargs)
+        """The same logical tensor with another sbp (boxing, a collective: every rank calls it).
+        ``grad_sbp=`` names the sbp the gradient passes through on its way back (OneFlow's);
+        on a Parameter the result is a new Parameter (a leaf) with the converted value."""
+        grad_sbp = _check_kwargs(kwargs, self.ndim)
         if placement is not None and placement != self._placement:
             raise DistributedError(f"to_global: moving a global tensor from {self._placement} to {placement} is "
                                    "not supported; flowserve's global tensors span every rank")
-        if sbp is None:
+        if sbp is None and grad_sbp is None:
             return self
-        target = S.as_sbp(sbp, "to_global")
+        target = self._sbp if sbp is None else S.as_sbp(sbp, "to_global")
         _check_split(target, self.ndim, "to_global")
-        if target == self._sbp:
+        kind = getattr(type(self), "_global_class", None)
+        if kind is not None:  # a Parameter stays a Parameter: a new leaf
+            if target == self._sbp:
+                return self
+            with no_grad():
+                moved = GlobalTensor._make(box(self._local, self._logical, self._sbp, target), self._placement,
+                                           target, self._logical)
+            return kind._leaf(moved, self.requires_grad)
+        if target == self._sbp and grad_sbp is None:
             return self
         local = box(self._local, self._logical, self._sbp, target)
+        if grad_sbp is not None:
+            if local is self._local:  # a new tensor for the hook, not this one
+                local = F.clone(local)
+            local = _through_grad_sbp(local, self._logical, target, grad_sbp)
         return GlobalTensor._make(local, self._placement, target, self._logical)
 
     # -- autograd, on the local pieces -------------------------------------------------------
@@ -125,9 +146,14 @@ class GlobalTensor(Tensor):
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
         self._local.requires_grad = value
+        if value and self._local.is_leaf and not self._grad_synced:
+            # OneFlow's rule for leaves: the gradient is boxed to the leaf's own sbp as it
+            # arrives (a broadcast weight's partial_sum pieces are all-reduced in backward)
+            self._local.register_hook(_grad_sync(self._logical, self._sbp))
+            self._grad_synced = True
 
     def requires_grad_(self, requires_grad: bool = True) -> "GlobalTensor":
-        self._local.requires_grad = requires_grad
+        self.requires_grad = requires_grad
         return self
 
     @property
@@ -138,14 +164,77 @@ class GlobalTensor(Tensor):
     def grad_fn(self):
         return self._local.grad_fn
 
+    def _grad_sbp(self) -> S.sbp:
+        """A leaf's gradient has the leaf's sbp (boxed as it arrives); an intermediate
+        tensor's gradient pieces have the dual sbp."""
+        return self._sbp if self._grad_synced else dual(self._sbp)
+
     @property
     def grad(self):
         g = self._local.grad
-        return None if g is None else GlobalTensor._make(g, self._placement, dual(self._sbp), self._logical)
+        return None if g is None else GlobalTensor._make(g, self._placement, self._grad_sbp(), self._logical)
 
     @grad.setter
     def grad(self, value) -> None:
-        self._local.grad = None if value is None else _as_global(value, "grad").to_global(sbp=dual(self._sbp))._local
+        if value is not None:
+            value = _as_global(value, "grad")
+            if tuple(value.shape) != tuple(self._logical):
+                raise DistributedError(f"grad: expected a gradient of size {tuple(self._logical)}, "
+                                       f"got {tuple(value.shape)}")
+            value = value.to_global(sbp=self._grad_sbp())._local
+        self._local.grad = value
+
+    # -- in place: this rank's piece takes the result's piece ----------------------------------
+
+    def _assign(self, other: Tensor) -> "GlobalTensor":
+        """``x.op_(...)`` on a global tensor: the result must have ``x``'s sbp (its piece is
+        stored in ``x``'s piece); a local result (a fill) is rank 0's value, laid out as ``x``."""
+        if not isinstance(other, GlobalTensor):
+            with no_grad():
+                other = from_logical(other, self._placement, self._sbp, same_on_every_rank=False)
+        elif other._placement != self._placement:
+            raise DistributedError(f"in-place update of a global tensor on {self._placement} with one on "
+                                   f"{other._placement}")
+        elif other._sbp != self._sbp:
+            raise DistributedError(
+                f"in-place update of a global tensor of sbp {self.sbp}: the result has sbp {other.sbp}, and an "
+                "in-place op keeps the tensor's sbp; convert the operands first (for example "
+                f"y.to_global(sbp={_spelled(self._sbp)})) or use copy_, which converts its source")
+        self._local._assign(other._local)
+        self._version += 1
+        return self
+
+    def copy_(self, src, non_blocking: bool = False) -> "GlobalTensor":
+        """The logical value of ``src`` (a global tensor of any sbp is converted to this one's;
+        a local tensor is rank 0's value)."""
+        value = F.expand(F.cast(src, self._dtype), tuple(self._logical))
+        if isinstance(value, GlobalTensor) and value._sbp != self._sbp:
+            value = value.to_global(sbp=self._sbp)
+        return self._assign(value)
+
+    @property
+    def data(self) -> "GlobalTensor":
+        return self.detach()
+
+    @data.setter
+    def data(self, value) -> None:
+        if isinstance(value, GlobalTensor):
+            if tuple(value.shape) != tuple(self._logical):
+                raise DistributedError(f"data: expected a global tensor of size {tuple(self._logical)}, "
+                                       f"got {tuple(value.shape)}")
+            value = value.to_global(sbp=self._sbp)
+        else:
+            value = from_logical(value, self._placement, self._sbp, same_on_every_rank=False)
+        with no_grad():
+            self._local.data = value._local.detach()
+        self._dtype = self._local._dtype
+        self._version += 1
+
+    def _global_like(self, make, requires_grad: bool = False, random: bool = False) -> "GlobalTensor":
+        """``zeros_like(x)`` and friends of a global ``x``: global, with its placement and sbp."""
+        with no_grad():
+            out = from_logical(make(), self._placement, self._sbp, same_on_every_rank=not random)
+        return out.requires_grad_() if requires_grad else out
 
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False, inputs=None) -> None:
         """Gradients of the logical tensor: seeds each rank's piece with its share of
@@ -164,10 +253,6 @@ class GlobalTensor(Tensor):
 
     def detach(self) -> "GlobalTensor":
         return GlobalTensor._make(self._local.detach(), self._placement, self._sbp, self._logical)
-
-    @property
-    def data(self) -> "GlobalTensor":
-        return self.detach()
 
     # -- values (collectives: every rank calls them) ---------------------------------------
 
@@ -201,7 +286,40 @@ def _padded(piece: Tensor, dim: int, shape, rank: int, world: int) -> Tensor:
 
 
 def _root_only(local: Tensor, rank: int) -> Tensor:
-    return local if rank == 0 else local * 0
+    """Rank 0's piece, exact zeros elsewhere (``where``, not ``* 0``: an inf or NaN on another
+    rank stays out of the sum); differentiable, with a zero gradient on the other ranks."""
+    if rank == 0:
+        return local
+    return F.where(C.zeros(*local.shape, dtype=dtypes.bool_, device=local.device), local, C.zeros_like(local))
+
+
+def _grad_sync(shape, s: S.sbp):
+    """The leaf hook: a gradient arriving in the dual sbp, boxed to the leaf's sbp ``s``."""
+    src = dual(s)
+
+    def sync(g: Tensor) -> Tensor:
+        return box(g, shape, src, s)
+
+    return sync
+
+
+def _through_grad_sbp(local: Tensor, shape, s: S.sbp, grad_sbp: S.sbp) -> Tensor:
+    """``local`` (a piece of sbp ``s``) whose gradient, on its way back, is boxed to
+    ``grad_sbp`` and from there to the dual sbp the pieces before it expect (OneFlow's
+    ``grad_sbp=``: where the backward's communication happens)."""
+    if grad_sbp == dual(s):
+        return local
+
+    def through(g: Tensor) -> Tensor:
+        return box(box(g, shape, dual(s), grad_sbp), shape, grad_sbp, dual(s))
+
+    if local.requires_grad:
+        local.register_hook(through)
+    return local
+
+
+def _spelled(s: S.sbp) -> str:
+    return f"flow.sbp.split({s.dim})" if s.is_split else f"flow.sbp.{s.kind}"
 
 
 def box(local: Tensor, shape, src: S.sbp, dst: S.sbp) -> Tensor:
@@ -225,13 +343,17 @@ def box(local: Tensor, shape, src: S.sbp, dst: S.sbp) -> Tensor:
 # -- local -> global ---------------------------------------------------------------------------
 
 
-def _check_kwargs(kwargs: dict) -> None:
+def _check_kwargs(kwargs: dict, ndim: int):
+    """The keyword arguments of ``to_global``; returns ``grad_sbp`` (an sbp or None)."""
     unknown = set(kwargs) - {"check_meta", "copy", "grad_sbp"}
     if unknown:
         raise TypeError(f"to_global got unexpected keyword arguments {sorted(unknown)}")
-    if kwargs.get("grad_sbp") is not None:
-        raise DistributedError("to_global: grad_sbp is not supported; flowserve gives a gradient the dual sbp "
-                               "of its tensor (split -> split, broadcast -> partial_sum, partial_sum -> broadcast)")
+    grad_sbp = kwargs.get("grad_sbp")
+    if grad_sbp is None or (isinstance(grad_sbp, (list, tuple)) and not grad_sbp):
+        return None
+    grad_sbp = S.as_sbp(grad_sbp, "to_global(grad_sbp=)")
+    _check_split(grad_sbp, ndim, "to_global(grad_sbp=)")
+    return grad_sbp
 
 
 def _check_split(s: S.sbp, ndim: int, where: str) -> None:
@@ -278,7 +400,7 @@ def _logical_shape(local: Tensor, target: S.sbp, check_meta: bool) -> tuple:
 def local_to_global(local: Tensor, placement=None, sbp=None, **kwargs) -> GlobalTensor:
     """``Tensor.to_global(placement, sbp)`` of a local tensor: it becomes this rank's piece
     (split, partial_sum); for broadcast, rank 0's tensor is sent to every rank."""
-    _check_kwargs(kwargs)
+    _check_kwargs(kwargs, local.ndim)  # grad_sbp is only used on global tensors, as in OneFlow
     if placement is None or sbp is None:
         raise DistributedError("to_global of a local tensor needs both placement= and sbp= "
                                "(for example placement=flow.placement.all('cpu'), sbp=flow.sbp.broadcast)")
@@ -287,6 +409,11 @@ def local_to_global(local: Tensor, placement=None, sbp=None, **kwargs) -> Global
     placement.check_spans_world("to_global")
     target = S.as_sbp(sbp, "to_global")
     _check_split(target, local.ndim, "to_global")
+    kind = getattr(type(local), "_global_class", None)
+    if kind is not None:  # a Parameter becomes a global Parameter (a new leaf)
+        with no_grad():
+            value = local_to_global(local.detach(), placement, target, check_meta=kwargs.get("check_meta", True))
+        return kind._leaf(value, local.requires_grad)
     shape = _logical_shape(local, target, kwargs.get("check_meta", True))
     if kwargs.get("copy"):
         local = F.clone(local)

@@ -7,7 +7,8 @@ on the local pieces, so its kernel, shape rule and gradient are the local ones. 
 - elementwise: equal splits stay split (a broadcast operand is sliced to the piece), all
   broadcast stay broadcast; ``partial_sum`` survives what is linear in it: ``P + P``,
   ``P - P``, ``P * B``, ``P / B``, ``-P``, casts to float; in ``P * P`` and ``x / P`` the
-  second factor and the divisor are all-reduced to broadcast first;
+  second factor and the divisor, in ``P + B`` and ``P + 1`` the partial_sum addends, are
+  all-reduced to broadcast first;
 - ``matmul``: ``split(row) x broadcast -> split(row)``, ``broadcast x split(col) ->
   split(col)``, ``split(k) x split(k)`` over the contracted dim ``-> partial_sum``,
   ``P x B`` and ``B x P -> partial_sum``;
@@ -78,6 +79,8 @@ def _elementwise(kind: str):
     def rule(call: Call):
         if kind in ("product", "numerator"):
             _reduce_factors(call, kind)
+        elif kind == "additive":
+            _reduce_addends(call)
         n_out = len(call.out_shape)
         splits, partial = set(), []
         for i, (s, shape) in enumerate(zip(call.sbps, call.shapes)):
@@ -111,6 +114,17 @@ def _reduce_factors(call: Call, kind: str) -> None:
     keep = partial[:1] if kind == "product" else [i for i in partial if i == 0]
     for i in partial:
         if i not in keep:
+            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), S.broadcast
+
+
+def _reduce_addends(call: Call) -> None:
+    """``P + B``, ``P + 1.0``: a sum is linear only in all its addends together, so with a
+    broadcast addend or a number the partial_sum ones are all-reduced to broadcast first
+    (``x @ w + bias`` of a row-split ``w``: Megatron's all-reduce before the bias)."""
+    partial = [i for i, s in enumerate(call.sbps) if s is not None and s.is_partial]
+    if partial and all(s is None or s.is_partial or s.is_broadcast for s in call.sbps) and \
+            len(partial) < len(call.sbps):
+        for i in partial:
             call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), S.broadcast
 
 

@@ -6,8 +6,10 @@ from collections import OrderedDict
 from typing import Iterator
 
 from flowserve import dtypes
+from flowserve.autograd.grad_mode import no_grad
 from flowserve.dispatch import current_trace
-from flowserve.errors import FlowserveError
+from flowserve.distributed import sbp as S
+from flowserve.errors import DistributedError, FlowserveError
 from flowserve.nn.parameter import Parameter
 from flowserve.nn.state import load_module_state
 from flowserve.tensor import Tensor
@@ -266,6 +268,43 @@ class Module:
                             t.data = new
         return self
 
+    def to_global(self, placement=None, sbp=None) -> "Module":
+        """Make every parameter and buffer global, in place (OneFlow's ``Module.to_global``):
+        ``sbp`` is one sbp for all, or a function ``sbp(tensor) -> sbp`` choosing per tensor
+        (OneFlow's ``global_view`` convention). Parameters become global Parameters (new
+        objects, registered in their place; a tensor shared by two modules stays shared):
+        build the optimizer from ``model.parameters()`` after the conversion. A local tensor
+        is the whole logical tensor (rank 0's value), cut into pieces for a split, so every
+        layer keeps its sizes; a global one is converted to the new sbp.
+
+        Data parallelism is ``model.to_global(placement, flow.sbp.broadcast)`` with a
+        ``split(0)`` batch; model parallelism splits chosen weights, for example
+        ``model.fc1.to_global(placement, flow.sbp.split(0))``."""
+        if placement is None:
+            placement = next((t.placement for t in self._tensors() if t.is_global), None)
+            if placement is None:
+                raise DistributedError("Module.to_global of a local module needs placement= "
+                                       "(for example flow.placement.all('cpu'))")
+        if sbp is None:
+            raise DistributedError("Module.to_global needs sbp=: one sbp (flow.sbp.broadcast) or a function "
+                                   "tensor -> sbp")
+        choose = sbp if callable(sbp) and not isinstance(sbp, (S.sbp, list, tuple)) else (lambda t: sbp)
+        memo: dict = {}
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for name, t in list(store.items()):
+                    if t is None:
+                        continue
+                    if id(t) not in memo:
+                        memo[id(t)] = _to_global(t, placement, choose(t))
+                    store[name] = memo[id(t)]
+        return self
+
+    def _tensors(self):
+        for m in self.modules():
+            yield from (t for t in m._parameters.values() if t is not None)
+            yield from (t for t in m._buffers.values() if t is not None)
+
     def to(self, *args, **kwargs) -> "Module":
         """Move parameters and buffers to a device (``"cuda"``) or a floating dtype, in place."""
         return self._apply_to_tensors(
@@ -301,6 +340,20 @@ class Module:
         if not lines:
             return head + ")"
         return head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _to_global(t: Tensor, placement, sbp) -> Tensor:
+    """One parameter or buffer of ``Module.to_global``: a leaf, its gradient converted too."""
+    grad = t.grad
+    with no_grad():
+        out = t if t.is_global else t.to_global(placement=placement, sbp=S.broadcast)  # the whole tensor
+        out = out.to_global(sbp=sbp)
+        if out is not t and not isinstance(t, Parameter):
+            out = out.detach()  # a buffer: a plain global tensor, without history
+        if grad is not None and out is not t:
+            grad = grad if grad.is_global else grad.to_global(placement=placement, sbp=S.broadcast)
+            out.grad = grad
+    return out
 
 
 def _is_dtype(a) -> bool:

@@ -1,7 +1,9 @@
-"""``nn.Parameter``: a tensor that a Module registers as a trainable weight."""
+"""``nn.Parameter``: a tensor that a Module registers as a trainable weight; a global one
+(``GlobalParameter``) after ``param.to_global(...)`` or ``module.to_global(...)``."""
 
 from __future__ import annotations
 
+from flowserve.distributed.global_tensor import GlobalTensor
 from flowserve.ops.creation import empty, tensor
 from flowserve.tensor import Tensor
 
@@ -18,8 +20,30 @@ class Parameter(Tensor):
         if not isinstance(data, Tensor):
 
             data = tensor(data)
+        if data.is_global:
+            raise TypeError("nn.Parameter of a global tensor: convert the parameter instead, "
+                            "nn.Parameter(local).to_global(placement=..., sbp=...), or the module with "
+                            "module.to_global(placement=..., sbp=...)")
         self._set(data._data, data._lazy, data._device)
         self.requires_grad = requires_grad
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+class GlobalParameter(GlobalTensor, Parameter):
+    """A Parameter spread over the ranks (OneFlow's global parameter): a leaf global tensor
+    whose gradient has its sbp (``isinstance(p, nn.Parameter)`` holds)."""
+
+    __slots__ = ()
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("a global Parameter comes from param.to_global(placement=..., sbp=...) or "
+                        "module.to_global(placement=..., sbp=...)")
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + GlobalTensor.__repr__(self)
+
+
+Parameter._global_class = GlobalParameter  # what to_global makes of a Parameter
+GlobalParameter._global_class = GlobalParameter

@@ -140,6 +140,9 @@ def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=Fal
 
 
 def _like(fn, t, dtype=None, device=None, requires_grad=False, **kw):
+    if t.is_global:  # OneFlow's rule: global, with t's placement and sbp (random: rank 0's draw)
+        return t._global_like(lambda: fn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, **kw),
+                              requires_grad, random=fn in (randn, rand))
     return fn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad, **kw)
 
 
@@ -160,6 +163,9 @@ def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
 
 
 def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    if t.is_global:
+        return t._global_like(lambda: full(tuple(t.shape), fill_value, dtype=dtype or t.dtype,
+                                           device=device or t.device), requires_grad)
     return full(tuple(t.shape), fill_value, dtype=dtype or t.dtype, device=device or t.device,
                 requires_grad=requires_grad)
 

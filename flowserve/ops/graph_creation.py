@@ -117,10 +117,14 @@ def randint_like(t, low, high=None, dtype=None, device=None, generator=None):
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    if t.is_global:
+        return C.zeros_like(t, dtype=dtype, device=device, requires_grad=requires_grad)
     return zeros(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
 
 
 def ones_like(t, dtype=None, device=None, requires_grad=False):
+    if t.is_global:
+        return C.ones_like(t, dtype=dtype, device=device, requires_grad=requires_grad)
     return ones(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
 
 
@@ -129,6 +133,8 @@ def empty_like(t, dtype=None, device=None, requires_grad=False):
 
 
 def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    if t.is_global:
+        return C.full_like(t, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
     return full(tuple(t.shape), fill_value, dtype=dtype or t.dtype, device=device or t.device,
                 requires_grad=requires_grad)
 

@@ -261,6 +261,26 @@ METHODS["stride"] = lambda self, dim=None: _strides(self) if dim is None else _s
 METHODS["is_contiguous"] = lambda self, memory_format=None: self._lazy is not None or \
     bool(getattr(self._data, "flags", None) is None or self._data.flags.c_contiguous)
 
+def _addcmul(self, tensor1, tensor2, *, value=1):
+    """``self + value * tensor1 * tensor2`` (PyTorch's order of operations)."""
+    return self + (tensor1 * value if not isinstance(value, (int, float)) or value != 1 else tensor1) * tensor2
+
+
+def _addcdiv(self, tensor1, tensor2, *, value=1):
+    """``self + value * tensor1 / tensor2`` (PyTorch's order of operations)."""
+    return self + (tensor1 * value) / tensor2
+
+
+def _lerp(self, end, weight):
+    """``self + weight * (end - self)``, rounded as PyTorch's kernel (from ``end`` for a
+    number weight of 0.5 or more)."""
+    if isinstance(weight, (int, float)) and weight >= 0.5:
+        return end - (end - self) * (1 - weight)
+    return self + (end - self) * weight
+
+
+METHODS.update({"addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp})
+
 _ARITHMETIC = {
     "add": F.add, "sub": F.sub, "mul": F.mul, "div": F.div, "true_divide": F.div, "pow": F.pow,
     "neg": F.neg, "abs": F.abs, "sign": F.sign, "square": F.square, "exp": F.exp, "log": F.log,
@@ -271,6 +291,7 @@ _ARITHMETIC = {
     "clamp_min": METHODS["clamp_min"], "clamp_max": METHODS["clamp_max"],
     "tril": FI.tril, "triu": FI.triu, "index_add": FI.index_add, "index_copy": FI.index_copy,
     "index_fill": FI.index_fill, "erfinv": FS.erfinv,
+    "addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp,
 }
 for _name in ("sin", "cos", "tan", "erf", "expm1", "log1p", "log2", "log10", "floor", "ceil", "round",
               "trunc", "frac", "remainder", "fmod", "floor_divide", "reciprocal", "logical_and",

@@ -6,8 +6,26 @@ from __future__ import annotations
 import math
 
 from flowserve.autograd.grad_mode import no_grad
+from flowserve.distributed import sbp as S
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+
+
+def _summable(g):
+    """A gradient whose elementwise powers can be summed piece by piece: a global
+    partial_sum one is all-reduced first (a split or broadcast one is used as it is)."""
+    return g.to_global(sbp=S.broadcast) if g.is_global and g.sbp[0].is_partial else g
+
+
+def _whole(g):
+    """A gradient whose max can be taken on every rank: a global one as broadcast."""
+    return g.to_global(sbp=S.broadcast) if g.is_global else g
+
+
+def _replicated(term):
+    """One gradient's term of the norm, the same on every rank (a sum over a split
+    gradient is a partial_sum: all-reduced)."""
+    return term.to_global(sbp=S.broadcast) if term.is_global else term
 
 
 @no_grad()
@@ -18,9 +36,9 @@ def clip_grads_(grads: list, max_norm: float, norm_type: float = 2.0, error_if_n
         return creation.tensor(0.0)
     norm_type = float(norm_type)
     if norm_type == float("inf"):
-        total = F.amax(F.stack([F.amax(F.abs(g)) for g in grads]))
+        total = F.amax(F.stack([_replicated(F.amax(F.abs(_whole(g)))) for g in grads]))
     else:
-        sums = [F.sum(F.pow(F.abs(g), norm_type)) for g in grads]
+        sums = [_replicated(F.sum(F.pow(F.abs(_summable(g)), norm_type))) for g in grads]
         total = F.pow(F.sum(F.stack(sums)), 1.0 / norm_type)
     if error_if_nonfinite and total._lazy is None and not math.isfinite(float(total)):
         raise RuntimeError(f"the total norm of order {norm_type} for gradients from `parameters` is "
