@@ -1,19 +1,27 @@
-"""Global tensors: a two-layer MLP trained with its weights split over the processes
-(tensor parallelism as Megatron-LM lays it out), written on OneFlow's placement and sbp.
+"""Global tensors: a two-layer MLP trained with OneFlow's placement and sbp, in the two
+layouts OneFlow users pick, each with a real optimizer (``flow.optim.SGD``).
 
     python examples/global_tensor_mlp.py                                    # one process
     python -m flowserve.distributed.launch --nproc_per_node 2 examples/global_tensor_mlp.py
 
-The first layer's weight is split by columns (``split(1)``), the second's by rows
-(``split(0)``): each rank computes its slice of the hidden layer, the second matmul gives a
-``partial_sum``, and one all-reduce (``to_global(sbp=broadcast)``) makes the output whole.
-Gradients flow back through the same pieces. The script trains a few SGD steps and checks
-the losses against the same model in plain numpy on one process.
+- model parallel (tensor parallelism as Megatron-LM lays it out): the first layer's weight
+  is split by output features (``split(0)`` of ``Linear.weight``, the columns of
+  ``x @ W^T``), the second's by input features (``split(1)``): each rank computes its slice of
+  the hidden layer, the second matmul gives a ``partial_sum``, and one all-reduce
+  (``to_global(sbp=broadcast)``) makes the output whole;
+- data parallel: ``model.to_global(placement, broadcast)`` and a ``split(0)`` batch; each
+  rank's gradient pieces are all-reduced as backward reaches the weights, so every rank's
+  optimizer applies the same update.
+
+``model.parameters()`` are global Parameters after ``to_global``; the optimizer updates
+each rank's piece in place. The script checks both runs' losses against the same model in
+plain numpy on one process.
 """
 
 import numpy as np
 
 import flowserve as flow
+import flowserve.nn as nn
 
 STEPS, LR = 5, 0.1
 
@@ -27,24 +35,45 @@ def data():
     return x, y, w1, w2
 
 
-def train_global() -> list:
-    x, y, w1, w2 = data()
-    placement = flow.placement.all("cpu")
-    b, s0, s1 = flow.sbp.broadcast, flow.sbp.split(0), flow.sbp.split(1)
-    x, y = flow.tensor(x, placement=placement, sbp=b), flow.tensor(y, placement=placement, sbp=b)
-    w1 = flow.tensor(w1, placement=placement, sbp=s1, requires_grad=True)  # columns on each rank
-    w2 = flow.tensor(w2, placement=placement, sbp=s0, requires_grad=True)  # rows on each rank
+def mlp(w1, w2) -> nn.Module:
+    model = nn.Sequential(nn.Linear(8, 6, bias=False), nn.ReLU(), nn.Linear(6, 2, bias=False))
+    with flow.no_grad():
+        model[0].weight.copy_(flow.tensor(w1.T))
+        model[2].weight.copy_(flow.tensor(w2.T))
+    return model
+
+
+def train(model, x, y, all_reduce_output: bool) -> list:
+    opt = flow.optim.SGD(model.parameters(), lr=LR)
     losses = []
     for _ in range(STEPS):
-        hidden = (x @ w1).relu()  # broadcast x split(1) -> split(1): each rank its hidden units
-        out = hidden @ w2  # split(1) x split(0) -> partial_sum
-        loss = (out.to_global(sbp=b) - y).square().mean()  # one all-reduce, then a broadcast loss
+        opt.zero_grad()
+        out = model(x)
+        if all_reduce_output:  # partial_sum -> broadcast: one all-reduce makes the output whole
+            out = out.to_global(sbp=flow.sbp.broadcast)
+        loss = (out - y).square().mean()
         loss.backward()
+        opt.step()  # each rank updates its pieces of the weights
         losses.append(float(loss.numpy()))
-        with flow.no_grad():  # the gradients have the weights' sbps: each rank updates its piece
-            w1 = (w1 - LR * w1.grad).detach().requires_grad_()
-            w2 = (w2 - LR * w2.grad).detach().requires_grad_()
     return losses
+
+
+def train_model_parallel() -> list:
+    x, y, w1, w2 = data()
+    placement, b = flow.placement.all("cpu"), flow.sbp.broadcast
+    model = mlp(w1, w2)
+    model[0].to_global(placement, flow.sbp.split(0))  # each rank: its hidden units
+    model[2].to_global(placement, flow.sbp.split(1))  # each rank: the matching inputs of layer 2
+    x, y = flow.tensor(x, placement=placement, sbp=b), flow.tensor(y, placement=placement, sbp=b)
+    return train(model, x, y, all_reduce_output=True)  # hidden: split(1); output: partial_sum
+
+
+def train_data_parallel() -> list:
+    x, y, w1, w2 = data()
+    placement, s0 = flow.placement.all("cpu"), flow.sbp.split(0)
+    model = mlp(w1, w2).to_global(placement, flow.sbp.broadcast)  # the whole model on every rank
+    x, y = flow.tensor(x, placement=placement, sbp=s0), flow.tensor(y, placement=placement, sbp=s0)
+    return train(model, x, y, all_reduce_output=False)  # output: split(0); the loss: partial_sum
 
 
 def train_numpy() -> list:
@@ -64,12 +93,13 @@ def train_numpy() -> list:
 
 if __name__ == "__main__":
     rank, world = flow.env.get_rank(), flow.env.get_world_size()
-    losses = train_global()
     expected = train_numpy()
+    runs = {"model parallel": train_model_parallel(), "data parallel": train_data_parallel()}
+    same = all(np.allclose(losses, expected, rtol=1e-5) for losses in runs.values())
     if rank == 0:
-        for step, (got, want) in enumerate(zip(losses, expected)):
-            print(f"step {step}: loss {got:.6f} (numpy, one process: {want:.6f})")
-        same = np.allclose(losses, expected, rtol=1e-5)
+        for step, want in enumerate(expected):
+            got = ", ".join(f"{name} {losses[step]:.6f}" for name, losses in runs.items())
+            print(f"step {step}: loss {got} (numpy, one process: {want:.6f})")
         print(f"{world} process(es): losses match single-process numpy: {same}")
-        if not same:
-            raise SystemExit(1)
+    if not same:
+        raise SystemExit(1)

@@ -142,7 +142,7 @@ def check(results: list, world: int) -> None:
     d = data()
     for rank, out in enumerate(results):
         for key, want in ref.items():
-            np.testing.assert_allclose(out[key], want, rtol=2e-5, atol=2e-6, err_msg=f"rank {rank}: {key}")
+            np.testing.assert_allclose(out[key], want, rtol=1e-6, atol=1e-6, err_msg=f"rank {rank}: {key}")
         want_local = np.array([float("inf"), 1.0, -2.0]) if rank == 0 else np.zeros(3)
         np.testing.assert_array_equal(out["inf-local"], want_local)  # exact zeros, no NaN
         np.testing.assert_array_equal(out["inf-logical"], [float("inf"), 1.0, -2.0])
