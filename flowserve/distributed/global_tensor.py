@@ -17,8 +17,11 @@ pieces built on the communicator's all-reduce:
 ``split -> partial_sum``  each rank zero-pads its piece to the logical shape
 ======================  ==========================================================
 
-A gradient has the *dual* sbp of its tensor: split for split, partial_sum for broadcast
-(every rank's use adds to it), broadcast for partial_sum.
+Gradients flow back in the *dual* sbp of their tensor: split for split, partial_sum for
+broadcast (every rank's use adds to it), broadcast for partial_sum. A leaf's gradient is
+boxed to the leaf's own sbp as it arrives (OneFlow's rule), so a broadcast weight's
+``.grad`` is broadcast. In-place ops update this rank's piece (``_assign``), keeping the
+tensor's sbp; ``nn.Module.to_global`` and the optimizers build on them.
 
 >>> import flowserve as flow
 >>> x = flow.ones(4, 2, placement=flow.placement.all("cpu"), sbp=flow.sbp.split(0))
