@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import enable_grad, no_grad
-from flowserve.errors import FlowserveError
+from flowserve.errors import DistributedError, FlowserveError
 from flowserve.ops import creation
 from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
@@ -63,6 +63,11 @@ class Optimizer(ABC):
         for p in group["params"]:
             if not isinstance(p, Tensor) or not p.is_leaf:
                 raise ValueError(f"optimizer can only optimize leaf Tensors, got {type(p).__name__}")
+            if p.is_global and p.sbp[0].is_partial:
+                raise DistributedError(
+                    f"{type(self).__name__}: a parameter of size {tuple(p.shape)} is a partial_sum global tensor; "
+                    "an update is not linear in its summands: make parameters broadcast (data parallel) or split "
+                    "(model parallel), for example p.to_global(sbp=flow.sbp.broadcast)")
         ids = [id(p) for p in group["params"]]
         known = {id(p) for g in self.param_groups for p in g["params"]}
         if len(set(ids)) != len(ids) or known.intersection(ids):

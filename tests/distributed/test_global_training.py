@@ -69,6 +69,8 @@ def test_a_broadcast_leaf_gradient_is_broadcast_and_zeros_like_stays_global():
     (lambda pl: nn.Linear(2, 2).to_global(placement=pl), "Module.to_global needs sbp="),
     (lambda pl: nn.Linear(2, 2).to_global(sbp=flow.sbp.broadcast), "needs placement="),
     (lambda pl: nn.Parameter(flow.ones(2, placement=pl, sbp=flow.sbp.broadcast)), "convert the parameter instead"),
+    (lambda pl: flow.optim.Adam(nn.Linear(2, 2).to_global(pl, flow.sbp.partial_sum).parameters()),
+     r"Adam: a parameter of size \(2, 2\) is a partial_sum global tensor; an update is not linear"),
 ])
 def test_global_training_mistakes_say_what_was_expected(make, message):
     with pytest.raises((DistributedError, TypeError), match=message):
