@@ -90,3 +90,22 @@ def test_addcmul_addcdiv_lerp_match_torch():
         out = getattr(flow.tensor(a), name)(*[flow.tensor(x) if isinstance(x, np.ndarray) else x for x in args],
                                             **kwargs)
         np.testing.assert_allclose(out.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_optimizer_state_of_global_parameters_saves_and_loads():
+    pl = flow.placement.all("cpu")
+    flow.manual_seed(0)
+    model = nn.Linear(4, 3).to_global(pl, lambda t: flow.sbp.split(0))
+    opt = flow.optim.Adam(model.parameters(), lr=0.1)
+    x = flow.randn(5, 4, placement=pl, sbp=flow.sbp.broadcast)
+    model(x).square().sum().backward()
+    opt.step()
+    state = opt.state_dict()
+    assert state["state"][0]["exp_avg"].is_global and state["state"][0]["exp_avg"].sbp == (flow.sbp.split(0),)
+    fresh = flow.optim.Adam(model.parameters(), lr=0.1)
+    fresh.load_state_dict(state)
+    for key in ("exp_avg", "exp_avg_sq", "step"):
+        np.testing.assert_array_equal(fresh.state[model.weight][key].numpy(), state["state"][0][key].numpy())
+    assert fresh.state[model.weight]["exp_avg"].sbp == (flow.sbp.split(0),)
+    opt.zero_grad(set_to_none=False)
+    assert model.weight.grad.sbp == (flow.sbp.split(0),) and not model.weight.grad.numpy().any()
