@@ -233,6 +233,18 @@ class GlobalTensor(Tensor):
         self._dtype = self._local._dtype
         self._version += 1
 
+    def __deepcopy__(self, memo: dict) -> "GlobalTensor":
+        """A copy with its own pieces (``copy.deepcopy(model)`` of a global model): a leaf
+        stays a leaf of the same class, with its gradient copied."""
+        with no_grad():
+            out = type(self)._make(F.clone(self._local.detach()), self._placement, self._sbp, self._logical)
+            if self.requires_grad and self.is_leaf:
+                out.requires_grad_()
+            if self._local.grad is not None:
+                out._local.grad = F.clone(self._local.grad)
+        memo[id(self)] = out
+        return out
+
     def _global_like(self, make, requires_grad: bool = False, random: bool = False) -> "GlobalTensor":
         """``zeros_like(x)`` and friends of a global ``x``: global, with its placement and sbp."""
         with no_grad():

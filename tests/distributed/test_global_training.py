@@ -5,6 +5,8 @@ model trained in one process on the whole batch, in one process and in two on lo
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,11 @@ def test_module_to_global_keeps_parameters_registered_and_shared():
     assert "Parameter containing" in repr(q) and "sbp=(flowserve.sbp.broadcast,)" in repr(q)
     model.to_global(sbp=lambda t: flow.sbp.split(0) if t.ndim == 2 else flow.sbp.broadcast)
     assert model[0].weight.sbp == (flow.sbp.split(0),) and model[0].bias.sbp == (flow.sbp.broadcast,)
+    twin = copy.deepcopy(model)
+    w = twin[0].weight
+    assert isinstance(w, nn.Parameter) and w is twin[2].weight and w is not model[0].weight and w.is_leaf
+    assert w.sbp == (flow.sbp.split(0),) and w.requires_grad
+    np.testing.assert_array_equal(w.numpy(), model[0].weight.numpy())
 
 
 def test_a_broadcast_leaf_gradient_is_broadcast_and_zeros_like_stays_global():
