@@ -5,11 +5,15 @@
    interleaved (needs mpi4py; ``pip install mpi4py mpich``);
 2. one training step of an MLP 784-1024-1024-10 (2.9 M parameters, 11 MB of gradients),
    global batch 256, with 1 and 2 processes (``python -m flowserve.distributed.launch``),
-   DDP eager and nn.Graph data parallelism: step time, and the share of it spent in the
-   communicator (waiting on allreduce included).
+   DDP eager, global tensors (OneFlow's data parallelism: ``model.to_global(placement,
+   broadcast)`` and a ``split(0)`` batch, eager) and nn.Graph data parallelism: step time,
+   and the share of it spent in the communicator (waiting on allreduce included). The modes
+   run in interleaved rounds (``--rounds``); the table gives each one's median over the
+   rounds and the global/DDP ratio of every round.
 
-    python bench/bench_distributed.py            # about 2 minutes on 2 cores
+    python bench/bench_distributed.py            # about 4 minutes on 2 cores
     python bench/bench_distributed.py --quick
+    python bench/bench_distributed.py --steps-only --rounds 3   # the training steps only
 """
 
 from __future__ import annotations
@@ -131,6 +135,18 @@ def _mlp_step(mode: str, model, world: int):
     x = flow.tensor(rng.standard_normal((local, 784)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 10, local))
     loss_fn = nn.CrossEntropyLoss()
+    if mode == "global":  # OneFlow's global data parallelism: broadcast weights, split(0) batch
+        placement = flow.placement.all("cpu")
+        model.to_global(placement, flow.sbp.broadcast)
+        opt = flow.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x, y = x.to_global(placement, flow.sbp.split(0)), y.to_global(placement, flow.sbp.split(0))
+
+        def global_step():
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()  # the weights' gradients are all-reduced as they arrive
+            opt.step()
+
+        return global_step
     if mode == "graph":
         class Step(nn.Graph):
             def __init__(self):
@@ -180,28 +196,39 @@ def step_worker(mode: str, steps: int, out_path: str) -> None:
             json.dump({"step_s": float(np.median(times)), "comm_s": comm.seconds / steps}, f)
 
 
-def bench_steps(steps: int) -> list:
-    rows = []
+MODES = ("eager", "global", "graph")
+
+
+def bench_steps(steps: int, rounds: int) -> tuple[list, list]:
+    """Every (mode, processes) once per round, the rounds one after the other: the median
+    of each over the rounds, and each round's global/eager ratio at 2 processes."""
+    runs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("eager", "graph"):
-            for nproc in (1, 2):
-                path = os.path.join(tmp, f"{mode}{nproc}.json")
-                cmd = [sys.executable, "-m", "flowserve.distributed.launch", "--nproc_per_node", str(nproc),
-                       "--master_port", str(free_port()), __file__, "--step-worker", mode, "--steps", str(steps),
-                       "--out", path]
-                subprocess.run(cmd, check=True, timeout=600, cwd=ROOT)
-                with open(path) as f:
-                    rows.append({"mode": mode, "nproc": nproc, **json.load(f)})
-    return rows
+        for _ in range(rounds):
+            for mode in MODES:
+                for nproc in (1, 2):
+                    path = os.path.join(tmp, f"{mode}{nproc}.json")
+                    cmd = [sys.executable, "-m", "flowserve.distributed.launch", "--nproc_per_node", str(nproc),
+                           "--master_port", str(free_port()), __file__, "--step-worker", mode, "--steps",
+                           str(steps), "--out", path]
+                    subprocess.run(cmd, check=True, timeout=600, cwd=ROOT)
+                    with open(path) as f:
+                        runs.setdefault((mode, nproc), []).append(json.load(f))
+    rows = [{"mode": mode, "nproc": nproc, "step_s": float(np.median([r["step_s"] for r in found])),
+             "comm_s": float(np.median([r["comm_s"] for r in found]))} for (mode, nproc), found in runs.items()]
+    ratios = [g["step_s"] / e["step_s"] for g, e in zip(runs[("global", 2)], runs[("eager", 2)])]
+    return rows, ratios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--allreduce-worker", action="store_true")
-    parser.add_argument("--step-worker", choices=("eager", "graph"))
+    parser.add_argument("--step-worker", choices=MODES)
+    parser.add_argument("--steps-only", action="store_true", help="skip the allreduce comparison")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the training steps")
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.allreduce_worker:
@@ -209,7 +236,7 @@ def main() -> None:
     if args.step_worker:
         return step_worker(args.step_worker, args.steps, args.out)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}, cores: {os.cpu_count()}")
-    rows = bench_allreduce(3 if args.quick else 5)
+    rows = None if args.steps_only else bench_allreduce(3 if args.quick else 5)
     if rows:
         print("\nallreduce, 2 processes, loopback (best of the repetitions, interleaved)")
         print(f"{'size':>7} | {'MPI ms':>8} {'MPI GB/s':>9} | {'gloo ms':>8} {'gloo GB/s':>9} | gloo/MPI time")
@@ -217,13 +244,16 @@ def main() -> None:
             gb = r["mb"] / 1024
             print(f"{r['mb']:>5}MB | {r['mpi'] * 1e3:8.1f} {gb / r['mpi']:9.2f} | {r['gloo'] * 1e3:8.1f} "
                   f"{gb / r['gloo']:9.2f} | {r['gloo'] / r['mpi']:.2f}x")
-    steps = bench_steps(5 if args.quick else 10)
-    print(f"\ntraining step, MLP 784-1024-1024-10 (2.9 M parameters), global batch {GLOBAL_BATCH}, SGD momentum")
+    rounds = args.rounds or (1 if args.quick else 3)
+    steps, ratios = bench_steps(5 if args.quick else args.steps, rounds)
+    print(f"\ntraining step, MLP 784-1024-1024-10 (2.9 M parameters), global batch {GLOBAL_BATCH}, SGD momentum "
+          f"(median of {rounds} interleaved rounds)")
     print(f"{'mode':>6} {'procs':>5} | {'step ms':>8} {'comm ms':>8} {'comm share':>10} | speedup vs 1 process")
     base = {r["mode"]: r["step_s"] for r in steps if r["nproc"] == 1}
     for r in steps:
         print(f"{r['mode']:>6} {r['nproc']:>5} | {r['step_s'] * 1e3:8.1f} {r['comm_s'] * 1e3:8.1f} "
               f"{r['comm_s'] / r['step_s']:10.0%} | {base[r['mode']] / r['step_s']:.2f}x")
+    print("global tensors / DDP eager step time, 2 processes, per round: " + ", ".join(f"{r:.2f}x" for r in ratios))
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("What 2 cores can show: every process shares them (and other work: see the load), so 2 processes add\n"
           "no compute. One eager process runs numpy with 2 BLAS threads, two launched processes 1 each (the\n"
