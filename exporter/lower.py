@@ -76,7 +76,8 @@ def _widen_bfloat16(ir: GraphIR) -> GraphIR:
 
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
-             opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None) -> onnx.ModelProto:
+             opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None,
+             nchwc_block: int = 0) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
@@ -84,6 +85,10 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     value (``ir.updates``) is returned as output ``<name>:new``. ``dynamic_batch``: dim 0 of
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
     ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
+    ``nchwc_block``: ONNX Runtime's NCHWc channel block, for graph mode on its CPU provider
+    only (``flowserve.exporter.lowering.conv``): eligible convolutions become
+    ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
+    the model standard ONNX.
     """
     ir = _widen_bfloat16(ir)
     b = Builder(opset)
@@ -95,7 +100,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.input(name, v.dtype, v.shape)
     for name, array in baked.items():
         b.initializer(name, np.asarray(array))
-    ctx = LoweringContext(ir, b, dynamic_batch)
+    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block)
     for node in ir.nodes:
         lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:

@@ -18,6 +18,7 @@ import ctypes
 import functools
 import os
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -27,6 +28,7 @@ from flowserve.exporter import openvino
 from flowserve.nn.graph.config import EXECUTION_PROVIDERS
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
+NCHWC_DOMAIN = "com.microsoft.nchwc"
 CPU_PROVIDER = "CPUExecutionProvider"
 DEVICES = ("auto", "cpu", "cuda")
 _QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
@@ -110,6 +112,36 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     if mode:
         so.execution_order = getattr(ort.ExecutionOrder, _EXECUTION_ORDER.get(mode, "DEFAULT"))
     return so
+
+
+def runs_on_cpu_provider(options: dict | None = None) -> bool:
+    """Whether ``create_session(..., options=options)`` runs on ONNX Runtime's CPU provider
+    (not CUDA, not OpenVINO)."""
+    provider = check_execution_provider((options or {}).get("execution_provider", "auto"))
+    return provider == "cpu" or (provider == "auto" and not cuda_usable())
+
+
+@functools.lru_cache(maxsize=1)
+def nchwc_block_size() -> int:
+    """The channel block of ONNX Runtime's NCHWc kernels on this CPU (MLAS's
+    ``MlasNchwcGetBlockSize``: 16 with AVX-512, 8 with AVX2), or 0 where this build has no
+    ``com.microsoft.nchwc`` operators. Read from the channels ``ReorderInput`` pads 4 to."""
+    node = onnx.helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN)
+    graph = onnx.helper.make_graph(
+        [node], "probe", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 1, 1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid(NCHWC_DOMAIN, 1)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # fatal only: a build without the kernels is an answer, not an error
+    so.intra_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=[CPU_PROVIDER])
+        (out,) = session.run(None, {"x": np.ones((1, 4, 1, 1), np.float32)})
+    except Exception:  # no NCHWc kernels in this build or on this CPU
+        return 0
+    block = int(out.shape[1])
+    return block if block > 1 and (block & (block - 1)) == 0 else 0
 
 
 def check_execution_provider(name: str) -> str:

@@ -11,13 +11,26 @@ Two rewrites make training graphs run faster on ONNX Runtime's CPU provider, who
   ``dilation * (kernel - 1) - pads``.
 
 Both change only the summation order of the same products.
+
+In graph mode on ONNX Runtime's CPU provider (``ctx.nchwc_block``), 2-D convolutions
+with a kernel larger than 1x1 whose channels fill its NCHWc blocks (ungrouped, or
+depthwise) run ONNX Runtime's blocked kernels: ``com.microsoft.nchwc`` ``ReorderInput``,
+``Conv`` and ``ReorderOutput``. Runtime does that itself only for weights that are
+initializers; a training graph feeds its weights, so the lowering reorders the weight in
+the graph each step, as MLAS's ``MlasReorderFilterOIHWBiBo`` (``OIHWBo`` for depthwise)
+lays it out: two transposes of the small weight. Convolutions whose weight is larger
+than their output (ResNet's last 3x3 stage at 4x4) and 1x1 ones measured faster as plain
+``Conv`` and keep it. The same products are summed, in another order.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from flowserve.exporter.lowering.registry import lowering
 
 INT64_MIN = -(2**63)
+NCHWC = "com.microsoft.nchwc"
 
 
 def _common(node, ctx) -> dict:
@@ -45,10 +58,56 @@ def _matmul_conv_transpose(b, node, ctx) -> None:
     b.op("Reshape", [product, b.const([0, rows, *y_shape[2:]])], node.outputs)
 
 
+def _nchwc_kind(ctx, x: str, w_shape, y: str, groups: int) -> str | None:
+    """"dense" or "depthwise" where this convolution runs faster as NCHWc, else None."""
+    block = ctx.nchwc_block
+    xm = ctx.meta(x)
+    if not block or len(xm.shape) != 4 or xm.dtype != "float32" or len(w_shape) != 4:
+        return None
+    o, c_g, kh, kw = w_shape
+    c = xm.shape[1]
+    if kh * kw == 1 or int(np.prod(w_shape)) > int(np.prod(ctx.meta(y).shape)):
+        return None
+    if groups == 1 and c % block == 0 and o % block == 0:
+        return "dense"
+    if groups == c == o and c_g == 1 and c % block == 0:
+        return "depthwise"
+    return None
+
+
+def _nchwc_weight(b, w: str, shape, block: int, kind: str) -> str:
+    """``(O, C/g, kh, kw)`` weight in MLAS's blocked layout (same shape): OIHWBiBo (output
+    channel blocks, input channel blocks, taps, then an input x output channel block) for
+    dense kernels, OIHWBo for depthwise ones."""
+    o, c_g, kh, kw = shape
+    taps = kh * kw
+    w = b.op1("Reshape", [w, b.const([o // block, block, c_g * taps])])
+    w = b.op1("Transpose", [w], perm=[0, 2, 1])  # output channels innermost
+    if kind == "dense":
+        w = b.op1("Reshape", [w, b.const([o // block * (c_g // block), block, taps, block])])
+        w = b.op1("Transpose", [w], perm=[0, 2, 1, 3])  # taps before the input channel block
+    return b.op1("Reshape", [w, b.const(list(shape))])
+
+
+def emit_conv(b, ctx, x: str, w: str, w_shape, y: str, attrs: dict) -> None:
+    """``y = Conv(x, w)`` with ONNX ``attrs``: NCHWc where ``_nchwc_kind`` allows, else ``Conv``."""
+    kind = _nchwc_kind(ctx, x, w_shape, y, attrs["group"])
+    if kind is None:
+        b.op("Conv", [x, w], [y], **attrs)
+        return
+    blocked = ctx.reordered.get(x)
+    if blocked is None:
+        blocked = ctx.reordered[x] = b.op1("ReorderInput", [x], b.fresh("nchwc_in"), domain=NCHWC)
+    out = b.op1("Conv", [blocked, _nchwc_weight(b, w, w_shape, ctx.nchwc_block, kind)], b.fresh("nchwc_conv"),
+                domain=NCHWC, **attrs)
+    b.op("ReorderOutput", [out], [y], domain=NCHWC, channels=int(w_shape[0]))
+
+
 @lowering("conv")
 def lower_conv(b, node, ctx):
     # pointwise forward convolutions stay Conv: as a MatMul they measured no faster
-    b.op("Conv", node.inputs, node.outputs, **_common(node, ctx))
+    x, w = node.inputs
+    emit_conv(b, ctx, x, w, ctx.meta(w).shape, node.outputs[0], _common(node, ctx))
 
 
 def _flipped_pads(node, ctx) -> list | None:
@@ -85,8 +144,11 @@ def lower_conv_transpose(b, node, ctx):
         return
     pads = _flipped_pads(node, ctx) if all(s == 1 for s in a["stride"]) else None
     if pads is not None:
-        kernel = _flipped_kernel(b, node.inputs[1], ctx.meta(node.inputs[1]).shape, int(a["groups"]))
-        b.op("Conv", [node.inputs[0], kernel], node.outputs, **{**_common(node, ctx), "pads": pads})
+        shape = ctx.meta(node.inputs[1]).shape
+        kernel = _flipped_kernel(b, node.inputs[1], shape, int(a["groups"]))
+        groups = int(a["groups"])
+        conv_shape = [shape[1] * groups, shape[0] // groups, *shape[2:]]
+        emit_conv(b, ctx, node.inputs[0], kernel, conv_shape, node.outputs[0], {**_common(node, ctx), "pads": pads})
         return
     # output_padding, never output_shape: ORT computes some strides wrongly with output_shape
     b.op("ConvTranspose", node.inputs, node.outputs, output_padding=list(a["output_padding"]),

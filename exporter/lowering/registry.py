@@ -37,10 +37,16 @@ def simple(op_type: str, *names: str, **fixed_attrs):
 
 
 class LoweringContext:
-    def __init__(self, ir, builder, dynamic_batch: bool):
+    """What a lowering may read besides its node: value metadata, the builder, whether the
+    batch is dynamic, and ``nchwc_block`` (ONNX Runtime's NCHWc channel block where graph
+    mode runs on its CPU provider, else 0: standard ONNX only)."""
+
+    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0):
         self.ir = ir
         self.b = builder
         self.dynamic_batch = dynamic_batch
+        self.nchwc_block = nchwc_block
+        self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
 
     def meta(self, name: str):
         return self.ir.values[name]

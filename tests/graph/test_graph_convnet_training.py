@@ -14,6 +14,7 @@ import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
+from flowserve.exporter import openvino, runtime
 
 from tests.graph.helpers import TrainGraph
 
@@ -171,3 +172,67 @@ def test_relu6_lowers_to_one_clip():
     assert ops.count("Clip") == 1 and "Max" not in ops and "Min" not in ops, ops
     read = {name for n in onnx_graph.node for name in n.input}
     assert all(init.name in read for init in onnx_graph.initializer)
+
+
+def _blocked_layers(lib):
+    """Convolutions whose channels fill ONNX Runtime's NCHWc blocks (8 or 16 channels)."""
+    return [
+        lib.Conv2d(3, 16, 3, 1, 1, bias=False), lib.BatchNorm2d(16), lib.ReLU6(),             # too few inputs
+        lib.Conv2d(16, 32, 3, 1, 1, bias=False), lib.BatchNorm2d(32), lib.ReLU(),             # dense, stride 1
+        lib.Conv2d(32, 32, 3, 1, 1, groups=32, bias=False), lib.BatchNorm2d(32), lib.ReLU6(),  # depthwise
+        lib.Conv2d(32, 32, 3, 2, 1, groups=32, bias=False), lib.BatchNorm2d(32), lib.ReLU6(),  # depthwise, strided
+        lib.Conv2d(32, 16, 3, 2, 1), lib.ReLU(),                                              # dense, strided, bias
+        lib.Conv2d(16, 16, 3, 1, 2, dilation=2), lib.ReLU(),                                  # dilated
+        lib.AdaptiveAvgPool2d(1), lib.Flatten(), lib.Linear(16, 5),
+    ]
+
+
+def _blocked_models():
+    flow.manual_seed(0)
+    ours = nn.Sequential(*_blocked_layers(nn))
+    theirs = torch.nn.Sequential(*_blocked_layers(torch.nn))
+    theirs.load_state_dict({k: torch.tensor(v.numpy().copy()) for k, v in ours.state_dict().items()})
+    return ours, theirs
+
+
+def test_blocked_convolutions_train_as_eager_and_pytorch():
+    """On ONNX Runtime's CPU provider the eligible convolutions (forward and stride-1 input
+    gradients) run as NCHWc operators, the weight reordered in the graph; losses, weights
+    and running statistics stay PyTorch's, and switching the kernels off gives the same."""
+    block = runtime.nchwc_block_size()
+    if not block:
+        pytest.skip("this ONNX Runtime build has no NCHWc kernels")
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((8, 3, 16, 16)).astype(np.float32), rng.integers(0, 5, 8)
+    blocked_model, reference = _blocked_models()
+    plain_model, _ = _blocked_models()
+    eager_model, _ = _blocked_models()
+    graph = _train_graph(blocked_model)
+    blocked = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
+    nodes = graph._compiled.model.graph.node
+    convs = [n for n in nodes if n.op_type == "Conv" and n.domain == "com.microsoft.nchwc"]
+    # forward: dense and depthwise at stride 1, depthwise at stride 2; input gradients: the
+    # stride-1 dense and depthwise ones. The first conv has 3 input channels, and the last
+    # two's weights are larger than their 4x4 outputs: plain Conv, as measured faster.
+    assert len(convs) == 5, [(n.op_type, n.domain) for n in nodes if "Conv" in n.op_type]
+    plain_graph = _train_graph(plain_model)
+    plain_graph.config.allow_cpu_blocked_kernels(False)
+    plain = [float(plain_graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
+    assert not any(n.domain for n in plain_graph._compiled.model.graph.node)
+    expected = _torch_losses(reference, x, y)
+    np.testing.assert_allclose(blocked, expected, rtol=1e-4)
+    np.testing.assert_allclose(plain, expected, rtol=1e-4)
+    np.testing.assert_allclose(_eager_losses(eager_model, x, y), expected, rtol=1e-4)
+    _assert_state_close(blocked_model, reference)
+    _assert_state_close(blocked_model, eager_model)
+
+
+@pytest.mark.parametrize("provider", ["openvino"])
+def test_blocked_convolutions_only_on_the_cpu_provider(provider):
+    """Other engines get standard ONNX: no com.microsoft.nchwc operator."""
+    if not openvino.available():
+        pytest.skip("OpenVINO is not installed")
+    model, _ = _blocked_models()
+    graph = _train_graph(model, provider)
+    graph(flow.tensor(np.ones((2, 3, 12, 12), np.float32)), flow.tensor(np.zeros(2, np.int64)))
+    assert not any(n.domain for n in graph._compiled.model.graph.node)

@@ -50,11 +50,15 @@ class CompiledGraph:
         self._build_session()
 
     def _lower(self, fed: list, baked: dict):
-        from flowserve.exporter.lower import lower_ir  # local: graph mode loads ONNX on first compile
+        from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
 
         ir, _ = lowering_ir(self.traced.ir, self.options)
-        return lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                        dynamic_batch=self.dynamic_batch)
+        # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
+        blocked = self.training and self.options.get("cpu_blocked_kernels", True) \
+            and runtime.runs_on_cpu_provider(self.options)
+        return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
+                              dynamic_batch=self.dynamic_batch,
+                              nchwc_block=runtime.nchwc_block_size() if blocked else 0)
 
     def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session  # local: as above

@@ -14,7 +14,9 @@
   optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
   they are recorded in the IR and change no result;
 - ``set_outputs_buffer_size``: how many output buffers calls rotate through;
-- ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO).
+- ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO);
+- ``allow_cpu_blocked_kernels``: training graphs on ONNX Runtime's CPU provider run their
+  eligible convolutions with its blocked (NCHWc) kernels (on by default).
 """
 
 from __future__ import annotations
@@ -115,6 +117,14 @@ class GraphConfig:
         if provider not in EXECUTION_PROVIDERS:
             raise ValueError(f"set_execution_provider expects one of {EXECUTION_PROVIDERS}, got {provider!r}")
         self._set("execution_provider", provider)
+
+    def allow_cpu_blocked_kernels(self, mode: bool = True) -> None:
+        """Training graphs on ONNX Runtime's CPU provider: 3x3 (and larger) convolutions
+        whose channels fill its NCHWc blocks run its blocked kernels, the weight reordered
+        in the graph each step (``flowserve.exporter.lowering.conv``). On by default; off
+        lowers standard ONNX ``Conv`` only. Saved and exported models are standard ONNX
+        either way."""
+        self._set("cpu_blocked_kernels", bool(mode))
 
     def set_outputs_buffer_size(self, value: int = 2) -> None:
         """Number of output buffers the graph's calls rotate through (default 2)."""
