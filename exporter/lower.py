@@ -8,7 +8,7 @@ import onnx
 from flowserve.errors import ExportError
 from flowserve.exporter import versions
 from flowserve.exporter.builder import Builder, onnx_dtype
-from flowserve.exporter.lowering import LOWERINGS, LoweringContext
+from flowserve.exporter.lowering import LOWERINGS, LoweringContext, training
 from flowserve.exporter.lowering.clip import fold_clip
 from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.ir.graph import GraphIR, Node, Value
@@ -111,9 +111,13 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         if dtype != v.dtype:
             _cast_output(b, v.name, dtype)
         b.output(v.name, dtype, _batch_shape(v.shape, batch))
-    for name in state_outputs:
+    user_outputs = {v.name for v in ir.outputs}
+    updates = {name: ir.updates[name] for name in state_outputs}
+    fold_clip(b, keep=user_outputs | set(updates.values()))
+    if updates and training.fuse_weight_gradient_gemms(b, keep=user_outputs | set(updates.values())):
+        still_read = {n for node in b.nodes for n in node.input} | user_outputs | set(updates.values())
+        b.drop_initializers([n for n in b.initializers if n not in still_read])  # the momenta's factors
+    for name, out in zip(updates, training.write_state_outputs(b, updates, user_outputs, UPDATE_SUFFIX)):
         v = ir.state[name]
-        out = b.op1("Identity", [ir.updates[name]], name + UPDATE_SUFFIX)
         b.output(out, v.dtype, v.shape)
-    fold_clip(b, keep={v.name for v in ir.outputs})
     return b.model(ir.name)
