@@ -77,7 +77,7 @@ def _widen_bfloat16(ir: GraphIR) -> GraphIR:
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
              opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None,
-             nchwc_block: int = 0) -> onnx.ModelProto:
+             nchwc_block: int = 0, cpu_provider: bool = False) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
@@ -88,7 +88,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     ``nchwc_block``: ONNX Runtime's NCHWc channel block, for graph mode on its CPU provider
     only (``flowserve.exporter.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
-    the model standard ONNX.
+    the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
+    CPU provider (standard operators in the formulations it runs fastest).
     """
     ir = _widen_bfloat16(ir)
     b = Builder(opset)
@@ -100,7 +101,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.input(name, v.dtype, v.shape)
     for name, array in baked.items():
         b.initializer(name, np.asarray(array))
-    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block)
+    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider)
     for node in ir.nodes:
         lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:

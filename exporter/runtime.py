@@ -96,15 +96,17 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     each other; ``flow.backends``' deterministic switch sets ``use_deterministic_compute``.
     ``options`` are an nn.Graph's config options: ``straighten_algorithm``
     picks the execution order, ``compress_memory`` returns memory to the system as soon
-    as tensors die (no arena caching freed blocks)."""
+    as tensors die (no arena caching freed blocks), ``thread_spinning`` lets the threads
+    spin between operators (graph mode's training steps: a step of many short operators
+    otherwise waits for its threads to wake at each one)."""
     so = ort.SessionOptions()
     so.log_severity_level = _QUIET  # errors only: no provider fallback noise
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads or max(1, (os.cpu_count() or 1) // max(1, instances))
     so.inter_op_num_threads = 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.use_deterministic_compute = engine_flags()["deterministic"]  # flow.use_deterministic_algorithms
     options = options or {}
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("thread_spinning") else "0")
     if options.get("compress_memory"):
         so.enable_cpu_mem_arena = False
         so.enable_mem_reuse = True

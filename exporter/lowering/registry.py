@@ -38,14 +38,16 @@ def simple(op_type: str, *names: str, **fixed_attrs):
 
 class LoweringContext:
     """What a lowering may read besides its node: value metadata, the builder, whether the
-    batch is dynamic, and ``nchwc_block`` (ONNX Runtime's NCHWc channel block where graph
-    mode runs on its CPU provider, else 0: standard ONNX only)."""
+    batch is dynamic, ``cpu_provider`` (graph mode on ONNX Runtime's CPU provider: the
+    formulations it runs fastest) and ``nchwc_block`` (its NCHWc channel block for training
+    graphs, else 0: standard ONNX operators only)."""
 
-    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0):
+    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0, cpu_provider: bool = False):
         self.ir = ir
         self.b = builder
         self.dynamic_batch = dynamic_batch
         self.nchwc_block = nchwc_block
+        self.cpu_provider = cpu_provider
         self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
 
     def meta(self, name: str):

@@ -53,11 +53,11 @@ class CompiledGraph:
         from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
 
         ir, _ = lowering_ir(self.traced.ir, self.options)
+        cpu = runtime.runs_on_cpu_provider(self.options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
-        blocked = self.training and self.options.get("cpu_blocked_kernels", True) \
-            and runtime.runs_on_cpu_provider(self.options)
+        blocked = cpu and self.training and self.options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                              dynamic_batch=self.dynamic_batch,
+                              dynamic_batch=self.dynamic_batch, cpu_provider=cpu,
                               nchwc_block=runtime.nchwc_block_size() if blocked else 0)
 
     def _build_session(self) -> None:
@@ -75,15 +75,20 @@ class CompiledGraph:
         self.fed_state = fed
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = create_session(self.model, options=self._session_options())
         except Exception:
             if not self.dynamic_batch:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = create_session(self.model, options=self._session_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
+
+    def _session_options(self) -> dict:
+        """The graph's options for its session: training steps spin their threads between
+        operators unless the config says otherwise (``allow_thread_spinning``)."""
+        return {"thread_spinning": self.training, **self.options}
 
     # -- running ------------------------------------------------------------------------------
 
