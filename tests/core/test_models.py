@@ -222,7 +222,13 @@ def test_eager_and_graph_training_agree(name, make, data, optimizer):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eager, graph_model, eager_losses, graph_losses = _train_eager_and_graph(make, x, y, optimizer)
-    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-4, err_msg=f"{name} losses per step")
+    # MobileNetV2's batch norms see 8 values per channel at its 1x1 maps here, which
+    # amplify float32 rounding step after step: from the same weights, float64 eager
+    # training gives losses 2.3536824, 2.3334713, 2.3144843; float32 eager is 6.5e-5 off
+    # at step 3, the graph (NCHWc convolutions, each as accurate as a plain Conv) 1.3e-4
+    # off, and other data seeds agree within 3e-6.
+    rtol = 3e-4 if name == "mobilenet_v2" else 1e-4
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=rtol, err_msg=f"{name} losses per step")
     assert abs(eager_losses[-1] - eager_losses[0]) > 1e-3 * eager_losses[0], f"{name} did not train"
     for (key, e), g in zip(eager.state_dict().items(), graph_model.state_dict().values()):
         if "running" in key or "num_batches" in key:  # batch variances of 1x1 maps: 1e-3 of the scale
