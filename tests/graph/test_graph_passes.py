@@ -39,7 +39,10 @@ def test_weight_gradient_convs_become_matmuls_with_eager_gradients():
     graph(x, y)
     ir = graph._last.traced.ir
     assert "conv_weight_grad_as_matmul" in ir.attrs["passes"]
-    # the first conv's weight gradient (8 images of 32x32: 8192-long products) became matmuls
-    assert sum(n.op == "matmul" and "/wg_" in n.outputs[0] for n in ir.nodes) == 9
+    # every conv's weight gradient became matmuls: the first's 9 taps (8 images of 32x32:
+    # 8192-long products), the strided one's 9 (its 4x4 gradient conv cropped to the 3x3
+    # kernel: only the kept taps) and the pointwise one's single tap
+    wg = [n.outputs[0].split("/wg_")[0] for n in ir.nodes if n.op == "matmul" and "/wg_" in n.outputs[0]]
+    assert sorted(wg.count(name) for name in set(wg)) == [1, 9, 9], wg
     for p0, p, e in zip(before, model.parameters(), eager.parameters()):
         assert_close(p0 - p.numpy(), e.grad.numpy(), rtol=1e-5)

@@ -10,10 +10,11 @@ resnet18). Each output position ``(i, j)`` of such a convolution is one matrix p
                     @ reshape(K, (O, C*kh*kw)).T
 
 so the pass rewrites ungrouped convolutions whose kernel covers at least 16 positions, whose
-output at most 16 and whose products are at least 8192 long (batch x image positions;
+output at most 16 and whose products are at least 1024 long (batch x image positions;
 small batches and images keep their convolution, whose rounding eager-vs-graph checks of
-small models rely on) as ``oh*ow`` matrix products (zero padding by ``slice_backward``, taps by ``slice``). Only the summation order
-changes.
+small models rely on) as ``oh*ow`` matrix products (zero padding by ``slice_backward``, taps by ``slice``). A strided
+convolution's weight gradient is larger than the kernel and cropped by a ``slice``: only
+the taps the crop keeps are computed. Only the summation order changes.
 
 >>> ir, changed = conv_weight_grad_as_matmul(ir)      # doctest: +SKIP
 """
@@ -24,7 +25,7 @@ from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 
 MIN_KERNEL = 16  # kernel positions (kh*kw) from which a conv is a weight gradient
 MAX_OUTPUT = 16  # output positions (oh*ow) up to which taps are worth unrolling
-MIN_DEPTH = 8192  # products shorter than this (C*kh*kw) stay convolutions
+MIN_DEPTH = 1024  # products shorter than this (C*kh*kw) stay convolutions
 
 
 class _Emitter:
@@ -50,12 +51,32 @@ def _matches(ir: GraphIR, node: Node) -> bool:
     return w[2] * w[3] >= MIN_KERNEL and y[2] * y[3] <= MAX_OUTPUT and w[1] * w[2] * w[3] >= MIN_DEPTH
 
 
-def _rewrite(ir: GraphIR, node: Node) -> list:
+def _cropped(node: Node, users: list, oh: int, ow: int):
+    """The slice node that keeps the top-left ``(rows, cols)`` of ``node``'s output, when
+    that is its only user (a strided convolution's weight gradient: the conv's output is
+    larger than the kernel), else None."""
+    if len(users) != 1 or users[0].op != "slice":
+        return None
+    a = users[0].attrs
+    if list(a.get("axes", [])) != [2, 3] or list(a.get("starts", [])) != [0, 0] \
+            or list(a.get("steps", [])) != [1, 1]:
+        return None
+    rows, cols = (min(int(e), n) for e, n in zip(a["ends"], (oh, ow)))
+    return users[0] if (rows, cols) != (oh, ow) else None
+
+
+def _rewrite(ir: GraphIR, node: Node, crop: Node | None = None) -> list:
+    """Matrix products for ``node``'s output taps; with ``crop``, only the taps that slice
+    keeps, written as the slice's output."""
     e = _Emitter(ir, node)
     x, k = node.inputs
     b, c, h, w = ir.values[x].shape
     o, _, kh, kw = ir.values[k].shape
     _, _, oh, ow = ir.values[node.outputs[0]].shape
+    out = node.outputs[0]
+    if crop is not None:
+        oh, ow = (min(int(end), n) for end, n in zip(crop.attrs["ends"], (oh, ow)))
+        out = crop.outputs[0]
     a = node.attrs
     (s0, s1), (d0, d1), pads = a["stride"], a["dilation"], a["pads"]
     if any(pads):
@@ -75,15 +96,26 @@ def _rewrite(ir: GraphIR, node: Node) -> list:
             product = e.op("matmul", [rows, k_t], (b, o), {})
             taps.append(e.op("reshape", [product], (b, o, 1), {"shape": [b, o, 1]}))
     joined = e.op("concat", taps, (b, o, oh * ow), {"axis": 2}) if len(taps) > 1 else taps[0]
-    e.op("reshape", [joined], (b, o, oh, ow), {"shape": [b, o, oh, ow]}, name=node.outputs[0])
+    e.op("reshape", [joined], (b, o, oh, ow), {"shape": [b, o, oh, ow]}, name=out)
     return e.nodes
 
 
 def conv_weight_grad_as_matmul(ir: GraphIR) -> PassResult:
-    nodes, changed = [], False
+    users: dict = {}
     for node in ir.nodes:
+        for name in node.inputs:
+            users.setdefault(name, []).append(node)
+    outputs = {v.name for v in ir.outputs}
+    nodes, changed, cropped = [], False, set()
+    for node in ir.nodes:
+        if id(node) in cropped:
+            continue
         if _matches(ir, node):
-            nodes += _rewrite(ir, node)
+            _, _, oh, ow = ir.values[node.outputs[0]].shape
+            crop = None if node.outputs[0] in outputs else _cropped(node, users.get(node.outputs[0], []), oh, ow)
+            nodes += _rewrite(ir, node, crop)
+            if crop is not None:
+                cropped.add(id(crop))
             changed = True
         else:
             nodes.append(node)
