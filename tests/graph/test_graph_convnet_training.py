@@ -212,9 +212,10 @@ def test_blocked_convolutions_train_as_eager_and_pytorch():
     nodes = graph._compiled.model.graph.node
     convs = [n for n in nodes if n.op_type == "Conv" and n.domain == "com.microsoft.nchwc"]
     # forward: dense and depthwise at stride 1, depthwise at stride 2; input gradients: the
-    # stride-1 dense and depthwise ones. The first conv has 3 input channels, and the last
-    # two's weights are larger than their 4x4 outputs: plain Conv, as measured faster.
-    assert len(convs) == 5, [(n.op_type, n.domain) for n in nodes if "Conv" in n.op_type]
+    # stride-1 dense and depthwise ones; weight gradients: both depthwise ones (a depthwise
+    # conv over batch x channels, then a sum over the batch). The first conv has 3 input
+    # channels, and the last two's weights are larger than their 4x4 outputs: plain Conv.
+    assert len(convs) == 7, [(n.op_type, n.domain) for n in nodes if "Conv" in n.op_type]
     plain_graph = _train_graph(plain_model)
     plain_graph.config.allow_cpu_blocked_kernels(False)
     plain = [float(plain_graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
