@@ -86,9 +86,9 @@ class CompiledGraph:
         self._out_ring = []
 
     def _session_options(self) -> dict:
-        """The graph's options for its session: training steps spin their threads between
-        operators unless the config says otherwise (``allow_thread_spinning``)."""
-        return {"thread_spinning": self.training, **self.options}
+        """The graph's options for its session (threads sleep between operators unless
+        ``config.allow_thread_spinning(True)``)."""
+        return {"thread_spinning": False, **self.options}
 
     # -- running ------------------------------------------------------------------------------
 
