@@ -97,8 +97,8 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     ``options`` are an nn.Graph's config options: ``straighten_algorithm``
     picks the execution order, ``compress_memory`` returns memory to the system as soon
     as tensors die (no arena caching freed blocks), ``thread_spinning`` lets the threads
-    spin between operators (graph mode's training steps: a step of many short operators
-    otherwise waits for its threads to wake at each one)."""
+    spin between operators (``config.allow_thread_spinning``: faster on cores of one's own,
+    slower on busy shared ones)."""
     so = ort.SessionOptions()
     so.log_severity_level = _QUIET  # errors only: no provider fallback noise
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
