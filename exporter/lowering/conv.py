@@ -15,12 +15,15 @@ Both change only the summation order of the same products.
 In graph mode on ONNX Runtime's CPU provider (``ctx.nchwc_block``), 2-D convolutions
 with a kernel larger than 1x1 whose channels fill its NCHWc blocks (ungrouped, or
 depthwise) run ONNX Runtime's blocked kernels: ``com.microsoft.nchwc`` ``ReorderInput``,
-``Conv`` and ``ReorderOutput``. Runtime does that itself only for weights that are
+``Conv`` and ``ReorderOutput``. ONNX Runtime does that itself only for weights that are
 initializers; a training graph feeds its weights, so the lowering reorders the weight in
 the graph each step, as MLAS's ``MlasReorderFilterOIHWBiBo`` (``OIHWBo`` for depthwise)
-lays it out: two transposes of the small weight. Convolutions whose weight is larger
-than their output (ResNet's last 3x3 stage at 4x4) and 1x1 ones measured faster as plain
-``Conv`` and keep it. The same products are summed, in another order.
+lays it out: two transposes of the small weight. A grouped convolution with one output
+channel per group (a depthwise convolution's weight gradient, each group summing over the
+batch) becomes a depthwise one over every input channel and a sum per group. Convolutions
+whose weight is larger than their output (ResNet's last 3x3 stage at 4x4) and 1x1 ones
+measured faster as plain ``Conv`` and keep it. The same products are summed, in another
+order.
 """
 
 from __future__ import annotations
