@@ -10,6 +10,7 @@ from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.modules.conv import _ConvTransposeNd
 from flowserve.nn.modules.loss import _Loss
+from flowserve.nn.modules.sparse import padding_index
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
 
@@ -71,11 +72,7 @@ class EmbeddingBag(Module):
             raise ValueError(f"EmbeddingBag expected mode 'sum', 'mean' or 'max', got {mode!r}")
         if max_norm is not None or scale_grad_by_freq:
             raise ValueError("EmbeddingBag: max_norm and scale_grad_by_freq are not in flowserve")
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"EmbeddingBag expected padding_idx within num_embeddings={num_embeddings}, "
-                                 f"got {padding_idx}")
-            padding_idx %= num_embeddings
+        padding_idx = padding_index("EmbeddingBag", padding_idx, num_embeddings)
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = max_norm, norm_type, False, sparse
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx

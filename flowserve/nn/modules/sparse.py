@@ -9,6 +9,15 @@ from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
 
 
+def padding_index(module: str, padding_idx, num_embeddings: int):
+    """``padding_idx`` checked against the table size, negative values counted from the end."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise ValueError(f"{module} expected padding_idx within num_embeddings={num_embeddings}, got {padding_idx}")
+    return padding_idx % num_embeddings
+
+
 class Embedding(Module):
     """``nn.Embedding(10, 3, padding_idx=0)``: rows of ``weight`` picked by integer indices.
 
@@ -21,11 +30,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx=None, _weight=None,
                  _freeze: bool = False, device=None, dtype=None):
         super().__init__()
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise ValueError(f"Embedding expected padding_idx within num_embeddings={num_embeddings}, "
-                                 f"got {padding_idx}")
-            padding_idx %= num_embeddings
+        padding_idx = padding_index("Embedding", padding_idx, num_embeddings)
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         if _weight is None:
             self.weight = Parameter(creation.empty(num_embeddings, embedding_dim, device=device, dtype=dtype),
