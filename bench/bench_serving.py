@@ -1,4 +1,4 @@
-"""Serving figures, side by side in one run on loopback (issue 6's closing note).
+"""Serving figures, side by side in one run on loopback.
 
 1. Server-added latency at concurrency 1 on an MLP 64-256-10 (round trip minus
    in-process ONNX Runtime): HTTP binary, HTTP JSON, gRPC, and the plain

@@ -68,7 +68,7 @@ def test_amp_trains_like_float32(float32_losses, dtype):
     # convolutions, each followed by BatchNorm over a batch of 8, leaves the pooled features
     # 5-10% (float16) and 30-60% (bfloat16) off float32 at initialisation (measured); on the
     # loss (about 6.9: 1000 classes) that is up to 0.04 (float16) and 0.09 (bfloat16), inside
-    # the 2e-2 of float32 (relative). float16 gradients scaled by 2**12 overflow at
+    # the 2e-2 of float32 (relative) this test allows. float16 gradients scaled by 2**12 overflow at
     # first: the grad scaler skips those steps (the loss stays put) and halves the scale.
     amp = losses(dtype)
     np.testing.assert_allclose(amp, float32_losses, rtol=2e-2)
