@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from flowserve import dtypes
 from flowserve.errors import ExportError
 from flowserve.exporter import versions
 from flowserve.exporter.builder import Builder, onnx_dtype
@@ -21,10 +22,6 @@ def _batch_shape(shape, batch: int | None) -> list:
     if batch is not None and shape and shape[0] == batch:
         shape[0] = -1
     return shape
-
-
-OUTPUT_DTYPES = {"bfloat16": "float32"}  # ONNX Runtime's Python API has no bfloat16 arrays: such outputs
-# (flow.autocast's results) are given as float32, which holds them exactly; the graph casts them back
 
 
 def _cast_output(b: Builder, name: str, dtype: str) -> None:
@@ -108,8 +105,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)
     for v in ir.outputs:
-        dtype = OUTPUT_DTYPES.get(v.dtype, v.dtype)
-        if dtype != v.dtype:
+        dtype = dtypes.session_dtype(v.dtype)  # flow.autocast's bfloat16 results leave as float32
+        if dtype != v.dtype:  # and the graph casts them back
             _cast_output(b, v.name, dtype)
         b.output(v.name, dtype, _batch_shape(v.shape, batch))
     user_outputs = {v.name for v in ir.outputs}

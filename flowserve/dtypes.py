@@ -54,6 +54,12 @@ def from_name(name: str) -> dtype:
         raise DTypeError(f"unknown dtype {name!r}; expected one of {sorted(_BY_NAME)}") from None
 
 
+def session_dtype(name: str) -> str:
+    """The dtype a value of dtype ``name`` crosses ONNX Runtime's Python API in: bfloat16
+    travels as float32, which holds it exactly (that API has no bfloat16 arrays)."""
+    return "float32" if name == "bfloat16" else name
+
+
 def from_numpy(np_dtype) -> dtype:
     found = _BY_NP.get(np_dtype)
     if found is not None:

@@ -144,7 +144,7 @@ class CompiledGraph:
         self._out_index = (self._out_index + 1) % size
         ring = self._out_ring[self._out_index]
         if ring is None or [a.shape for a in ring] != shapes or any(s is None for s in shapes):
-            ring = [np.empty(s, dtype=_np_dtype(_OUTPUT_DTYPES.get(v.dtype, v.dtype))) if s is not None else None
+            ring = [np.empty(s, dtype=_np_dtype(dtypes.session_dtype(v.dtype))) if s is not None else None
                     for s, v in zip(shapes, self.traced.ir.outputs)]
             self._out_ring[self._out_index] = ring
         arrays = []
@@ -186,9 +186,6 @@ class _Deferred(list):
 
 def _np_dtype(name: str):
     return dtypes.from_name(name).np
-
-
-_OUTPUT_DTYPES = {"bfloat16": "float32"}  # as the lowering gives them (exporter.lower.OUTPUT_DTYPES)
 
 
 def _as_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
