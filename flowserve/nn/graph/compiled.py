@@ -75,20 +75,15 @@ class CompiledGraph:
         self.fed_state = fed
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self._session_options())
+            self.session = create_session(self.model, options=self.options)
         except Exception:
             if not self.dynamic_batch:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self._session_options())
+            self.session = create_session(self.model, options=self.options)
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
-
-    def _session_options(self) -> dict:
-        """The graph's options for its session (threads sleep between operators unless
-        ``config.allow_thread_spinning(True)``)."""
-        return {"thread_spinning": False, **self.options}
 
     # -- running ------------------------------------------------------------------------------
 
