@@ -28,7 +28,7 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
     uvloop = None
 
 from .dataplane import DataPlane
-from .grpc_app import build_grpc_server
+from .grpc_app import GrpcServer
 from .http_app import build_http_app, error_body
 from .settings import ServerSettings
 
@@ -239,9 +239,9 @@ class InferenceServer(Listening):
     async def _start_grpc(self):
         if self.settings.grpc_port is None:
             return None
-        server, self.grpc_port = build_grpc_server(
-            self.plane, f"{self.settings.host}:{self.settings.grpc_port}",
-            self.settings.reuse_port)
+        server = GrpcServer(self.plane, _bind(self.settings.host, self.settings.grpc_port,
+                                              self.settings.reuse_port))
+        self.grpc_port = server.port
         await server.start()
         return server
 

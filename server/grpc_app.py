@@ -1,38 +1,58 @@
 """The gRPC front end: ``inference.GRPCInferenceService`` over the ``DataPlane``.
 
-Each RPC translates its message, calls the data plane and translates back;
-``ServerError``s leave through one table from HTTP status to gRPC code::
+flowserve speaks gRPC itself, on HTTP/2 connections of its own (``http2``) on the data
+plane's event loop: a unary call is decoded, run and answered with no thread hop and
+in one write. Each RPC translates its message, calls the data plane and translates
+back; ``ServerError``s leave through one table from HTTP status to gRPC code::
 
-    server = build_grpc_server(plane, "127.0.0.1:8001")
+    server = GrpcServer(plane, bound_socket)
     await server.start()
+    ...
+    await server.stop(grace_s=5)
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import hmac
 import logging
+import socket
+from typing import Any, Callable, Optional
 
-import grpc
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from flowserve.clients import protos  # the one copy of the wire protocol
 from .dataplane import DataPlane
-from .errors import InvalidRequestError, ServerError, UnauthorizedError
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
+from .errors import InvalidRequestError, ServerError, UnauthorizedError
 from .grpc_codec import decode_infer_request, encode_infer_response
+from .grpc_wire import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    Status,
+    WireError,
+    check_encoding,
+    error_trailers,
+    frame_message,
+    http_refusal,
+    next_message,
+    timeout_seconds,
+    trailers_only,
+)
+from .http2 import CANCEL, Http2Connection, Http2Limits, Stream
 
 log = logging.getLogger("flowserve.server")
 
 GRPC_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    500: grpc.StatusCode.INTERNAL,
+    400: Status.INVALID_ARGUMENT,
+    401: Status.UNAUTHENTICATED,
+    403: Status.PERMISSION_DENIED,
+    404: Status.NOT_FOUND,
+    413: Status.RESOURCE_EXHAUSTED,
+    503: Status.UNAVAILABLE,
+    500: Status.INTERNAL,
 }
 OPEN_METHODS = ("ServerLive", "ServerReady")
 
@@ -45,25 +65,25 @@ class InferenceServicer:
         self.limits = DecodeLimits(plane.settings.max_bytes_elements,
                                    plane.settings.max_json_elements)
 
-    async def ServerLive(self, request, context):
+    async def ServerLive(self, request):
         return protos.ServerLiveResponse(live=self.plane.live())
 
-    async def ServerReady(self, request, context):
+    async def ServerReady(self, request):
         return protos.ServerReadyResponse(ready=self.plane.ready())
 
-    async def ModelReady(self, request, context):
+    async def ModelReady(self, request):
         return protos.ModelReadyResponse(ready=self.plane.model_ready(request.name,
                                                                       request.version))
 
-    async def ServerMetadata(self, request, context):
+    async def ServerMetadata(self, request):
         return protos.ServerMetadataResponse(**self.plane.server_metadata())
 
-    async def ModelMetadata(self, request, context):
+    async def ModelMetadata(self, request):
         metadata = self.plane.model_metadata(request.name, request.version)
         metadata.pop("parameters", None)  # not in KServe's ModelMetadataResponse; ModelConfig has them
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
-    async def ModelInfer(self, request, context):
+    async def ModelInfer(self, request):
         response = await self.plane.infer(await self._decode(request))
         return encode_infer_response(response)
 
@@ -74,7 +94,7 @@ class InferenceServicer:
             return await asyncio.to_thread(decode_infer_request, request, self.limits)
         return decode_infer_request(request, self.limits)
 
-    async def ModelStreamInfer(self, request_iterator, context):
+    async def ModelStreamInfer(self, request_iterator):
         """Each message gets its own response: its outputs, or its error (the stream goes on)."""
         async for request in request_iterator:
             try:
@@ -85,26 +105,26 @@ class InferenceServicer:
                 yield protos.ModelStreamInferResponse(error_message=_message(exc),
                                                       infer_response=_echo(request))
 
-    async def ModelConfig(self, request, context):
+    async def ModelConfig(self, request):
         config = self.plane.model_config(request.name, request.version)
         message = protos.ModelConfigResponse()
         json_format.ParseDict(config, message.config, ignore_unknown_fields=True)
         return message
 
-    async def ModelStatistics(self, request, context):
+    async def ModelStatistics(self, request):
         stats = self.plane.statistics(request.name, request.version)
         return json_format.ParseDict(stats, protos.ModelStatisticsResponse())
 
-    async def RepositoryIndex(self, request, context):
+    async def RepositoryIndex(self, request):
         rows = self.plane.repository_index(request.ready)
         return json_format.ParseDict({"models": rows}, protos.RepositoryIndexResponse())
 
-    async def RepositoryModelLoad(self, request, context):
+    async def RepositoryModelLoad(self, request):
         _refuse_parameters(request)
         await self.plane.load_model(request.model_name)
         return protos.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request, context):
+    async def RepositoryModelUnload(self, request):
         _refuse_parameters(request)
         await self.plane.unload_model(request.model_name)
         return protos.RepositoryModelUnloadResponse()
@@ -112,15 +132,17 @@ class InferenceServicer:
 
 def _message(exc: Exception) -> str:
     """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
-    if isinstance(exc, ServerError):
+    if isinstance(exc, (ServerError, WireError)):
         return str(exc)
     log.error("unexpected error in a gRPC call", exc_info=exc)
     return "internal error"
 
 
-def _code(exc: Exception) -> grpc.StatusCode:
+def _code(exc: Exception) -> Status:
+    if isinstance(exc, WireError):
+        return exc.status
     status = exc.status if isinstance(exc, ServerError) else 500
-    return GRPC_CODES.get(status, grpc.StatusCode.INTERNAL)
+    return GRPC_CODES.get(status, Status.INTERNAL)
 
 
 def _echo(request):
@@ -135,87 +157,207 @@ def _refuse_parameters(request) -> None:
             "parameters: refused; models load only from files in the repository")
 
 
-def _unary(method, name: str, token: str | None):
-    @functools.wraps(method)
-    async def handler(request, context):
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One RPC: its coroutine (or async generator), its message classes."""
+
+    name: str
+    run: Callable[..., Any]
+    request_cls: Any
+    streaming: bool
+
+
+@dataclasses.dataclass
+class Call:
+    """A stream's gRPC state: its method, encoding, task, deadline and request queue."""
+
+    method: Method
+    encoding: Optional[str]
+    timeout_s: Optional[float]
+    task: Optional[asyncio.Task] = None
+    timer: Optional[asyncio.TimerHandle] = None
+    expired: bool = False
+    requests: Optional[asyncio.Queue] = None
+
+
+class GrpcApplication:
+    """The HTTP/2 application that turns streams into calls of the servicer."""
+
+    def __init__(self, plane: DataPlane):
+        self.max_bytes = plane.settings.max_request_bytes
+        self.token = plane.settings.auth_token
+        servicer = InferenceServicer(plane)
+        self.methods = {
+            f"/{protos.SERVICE_NAME}/{name}": Method(name, getattr(servicer, name), request_cls,
+                                                     streaming)
+            for name, (request_cls, _, streaming) in protos.METHODS.items()}
+
+    def request_started(self, stream: Stream) -> None:
+        headers = stream.headers
+        if headers.get(":method") != "POST":
+            return stream.send_trailers(http_refusal(405, "gRPC calls are POST requests"))
+        if not headers.get("content-type", "").startswith("application/grpc"):
+            return stream.send_trailers(http_refusal(
+                415, "content-type: expected application/grpc"))
         try:
-            _authorize(context, name, token)
-            return await method(request, context)
-        except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
-            await context.abort(_code(exc), _message(exc))
+            method = self.methods.get(headers.get(":path"))
+            if method is None:
+                raise WireError(Status.UNIMPLEMENTED,
+                                f"method {headers.get(':path')!r}: not a method of "
+                                f"{protos.SERVICE_NAME}")
+            self._authorize(headers, method.name)
+            call = Call(method, check_encoding(headers), timeout_seconds(headers))
+        except Exception as exc:
+            return stream.send_trailers(trailers_only(_code(exc), _message(exc)))
+        stream.state = call
+        if method.streaming:
+            call.requests = asyncio.Queue()
+            self._start(stream, call, self._stream_call(stream, call))
 
-    return handler
-
-
-def _streaming(method, name: str, token: str | None):
-    @functools.wraps(method)
-    async def handler(request_iterator, context):
+    def body_received(self, stream: Stream) -> None:
+        call: Call = stream.state
         try:
-            _authorize(context, name, token)
-        except ServerError as exc:
-            await context.abort(GRPC_CODES[exc.status], str(exc))
-        async for response in method(request_iterator, context):
-            yield response
+            if call.method.streaming:
+                return self._queue_requests(stream, call)
+            message = next_message(stream.body, self.max_bytes, call.encoding)
+            if not stream.ended:
+                if message is not None:
+                    raise WireError(Status.INTERNAL, "a unary call sent a second message")
+                return
+            if message is None or stream.body:
+                raise WireError(Status.INTERNAL, "a unary call must send exactly one "
+                                "whole message")
+        except WireError as exc:
+            return stream.send_trailers(trailers_only(exc.status, str(exc)))
+        self._start(stream, call, self._unary_call(stream, call, message))
 
-    return handler
+    def _queue_requests(self, stream: Stream, call: Call) -> None:
+        while True:
+            message = next_message(stream.body, self.max_bytes, call.encoding)
+            if message is None:
+                break
+            call.requests.put_nowait(message)
+        if stream.ended:
+            call.requests.put_nowait(None if not stream.body else WireError(
+                Status.INTERNAL, "the stream ended inside a message"))
 
-
-def _authorize(context, name: str, token: str | None) -> None:
-    if token is None or name in OPEN_METHODS:
-        return
-    metadata = dict(context.invocation_metadata() or ())
-    given = str(metadata.get("authorization", "")).encode()
-    if not hmac.compare_digest(given, f"Bearer {token}".encode()):
-        raise UnauthorizedError("authorization: missing or wrong bearer token")
-
-
-# Triton's server-side keepalive defaults (tritonserver --grpc-keepalive-*): tritonclient
-# channels configured for Triton keep their pings within what is accepted here.
-KEEPALIVE_OPTIONS = (
-    ("grpc.keepalive_time_ms", 7_200_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
-    ("grpc.keepalive_permit_without_calls", 0),
-    ("grpc.http2.max_pings_without_data", 2),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 300_000),
-    ("grpc.http2.max_ping_strikes", 2),
-)
-
-
-def server_options(max_request_bytes: int, reuse_port: bool = False) -> list[tuple]:
-    """The channel options of the gRPC server: message sizes as ``--max-request-bytes``
-    allows (responses unbounded, as Triton's), Triton's keepalive policy, and
-    ``SO_REUSEPORT`` only when several worker processes share the port."""
-    return [("grpc.max_receive_message_length", max_request_bytes),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", int(reuse_port)),
-            *KEEPALIVE_OPTIONS]
-
-
-def build_grpc_server(plane: DataPlane, address: str,
-                      reuse_port: bool = False) -> tuple[grpc.aio.Server, int]:
-    """An unstarted ``grpc.aio`` server bound to ``address``, and its port.
-
-    ``grpc.aio`` on the data plane's event loop, not the thread-pool server: measured
-    side by side on an echo service the two cost the same per call, and a thread-pool
-    handler would add a hop to the event loop (about 60 µs) to reach the batcher."""
-    server = grpc.aio.server(options=server_options(plane.settings.max_request_bytes,
-                                                    reuse_port))
-    servicer, token = InferenceServicer(plane), plane.settings.auth_token
-    handlers = {}
-    for name, (request_cls, response_cls, streaming) in protos.METHODS.items():
-        method = getattr(servicer, name)
-        if streaming:
-            handlers[name] = grpc.stream_stream_rpc_method_handler(
-                _streaming(method, name, token), request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString)
+    def request_reset(self, stream: Stream) -> None:
+        call: Optional[Call] = stream.state
+        if call is not None and call.task is not None:
+            call.task.cancel()
         else:
-            handlers[name] = grpc.unary_unary_rpc_method_handler(
-                _unary(method, name, token), request_deserializer=request_cls.FromString,
-                response_serializer=response_cls.SerializeToString)
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(protos.SERVICE_NAME, handlers),))
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"gRPC could not bind {address}")
-    return server, port
+            stream.reset(CANCEL)
 
+    def _start(self, stream: Stream, call: Call, coroutine) -> None:
+        call.task = asyncio.get_running_loop().create_task(coroutine)
+        # a done callback, not a ``finally``: a task cancelled before its first step never
+        # runs its coroutine, and its stream must still be let go
+        call.task.add_done_callback(lambda _: self._finish(stream, call))
+        if call.timeout_s is not None:
+            call.timer = asyncio.get_running_loop().call_later(
+                call.timeout_s, self._expire, call)
+
+    @staticmethod
+    def _expire(call: Call) -> None:
+        call.expired = True
+        call.task.cancel()
+
+    async def _unary_call(self, stream: Stream, call: Call, message: bytes) -> None:
+        try:
+            request = _parse(call.method, message)
+            response = await call.method.run(request)
+            stream.respond(RESPONSE_HEADERS, frame_message(response.SerializeToString()),
+                           OK_TRAILERS)
+        except asyncio.CancelledError:
+            self._cancelled(stream, call, headers_sent=False)
+        except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
+            stream.send_trailers(trailers_only(_code(exc), _message(exc)))
+
+    async def _stream_call(self, stream: Stream, call: Call) -> None:
+        headers_sent = False
+        try:
+            async for response in call.method.run(self._requests(call)):
+                if not headers_sent:
+                    stream.send_headers(RESPONSE_HEADERS)
+                    headers_sent = True
+                stream.send_data(frame_message(response.SerializeToString()))
+            stream.send_trailers(OK_TRAILERS if headers_sent else RESPONSE_HEADERS + OK_TRAILERS)
+        except asyncio.CancelledError:
+            self._cancelled(stream, call, headers_sent)
+        except Exception as exc:
+            stream.send_trailers(error_trailers(_code(exc), _message(exc)) if headers_sent
+                                 else trailers_only(_code(exc), _message(exc)))
+
+    async def _requests(self, call: Call):
+        while True:
+            message = await call.requests.get()
+            if message is None:
+                return
+            if isinstance(message, WireError):
+                raise message
+            yield _parse(call.method, message)
+
+    @staticmethod
+    def _cancelled(stream: Stream, call: Call, headers_sent: bool) -> None:
+        if call.expired and not stream.was_reset:
+            message = "deadline exceeded"
+            stream.send_trailers(error_trailers(Status.DEADLINE_EXCEEDED, message)
+                                 if headers_sent else
+                                 trailers_only(Status.DEADLINE_EXCEEDED, message))
+        else:
+            stream.reset(CANCEL)
+
+    @staticmethod
+    def _finish(stream: Stream, call: Call) -> None:
+        if call.timer is not None:
+            call.timer.cancel()
+        if not stream.closed:
+            stream.reset(CANCEL)
+
+    def _authorize(self, headers: dict, name: str) -> None:
+        if self.token is None or name in OPEN_METHODS:
+            return
+        given = headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
+            raise UnauthorizedError("authorization: missing or wrong bearer token")
+
+
+def _parse(method: Method, message: bytes):
+    try:
+        return method.request_cls.FromString(message)
+    except DecodeError:
+        raise WireError(Status.INVALID_ARGUMENT, f"{method.name}: the request is not a "
+                        f"valid {method.request_cls.DESCRIPTOR.full_name} message") from None
+
+
+class GrpcServer:
+    """The gRPC front end on a bound socket: ``start``, then ``stop`` drains it."""
+
+    def __init__(self, plane: DataPlane, sock: socket.socket):
+        settings = plane.settings
+        self.limits = Http2Limits(max_header_list_bytes=settings.max_header_bytes,
+                                  preface_timeout_s=settings.header_timeout_s)
+        self.application = GrpcApplication(plane)
+        self.connections: set[Http2Connection] = set()
+        self._socket, self._server = sock, None
+
+    @property
+    def port(self) -> int:
+        return self._socket.getsockname()[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Http2Connection(self.application, self.limits, self.connections),
+            sock=self._socket)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting, send GOAWAY, let open calls finish for ``grace_s``, then close."""
+        self._server.close()
+        for connection in list(self.connections):
+            connection.go_away()
+        deadline = asyncio.get_running_loop().time() + grace_s
+        while self.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            connection.abort()
+        await asyncio.sleep(0)  # let the aborted connections report their loss

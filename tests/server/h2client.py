@@ -1,0 +1,113 @@
+"""A raw HTTP/2 client for the gRPC port: frames written and read by hand, so that tests
+can send what no well-behaved client would, and see every frame the server sends."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import hpack
+
+from flowserve.clients import protos
+from flowserve.server import http2
+
+PATH = f"/{protos.SERVICE_NAME}/ModelInfer"
+
+
+def grpc_headers(path: str = PATH, **extra: str) -> list:
+    return [(":method", "POST"), (":scheme", "http"), (":path", path),
+            (":authority", "test"), ("te", "trailers"), ("content-type", "application/grpc"),
+            *extra.items()]
+
+
+def message(payload: bytes, compressed: bool = False) -> bytes:
+    return struct.pack(">BL", int(compressed), len(payload)) + payload
+
+
+class RawH2:
+    """One connection: ``send`` frames, ``read`` them back, ``call`` a unary method."""
+
+    def __init__(self, address: str, settings: dict | None = None, preface: bool = True,
+                 timeout_s: float = 20.0):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.encoder, self.decoder = hpack.Encoder(), hpack.Decoder()
+        self.buffer, self.next_stream = b"", 1
+        if preface:
+            payload = b"".join(struct.pack(">HL", k, v) for k, v in (settings or {}).items())
+            self.sock.sendall(http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0, payload))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, kind: int, flags: int, stream_id: int, payload: bytes = b"") -> None:
+        self.sock.sendall(http2.frame(kind, flags, stream_id, payload))
+
+    def send_headers(self, stream_id: int, headers: list, end_stream: bool = False) -> None:
+        flags = http2.END_HEADERS | (http2.END_STREAM if end_stream else 0)
+        self.send(http2.HEADERS, flags, stream_id, self.encoder.encode(headers))
+
+    def send_data(self, stream_id: int, body: bytes, end_stream: bool = True) -> None:
+        """``body`` in frames of the default largest size, the last one ending the stream."""
+        size = http2.DEFAULT_FRAME_BYTES
+        pieces = [body[i:i + size] for i in range(0, len(body), size)] or [b""]
+        self.sock.sendall(b"".join(
+            http2.frame(http2.DATA, http2.END_STREAM if end_stream and i == len(pieces) - 1
+                        else 0, stream_id, piece) for i, piece in enumerate(pieces)))
+
+    def new_stream(self) -> int:
+        stream_id, self.next_stream = self.next_stream, self.next_stream + 2
+        return stream_id
+
+    def read(self):
+        """The next frame as (type, flags, stream id, payload); None once the server closed."""
+        while len(self.buffer) < 9 or len(self.buffer) < 9 + self._size():
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        size = self._size()
+        kind, flags, stream_id = self.buffer[3], self.buffer[4], struct.unpack(
+            ">L", self.buffer[5:9])[0] & http2.MAX_WINDOW
+        payload, self.buffer = self.buffer[9:9 + size], self.buffer[9 + size:]
+        return kind, flags, stream_id, payload
+
+    def _size(self) -> int:
+        return int.from_bytes(self.buffer[:3], "big")
+
+    def until(self, kind: int, stream_id: int | None = None):
+        """Read (acknowledging SETTINGS) until a frame of ``kind``; None if the server closed."""
+        while True:
+            got = self.read()
+            if got is None or (got[0] == kind and stream_id in (None, got[2])):
+                return got
+            if got[0] == http2.SETTINGS and not got[1] & http2.ACK:
+                self.send(http2.SETTINGS, http2.ACK, 0)
+
+    def goaway_code(self):
+        """The error code of the server's GOAWAY, or None if it closed without one."""
+        got = self.until(http2.GOAWAY)
+        return None if got is None else struct.unpack(">L", got[3][4:8])[0]
+
+    def call(self, body: bytes, headers: list | None = None, stream_id: int | None = None):
+        """One request; returns (response headers, DATA bytes, trailers) of its stream."""
+        stream_id = stream_id or self.new_stream()
+        self.send_headers(stream_id, headers or grpc_headers())
+        self.send_data(stream_id, body)
+        blocks, data = [], b""
+        while True:
+            got = self.read()
+            assert got is not None, "the server closed the connection"
+            kind, flags, sid, payload = got
+            if kind == http2.SETTINGS and not flags & http2.ACK:
+                self.send(http2.SETTINGS, http2.ACK, 0)
+            if sid != stream_id:
+                continue
+            if kind == http2.DATA:
+                data += payload
+            elif kind == http2.HEADERS:
+                blocks.append(dict(self.decoder.decode(payload)))
+            elif kind == http2.RST_STREAM:
+                raise AssertionError(f"stream reset: {struct.unpack('>L', payload)[0]}")
+            if flags & http2.END_STREAM:
+                return blocks[0], data, blocks[-1]

@@ -1,0 +1,338 @@
+"""The gRPC port's HTTP/2: flow control, limits, deadlines, compression and protocol
+violations, against a real server, with raw frames and with grpcio."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import random
+import socket
+import struct
+import time
+import zlib
+
+import grpc
+import hpack
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from flowserve.clients import grpc_client, protos
+from flowserve.server import http2
+from flowserve.server.grpc_wire import Status, literal, next_message, timeout_seconds
+
+from . import hostile
+from .conftest import running_server
+from .h2client import PATH, RawH2, grpc_headers, message
+
+MAX_REQUEST_BYTES = 16 << 20
+WIDE = 4096  # columns of the FP32 identity model "wide"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = hostile.request_repository(tmp_path_factory.mktemp("h2") / "repo")
+    hostile.write_model(root / "wide" / "1",
+                        hostile.identity_model("x", "y", TensorProto.FLOAT, WIDE))
+    (root / "wide" / "config.json").write_text('{"max_batch_size": 0}')
+    with running_server(root, header_timeout_s=1.0, max_request_bytes=MAX_REQUEST_BYTES,
+                        auth_token=None) as running:
+        yield running
+
+
+def _infer_body(model: str, x: np.ndarray) -> bytes:
+    return grpc_client.encode_infer(model, {"x": x}, None, "", "").SerializeToString()
+
+
+def _stub(channel, method: str = "ModelInfer", **options):
+    request_cls, response_cls, _ = protos.METHODS[method]
+    return channel.unary_unary(f"/{protos.SERVICE_NAME}/{method}",
+                               request_serializer=request_cls.SerializeToString,
+                               response_deserializer=response_cls.FromString)
+
+
+def _good_call(server) -> None:
+    """The server still answers a fresh connection correctly."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        reply = _stub(channel)(grpc_client.encode_infer("good", {"x": x}, None, "", ""),
+                               timeout=30)
+    assert reply.model_name == "good" and len(reply.raw_output_contents) == 1
+
+
+# -- the wire helpers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value", [("grpc-status", "0"), ("x" * 300, "é€" * 200),
+                                         ("grpc-message", "")])
+def test_header_literals_decode_with_hpack(name, value):
+    assert hpack.Decoder().decode(literal(name, value.encode())) == [(name, value)]
+
+
+def test_timeouts_and_their_units():
+    assert timeout_seconds({"grpc-timeout": "250m"}) == pytest.approx(0.25)
+    assert timeout_seconds({"grpc-timeout": "2S"}) == 2.0
+    assert timeout_seconds({}) is None
+    for bad in ("", "S", "123456789S", "10x", "-1S"):
+        with pytest.raises(Exception, match="grpc-timeout"):
+            timeout_seconds({"grpc-timeout": bad})
+
+
+def test_messages_are_cut_from_a_buffer_and_inflated_within_the_limit():
+    buffer = bytearray(message(b"abc") + message(zlib.compress(b"d" * 10), compressed=True)
+                       + message(b"partial")[:7])
+    assert next_message(buffer, 100, None) == b"abc"
+    assert next_message(buffer, 100, "deflate") == b"d" * 10
+    assert next_message(buffer, 100, None) is None and len(buffer) == 7
+    bomb = bytearray(message(gzip.compress(b"\0" * 10_000), compressed=True))
+    with pytest.raises(Exception, match="inflating past 1000 bytes") as caught:
+        next_message(bomb, 1000, "gzip")
+    assert caught.value.status == Status.RESOURCE_EXHAUSTED
+
+
+# -- calls through a raw connection -----------------------------------------------------------
+
+
+def test_a_raw_client_gets_headers_one_message_and_ok_trailers(server):
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    client = RawH2(server.grpc_address)
+    for _ in range(3):  # the second call's header block is all indexed (the cached path)
+        headers, data, trailers = client.call(message(_infer_body("good", x)))
+        assert headers[":status"] == "200" and headers["content-type"] == "application/grpc"
+        assert trailers["grpc-status"] == "0"
+        reply = protos.ModelInferResponse.FromString(data[5:])
+        assert struct.unpack(">BL", data[:5]) == (0, len(data) - 5)
+        assert reply.outputs[0].shape == [1, 3]
+    client.close()
+
+
+def test_a_response_waits_for_the_clients_window(server):
+    x = np.ones((1, WIDE), np.float32)
+    client = RawH2(server.grpc_address, settings={http2.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
+    stream = client.new_stream()
+    client.send_headers(stream, grpc_headers())
+    client.send(http2.DATA, http2.END_STREAM, stream, message(_infer_body("wide", x)))
+    received, trailers_seen = 0, False
+    while received < 1000:
+        kind, flags, sid, payload = client.until(http2.DATA, stream)
+        received += len(payload)
+    assert received == 1000  # exactly the window, then nothing until it grows
+    client.sock.settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        client.until(http2.DATA, stream)
+    client.sock.settimeout(20)
+    client.send(http2.WINDOW_UPDATE, 0, stream, struct.pack(">L", 1 << 24))
+    while not trailers_seen:
+        kind, flags, sid, payload = client.read()
+        if sid == stream and kind == http2.DATA:
+            received += len(payload)
+        trailers_seen = sid == stream and kind == http2.HEADERS and bool(flags & http2.END_STREAM)
+    assert received > 4 * WIDE  # the whole message, then the trailers after it
+    client.close()
+
+
+def test_large_messages_both_ways_through_grpcio(server):
+    x = np.random.default_rng(0).standard_normal((700, WIDE)).astype(np.float32)  # 11 MB
+    with grpc.insecure_channel(server.grpc_address, options=[
+            ("grpc.max_receive_message_length", -1)]) as channel:
+        reply = _stub(channel)(grpc_client.encode_infer("wide", {"x": x}, None, "", ""),
+                               timeout=60)
+    out = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(x.shape)
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("compression", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+def test_compressed_requests_are_inflated(server, compression):
+    x = np.zeros((200, WIDE), np.float32)
+    with grpc.insecure_channel(server.grpc_address, compression=compression) as channel:
+        reply = _stub(channel)(grpc_client.encode_infer("wide", {"x": x}, None, "", ""),
+                               timeout=30)
+    assert len(reply.raw_output_contents[0]) == x.nbytes
+
+
+@pytest.mark.parametrize("body, headers, status, words", [
+    (message(b"\xff\xff\xff"), {}, Status.INVALID_ARGUMENT, "not a valid"),
+    (struct.pack(">BL", 0, 32 << 20), {}, Status.RESOURCE_EXHAUSTED, "--max-request-bytes"),
+    (message(gzip.compress(b"\0" * (20 << 20)), compressed=True), {"grpc-encoding": "gzip"},
+     Status.RESOURCE_EXHAUSTED, "inflating past"),
+    (message(b"x", compressed=True), {}, Status.INTERNAL, "without a grpc-encoding"),
+    (message(b""), {"grpc-encoding": "snappy"}, Status.UNIMPLEMENTED, "snappy"),
+    (message(b"") * 2, {}, Status.INTERNAL, "exactly one"),
+    (b"", {}, Status.INTERNAL, "exactly one"),
+    (message(b""), {"grpc-timeout": "soon"}, Status.INVALID_ARGUMENT, "grpc-timeout"),
+])
+def test_bad_calls_get_a_status_and_the_connection_goes_on(server, body, headers, status,
+                                                          words):
+    client = RawH2(server.grpc_address)
+    _, _, trailers = client.call(body, grpc_headers(**headers))
+    assert trailers["grpc-status"] == str(int(status)), trailers
+    assert words in trailers["grpc-message"]
+    x = np.zeros((1, 4), np.float32)
+    assert client.call(message(_infer_body("good", x)))[2]["grpc-status"] == "0"
+    client.close()
+
+
+@pytest.mark.parametrize("headers, status", [
+    ([(":method", "GET"), (":scheme", "http"), (":path", PATH), (":authority", "t")], "405"),
+    (grpc_headers()[:-1] + [("content-type", "application/json")], "415"),
+])
+def test_requests_that_are_not_grpc_get_an_http_status(server, headers, status):
+    client = RawH2(server.grpc_address)
+    assert client.call(message(b""), headers)[0][":status"] == status
+    client.close()
+
+
+def test_unknown_methods_are_unimplemented(server):
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/Nope")
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_deadline_ends_the_call_and_the_server_goes_on(server):
+    request = protos.ModelInferRequest(model_name="heavy")  # seconds of matrix products
+    request.inputs.add(name="x", datatype="FP32", shape=[8000, 512])
+    request.raw_input_contents.append(np.ones((8000, 512), np.float32).tobytes())
+    client = RawH2(server.grpc_address)
+    _, _, trailers = client.call(message(request.SerializeToString()),
+                                 grpc_headers(**{"grpc-timeout": "10m"}))
+    assert trailers["grpc-status"] == str(int(Status.DEADLINE_EXCEEDED))
+    client.close()
+    _good_call(server)
+
+
+# -- the connection itself --------------------------------------------------------------------
+
+
+def test_pings_are_answered_with_their_payload(server):
+    client = RawH2(server.grpc_address)
+    client.send(http2.PING, 0, 0, b"12345678")
+    kind, flags, _, payload = client.until(http2.PING)
+    assert flags & http2.ACK and payload == b"12345678"
+    client.close()
+
+
+def test_a_connection_that_is_not_http2_is_closed(server):
+    client = RawH2(server.grpc_address, preface=False)
+    client.sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert client.goaway_code() in (None, http2.PROTOCOL_ERROR)
+    client.close()
+    _good_call(server)
+
+
+def test_a_silent_connection_is_closed_after_the_header_timeout(server):
+    client = RawH2(server.grpc_address, preface=False)
+    started = time.monotonic()
+    while client.read() is not None:  # the server's SETTINGS, then the close
+        pass
+    assert time.monotonic() - started < 15
+    client.close()
+
+
+def _headers_frame(client: RawH2, stream_id: int, flags: int = http2.END_HEADERS) -> bytes:
+    return http2.frame(http2.HEADERS, flags, stream_id, client.encoder.encode(grpc_headers()))
+
+
+@pytest.mark.parametrize("violation, code", [
+    (lambda c: http2.frame(http2.DATA, 0, 1, b"x"), http2.PROTOCOL_ERROR),
+    (lambda c: struct.pack(">HBBBL", 0x4000, 0, 0, 0, 1), http2.FRAME_SIZE_ERROR),
+    (lambda c: _headers_frame(c, 2), http2.PROTOCOL_ERROR),
+    (lambda c: http2.frame(http2.CONTINUATION, http2.END_HEADERS, 1, b"\x82"),
+     http2.PROTOCOL_ERROR),
+    (lambda c: _headers_frame(c, 1, 0) + b"".join(
+        http2.frame(http2.CONTINUATION, 0, 1, b"\x00" * 16000) for _ in range(8)),
+     http2.COMPRESSION_ERROR),
+    (lambda c: http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\xff\xff\xff\xff"),
+     http2.COMPRESSION_ERROR),
+    (lambda c: http2.frame(http2.SETTINGS, 0, 0, struct.pack(">HL", 4, 1 << 31)),
+     http2.FLOW_CONTROL_ERROR),
+    (lambda c: http2.frame(http2.SETTINGS, 0, 0, b"\0" * 5), http2.FRAME_SIZE_ERROR),
+    (lambda c: http2.frame(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), http2.PROTOCOL_ERROR),
+    (lambda c: http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR),
+    (lambda c: http2.frame(http2.PING, 0, 0, b"short"), http2.FRAME_SIZE_ERROR),
+], ids=["data-on-idle-stream", "frame-too-large", "even-stream", "stray-continuation",
+        "header-block-too-large", "bad-hpack", "window-too-large", "settings-size",
+        "zero-window-update", "data-on-stream-0", "short-ping"])
+def test_protocol_violations_end_the_connection_with_goaway(server, violation, code):
+    client = RawH2(server.grpc_address)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # closed already
+        client.sock.sendall(violation(client))
+    assert client.goaway_code() == code
+    client.close()
+    _good_call(server)
+
+
+def test_streams_over_the_limit_are_refused(server):
+    client = RawH2(server.grpc_address)
+    limit = http2.Http2Limits().max_concurrent_streams
+    for _ in range(limit + 1):  # open, never ended
+        client.send_headers(client.new_stream(), grpc_headers())
+    kind, _, stream_id, payload = client.until(http2.RST_STREAM)
+    assert stream_id == 2 * limit + 1
+    assert struct.unpack(">L", payload)[0] == http2.REFUSED_STREAM
+    client.close()
+
+
+def test_streams_reset_by_the_client_are_let_go(server):
+    client = RawH2(server.grpc_address)
+    x = np.zeros((1, 4), np.float32)
+    body = message(_infer_body("good", x))
+    for _ in range(3 * http2.Http2Limits().max_concurrent_streams):
+        stream = client.new_stream()
+        client.send_headers(stream, grpc_headers())
+        client.send(http2.DATA, http2.END_STREAM, stream, body)
+        client.send(http2.RST_STREAM, 0, stream, struct.pack(">L", http2.CANCEL))
+    # a reset stream counts until its call has stopped, as a client retrying a refused
+    # stream finds: soon none is left counted
+    for _ in range(100):
+        try:
+            assert client.call(body)[2]["grpc-status"] == "0"
+            break
+        except AssertionError as refused:
+            assert str(http2.REFUSED_STREAM) in str(refused)
+            time.sleep(0.05)
+    else:
+        raise AssertionError("streams reset by the client stayed counted")
+    client.close()
+
+
+def test_shutdown_sends_goaway_and_finishes_open_calls(tmp_path):
+    root = hostile.good_repository(tmp_path / "repo")
+    with running_server(root) as running:
+        client = RawH2(running.grpc_address)
+        stream = client.new_stream()
+        client.send_headers(stream, grpc_headers())  # a call still sending when stop comes
+        client.until(http2.SETTINGS)
+        running.stop()
+        assert client.goaway_code() == http2.NO_ERROR
+        x = np.zeros((1, 4), np.float32)
+        client.send(http2.DATA, http2.END_STREAM, stream, message(_infer_body("good", x)))
+        trailers = None
+        while trailers is None:
+            kind, flags, sid, payload = client.until(http2.HEADERS, stream)
+            if flags & http2.END_STREAM:
+                trailers = dict(client.decoder.decode(payload))
+        assert trailers["grpc-status"] == "0"
+        client.close()
+
+
+def test_random_frames_never_take_the_server_down(server):
+    rng = random.Random(1234)
+    kinds = list(range(11))
+    for _ in range(60):
+        client = RawH2(server.grpc_address)
+        frames = []
+        for _ in range(rng.randint(1, 6)):
+            payload = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 4, 5, 8, 30])))
+            frames.append(http2.frame(rng.choice(kinds), rng.getrandbits(8),
+                                      rng.choice([0, 1, 2, 3, 2**31 - 1]), payload))
+        try:
+            client.sock.sendall(b"".join(frames))
+            client.sock.settimeout(2)
+            while client.read() is not None:
+                pass
+        except OSError:  # the server closed, or kept it open: either way it is not down
+            pass
+        client.close()
+    _good_call(server)
