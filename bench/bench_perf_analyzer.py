@@ -3,7 +3,8 @@
 The MLP 64-256-10 of ``bench_serving.py``, batch 1, over HTTP and gRPC at
 concurrency 1 and 8; each measurement runs flowserve then the echo server
 (``echo_server.py``: the protocol's floor on this machine; over HTTP both the bare
-echo and the same echo behind uvicorn, flowserve's HTTP stack) back to back, and
+echo and the same echo behind uvicorn, flowserve's HTTP stack; over gRPC a ``grpc.aio``
+echo and the same echo on flowserve's own HTTP/2 connections) back to back, and
 the table gives the throughput ratios (goal: flowserve >= 0.7x the echo server).
 
 perf_analyzer ships with ``tritonclient[all]``; its binary links ``libb64`` (Debian:
@@ -72,7 +73,7 @@ def main() -> None:
             ([sys.executable, str(HERE / "echo_server.py"), str(ports["echo"]),
               str(ports["echo_grpc"])], f"http://127.0.0.1:{ports['echo']}"),
             ([sys.executable, str(HERE / "echo_server.py"), str(ports["uvicorn_echo"]),
-              str(ports["uvicorn_echo_grpc"]), "uvicorn"],
+              str(ports["uvicorn_echo_grpc"]), "uvicorn", "h2"],
              f"http://127.0.0.1:{ports['uvicorn_echo']}"),
         ]
         servers = []
@@ -104,15 +105,15 @@ def main() -> None:
 
 
 # HTTP: the bare httptools echo and the same echo behind uvicorn (flowserve's HTTP stack);
-# gRPC: one grpc.aio echo (both echo processes serve the same one)
-TARGETS = {"http": ("flowserve", "echo", "uvicorn echo"), "grpc": ("flowserve", "echo")}
+# gRPC: a grpc.aio echo, and the same echo on flowserve's own HTTP/2 (its gRPC stack)
+TARGETS = {"http": ("flowserve", "echo", "uvicorn echo"),
+           "grpc": ("flowserve", "grpc.aio echo", "h2 echo")}
+PORT_OF = {("http", "echo"): "echo", ("http", "uvicorn echo"): "uvicorn_echo",
+           ("grpc", "grpc.aio echo"): "echo_grpc", ("grpc", "h2 echo"): "uvicorn_echo_grpc"}
 
 
 def _port(ports: dict, target: str, protocol: str) -> int:
-    if target == "flowserve":
-        return ports[protocol]
-    prefix = "uvicorn_echo" if target == "uvicorn echo" else "echo"
-    return ports[prefix] if protocol == "http" else ports[prefix + "_grpc"]
+    return ports[protocol if target == "flowserve" else PORT_OF[(protocol, target)]]
 
 
 if __name__ == "__main__":

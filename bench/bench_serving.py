@@ -6,10 +6,12 @@
    measured in interleaved rounds (background load hits both alike) by the
    same client: a keep-alive raw-socket HTTP/1.1 connection sending a request
    encoded once (the JSON bytes are identical for both servers) and decoding
-   every answer into numpy arrays. gRPC uses grpcio's blocking stub the same
-   way. The round trip of ``flowserve.clients`` (encoding numpy each call) is
-   shown too, and the echo server (``echo_server.py``: canned answers, no work),
-   the floor of each protocol on this machine.
+   every answer into numpy arrays. gRPC is called the same way twice: with an
+   equally lean raw-socket HTTP/2 client (``RawGrpc``, the like-for-like figure
+   against HTTP), and with grpcio's blocking stub (what tritonclient users run). The round trip of ``flowserve.clients`` (encoding numpy each call) is
+   shown too, and the echo server (``echo_server.py``: canned answers, no work; its
+   gRPC on flowserve's own HTTP/2 connections), the floor of each protocol on this
+   machine.
 
    A Python client costs a lot itself (grpcio's blocking stub ~200 µs of CPU per
    call, the raw HTTP client ~15), so each row also gives the CPU per call of the
@@ -40,19 +42,22 @@ import json
 import os
 import pathlib
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+import hpack
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from flowserve.clients import GRPCClient, HTTPClient, grpc_client, rest
+from flowserve.clients import GRPCClient, HTTPClient, grpc_client, protos, rest
 from flowserve.clients.perf import run_load
 from flowserve.exporter.runtime import session_options
+from flowserve.server import http2
 
 try:
     import uvloop
@@ -291,6 +296,82 @@ def raw_grpc_call(address: str, model: str, x: np.ndarray):
     return call
 
 
+class RawGrpc:
+    """A gRPC client as lean as the raw HTTP/1.1 one: HTTP/2 frames written by hand on one
+    socket, the header block HPACK-indexed after the first call (as grpc-core sends it),
+    windows granted in large steps, every answer decoded."""
+
+    def __init__(self, address: str):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(http2.PREFACE + self._frame(http2.SETTINGS, 0, 0, struct.pack(
+            ">HL", http2.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30))
+            + self._window_update(1 << 30))
+        self.encoder, self.buffer, self.stream, self.received = hpack.Encoder(), b"", 1, 0
+        self.headers = [(":method", "POST"), (":scheme", "http"), (":authority", address),
+                        (":path", f"/{protos.SERVICE_NAME}/ModelInfer"), ("te", "trailers"),
+                        ("content-type", "application/grpc")]
+
+    _frame = staticmethod(http2.frame)
+
+    def _window_update(self, size: int) -> bytes:
+        return self._frame(http2.WINDOW_UPDATE, 0, 0, struct.pack(">L", size))
+
+    def infer(self, body: bytes) -> bytes:
+        """One unary ModelInfer with ``body`` (the serialized request); the response bytes."""
+        stream, self.stream = self.stream, self.stream + 2
+        self.sock.sendall(self._frame(http2.HEADERS, http2.END_HEADERS, stream,
+                                      self.encoder.encode(self.headers))
+                          + self._frame(http2.DATA, http2.END_STREAM, stream,
+                                        struct.pack(">BL", 0, len(body)) + body))
+        data = b""
+        while True:
+            kind, flags, stream_id, payload = self._read()
+            if kind == http2.SETTINGS and not flags & http2.ACK:
+                self.sock.sendall(self._frame(http2.SETTINGS, http2.ACK, 0))
+            elif kind == http2.PING and not flags & http2.ACK:
+                self.sock.sendall(self._frame(http2.PING, http2.ACK, 0, payload))
+            elif kind == http2.GOAWAY:
+                raise ConnectionError(f"GOAWAY from the server: {payload[4:]!r}")
+            elif kind == http2.DATA and stream_id == stream:
+                data += payload
+            elif kind in (http2.HEADERS, http2.RST_STREAM) and stream_id == stream and (
+                    flags & http2.END_STREAM or kind == http2.RST_STREAM):
+                break
+        self.received += len(data)
+        if self.received > 1 << 29:
+            self.sock.sendall(self._window_update(self.received))
+            self.received = 0
+        return data[5:]
+
+    def _read(self):
+        while len(self.buffer) < 9 or len(self.buffer) < 9 + int.from_bytes(self.buffer[:3],
+                                                                             "big"):
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self.buffer += chunk
+        size = int.from_bytes(self.buffer[:3], "big")
+        kind, flags = self.buffer[3], self.buffer[4]
+        stream_id = int.from_bytes(self.buffer[5:9], "big") & http2.MAX_WINDOW
+        payload, self.buffer = self.buffer[9:9 + size], self.buffer[9 + size:]
+        return kind, flags, stream_id, payload
+
+
+def raw_h2_grpc_call(address: str, model: str, x: np.ndarray):
+    """A gRPC call through ``RawGrpc``, the request serialized once, every answer decoded."""
+    client = RawGrpc(address)
+    body = grpc_client.encode_infer(model, {"x": x}, None, "", "").SerializeToString()
+
+    def call():
+        reply = protos.ModelInferResponse.FromString(client.infer(body))
+        outputs = grpc_client.decode_infer(reply)
+        assert outputs["y"].shape == (len(x), 10)
+
+    return call
+
+
 def load(url, model, concurrency, seconds, protocol="http", binary=True, x=None):
     inputs = None if x is None else {"x": x}
     main = run_load(url, model, concurrency, seconds, protocol, binary, inputs=inputs,
@@ -332,7 +413,8 @@ def row(table, name, value, unit, note=""):
 ECHO_OF = {"flowserve HTTP binary": "echo server HTTP binary",
            "flowserve HTTP JSON": "echo server HTTP JSON",
            "plain FastAPI+ORT JSON": "echo server HTTP JSON",
-           "flowserve gRPC": "echo server gRPC"}
+           "flowserve gRPC": "echo server gRPC",
+           "flowserve gRPC raw HTTP/2": "echo server gRPC raw HTTP/2"}
 
 
 def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: float,
@@ -347,10 +429,12 @@ def measure_latency(table, urls: dict, x1: np.ndarray, ort_us: float, seconds: f
         "flowserve HTTP binary": raw_http_call(urls["http"], "mlp", x1, binary=True),
         "flowserve HTTP JSON": raw_http_call(urls["http"], "mlp", x1, binary=False),
         "flowserve gRPC": raw_grpc_call(urls["grpc"], "mlp", x1),
+        "flowserve gRPC raw HTTP/2": raw_h2_grpc_call(urls["grpc"], "mlp", x1),
         "plain FastAPI+ORT JSON": raw_http_call(urls["plain"], "m", x1, binary=False),
         "echo server HTTP binary": raw_http_call(urls["echo"], "mlp", x1, binary=True),
         "echo server HTTP JSON": raw_http_call(urls["echo"], "mlp", x1, binary=False),
         "echo server gRPC": raw_grpc_call(urls["echo_grpc"], "mlp", x1),
+        "echo server gRPC raw HTTP/2": raw_h2_grpc_call(urls["echo_grpc"], "mlp", x1),
         "flowserve.clients HTTPClient binary": lambda: http_bin.infer("mlp", {"x": x1}),
         "flowserve.clients HTTPClient JSON": lambda: http_json.infer("mlp", {"x": x1}),
         "flowserve.clients GRPCClient": lambda: grpc_end_to_end.infer("mlp", {"x": x1}),
@@ -465,7 +549,7 @@ def main() -> None:
              urls["http"]),
             (plain_app + [str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)], urls["plain"]),
             ([sys.executable, str(HERE / "echo_server.py"), str(echo_port),
-              str(echo_grpc_port)], urls["echo"]),
+              str(echo_grpc_port), "h2"], urls["echo"]),
         ]
         servers = []
         try:
@@ -554,7 +638,9 @@ def print_latency(latency) -> None:
         f"{name.removeprefix('flowserve ')} {latency[name]:.0f} us" for name in
         ("flowserve HTTP binary", "flowserve HTTP JSON", "flowserve gRPC",
          "plain FastAPI+ORT JSON")))
-    print(f"  gRPC / HTTP binary: {latency['flowserve gRPC'] / binary:.2f}x  (<= 1.2x); "
+    print(f"  gRPC / HTTP binary, both with a raw-socket client: "
+          f"{latency['flowserve gRPC raw HTTP/2'] / binary:.2f}x  (<= 1.2x); with grpcio's "
+          f"stub: {latency['flowserve gRPC'] / binary:.2f}x; "
           f"plain app / HTTP binary: {latency['plain FastAPI+ORT JSON'] / binary:.2f}x")
     echo_http, echo_grpc = latency["echo server HTTP binary"], latency["echo server gRPC"]
     print(f"  over the echo server (flowserve's own cost): HTTP binary "
@@ -563,8 +649,9 @@ def print_latency(latency) -> None:
     shares = {name: latency[f"share {name}"] for name in ECHO_OF}
     print("  server's share p50, the client's side removed: " + ", ".join(
         f"{name.removeprefix('flowserve ')} {value:.0f} us" for name, value in shares.items())
-        + f"; gRPC / HTTP binary: {shares['flowserve gRPC'] / shares['flowserve HTTP binary']:.2f}x"
-        "  (<= 1.2x)")
+        + "; gRPC / HTTP binary: raw clients "
+        f"{shares['flowserve gRPC raw HTTP/2'] / shares['flowserve HTTP binary']:.2f}x  (<= 1.2x), "
+        f"grpcio stub {shares['flowserve gRPC'] / shares['flowserve HTTP binary']:.2f}x")
     print("  server CPU per call: " + ", ".join(
         f"{name.removeprefix('flowserve ')} {latency['cpu ' + name]:.0f} us"
         for name in (*ECHO_OF, *sorted(set(ECHO_OF.values())))))

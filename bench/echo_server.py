@@ -2,13 +2,15 @@
 
 It speaks just enough of the Open Inference Protocol for perf_analyzer and the
 flowserve clients (health, model metadata and config, infer) over HTTP (a bare
-``httptools`` protocol on uvloop) and gRPC (``grpc.aio``), and answers every infer
+``httptools`` protocol on uvloop, or uvicorn) and gRPC (``grpc.aio``, or flowserve's own
+HTTP/2 connections), and answers every infer
 with the same canned output: FP32 ``y`` of shape [1, 10], binary when the request
 carried ``Inference-Header-Content-Length``, JSON otherwise. Its latency and
 throughput are what the framework alone costs; flowserve's own cost is the rest::
 
     python bench/echo_server.py 8200 8201           # HTTP port, gRPC port; model "mlp"
     python bench/echo_server.py 8200 8201 uvicorn   # HTTP through uvicorn, as flowserve
+    python bench/echo_server.py 8200 8201 h2        # gRPC on flowserve's HTTP/2, as flowserve
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ import uvicorn
 import uvloop
 
 from flowserve.clients import protos
+from flowserve.server.grpc_wire import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    Status,
+    frame_message,
+    trailers_only,
+)
+from flowserve.server.http2 import Http2Connection, Http2Limits
 
 MODEL = "mlp"
 OUTPUT = np.zeros((1, 10), np.float32)
@@ -107,7 +117,8 @@ def _asgi_answer(raw: bytes) -> tuple:
 ASGI_ANSWERS = {key: _asgi_answer(raw) for key, raw in ANSWERS.items()}
 
 
-def _grpc_handlers():
+def _canned_grpc() -> dict:
+    """The canned answer of each gRPC method."""
     infer = protos.ModelInferResponse(model_name=MODEL, model_version="1")
     tensor = infer.outputs.add()
     tensor.name, tensor.datatype = "y", "FP32"
@@ -123,13 +134,16 @@ def _grpc_handlers():
     config.config.backend, config.config.max_batch_size = "onnxruntime", 64
     config.config.input.add(name="x", data_type="TYPE_FP32", dims=[64])
     config.config.output.add(name="y", data_type="TYPE_FP32", dims=[10])
-    canned = {"ModelInfer": infer, "ModelMetadata": metadata, "ModelConfig": config,
-              "ServerMetadata": protos.ServerMetadataResponse(name="echo", version="1"),
-              "ServerLive": protos.ServerLiveResponse(live=True),
-              "ServerReady": protos.ServerReadyResponse(ready=True),
-              "ModelReady": protos.ModelReadyResponse(ready=True)}
+    return {"ModelInfer": infer, "ModelMetadata": metadata, "ModelConfig": config,
+            "ServerMetadata": protos.ServerMetadataResponse(name="echo", version="1"),
+            "ServerLive": protos.ServerLiveResponse(live=True),
+            "ServerReady": protos.ServerReadyResponse(ready=True),
+            "ModelReady": protos.ModelReadyResponse(ready=True)}
+
+
+def _grpc_handlers():
     handlers = {}
-    for name, answer in canned.items():
+    for name, answer in _canned_grpc().items():
         request_cls, response_cls, _ = protos.METHODS[name]
 
         async def handle(request, context, answer=answer):
@@ -139,6 +153,30 @@ def _grpc_handlers():
             handle, request_deserializer=request_cls.FromString,
             response_serializer=response_cls.SerializeToString)
     return grpc.method_handlers_generic_handler(protos.SERVICE_NAME, handlers)
+
+
+class EchoGrpcOverHttp2:
+    """The same canned gRPC answers on flowserve's own HTTP/2 connections: the floor of
+    flowserve's gRPC front end, as the bare ``EchoHTTP`` is of its HTTP one."""
+
+    def __init__(self):
+        self.answers = {f"/{protos.SERVICE_NAME}/{name}": frame_message(answer.SerializeToString())
+                        for name, answer in _canned_grpc().items()}
+
+    def request_started(self, stream) -> None:
+        pass
+
+    def body_received(self, stream) -> None:
+        if not stream.ended:
+            return
+        answer = self.answers.get(stream.headers.get(":path"))
+        if answer is None:
+            stream.send_trailers(trailers_only(Status.UNIMPLEMENTED, "no such method"))
+        else:
+            stream.respond(RESPONSE_HEADERS, answer, OK_TRAILERS)
+
+    def request_reset(self, stream) -> None:
+        stream.reset()
 
 
 async def echo_asgi(scope, receive, send) -> None:
@@ -154,14 +192,19 @@ async def echo_asgi(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve(http_port: int, grpc_port: int, stack: str = "raw") -> None:
+async def serve(http_port: int, grpc_port: int, stacks: tuple = ()) -> None:
     loop = asyncio.get_running_loop()
-    if stack == "uvicorn":
+    if "uvicorn" in stacks:
         config = uvicorn.Config(echo_asgi, host="127.0.0.1", port=http_port, log_config=None,
                                 access_log=False, lifespan="off", http="httptools")
         http = asyncio.create_task(uvicorn.Server(config).serve())
     else:
         http = await loop.create_server(EchoHTTP, "127.0.0.1", http_port)
+    if "h2" in stacks:
+        application, limits = EchoGrpcOverHttp2(), Http2Limits()
+        await loop.create_server(lambda: Http2Connection(application, limits), "127.0.0.1",
+                                 grpc_port)
+        await asyncio.Event().wait()
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((_grpc_handlers(),))
     server.add_insecure_port(f"127.0.0.1:{grpc_port}")
@@ -170,4 +213,4 @@ async def serve(http_port: int, grpc_port: int, stack: str = "raw") -> None:
 
 
 if __name__ == "__main__":
-    uvloop.run(serve(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4]))
+    uvloop.run(serve(int(sys.argv[1]), int(sys.argv[2]), tuple(sys.argv[3:])))

@@ -11,11 +11,10 @@ Header blocks are written as HPACK literals that index nothing, so they are cons
 from __future__ import annotations
 
 import enum
-import struct
 import zlib
 from typing import Optional
 
-_PREFIX = struct.Struct(">BL")  # compressed flag, message length
+from flowserve.clients.http2_wire import GRPC_PREFIX
 ACCEPTED_ENCODINGS = ("identity", "deflate", "gzip")
 _WBITS = {"deflate": zlib.MAX_WBITS, "gzip": 16 + zlib.MAX_WBITS}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -106,7 +105,7 @@ def http_refusal(code: int, message: str) -> bytes:
 
 def frame_message(payload: bytes) -> bytes:
     """One length-prefixed message, uncompressed."""
-    return _PREFIX.pack(0, len(payload)) + payload
+    return GRPC_PREFIX.pack(0, len(payload)) + payload
 
 
 def next_message(buffer: bytearray, max_bytes: int,
@@ -114,7 +113,7 @@ def next_message(buffer: bytearray, max_bytes: int,
     """Take one whole message from the front of ``buffer`` (None: not all here yet)."""
     if len(buffer) < 5:
         return None
-    compressed, size = _PREFIX.unpack_from(buffer)
+    compressed, size = GRPC_PREFIX.unpack_from(buffer)
     if size > max_bytes:
         raise WireError(Status.RESOURCE_EXHAUSTED, f"a request message of {size} bytes; "
                         f"at most {max_bytes} accepted (--max-request-bytes)")

@@ -25,34 +25,55 @@ import contextlib
 import dataclasses
 import logging
 import socket
-import struct
 from typing import Optional, Protocol
 
 import hpack
 
+from flowserve.clients.http2_wire import (  # the wire facts the clients share
+    ACK,
+    CANCEL,
+    COMPRESSION_ERROR,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_BYTES,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEAD,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    INTERNAL_ERROR,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_MAX_HEADER_LIST_SIZE,
+    STREAM_CLOSED,
+    U32,
+    WINDOW_UPDATE,
+    frame,
+    settings_frame,
+    window_update,
+)
+
 log = logging.getLogger("flowserve.server")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
-WINDOW_UPDATE, CONTINUATION = 8, 9
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, COMPRESSION_ERROR = 5, 6, 7, 8, 9
-SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_MAX_CONCURRENT_STREAMS = 1, 2, 3
-SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE = 4, 5, 6
-DEFAULT_WINDOW, DEFAULT_FRAME_BYTES, MAX_WINDOW = 65_535, 16_384, 2**31 - 1
 LINGER_S = 2.0  # how long a connection that failed reads on after its GOAWAY
-
-_FRAME_HEAD = struct.Struct(">HBBBL")  # length (24 bits, as 16 + 8), type, flags, stream id
-_SETTING = struct.Struct(">HL")
-_U32 = struct.Struct(">L")
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One HTTP/2 frame, header and payload."""
-    size = len(payload)
-    return _FRAME_HEAD.pack(size >> 8, size & 0xFF, kind, flags, stream_id) + payload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,20 +131,22 @@ class Stream:
         self.send_trailers(trailers)
 
     def send_headers(self, block: bytes) -> None:
-        if not self.closed:
+        if not (self.closed or self.was_reset):
             self._connection.queue_headers(self, block, end_stream=False)
             self._connection.flush()
 
     def send_data(self, data: bytes) -> None:
-        if not self.closed:
+        if not (self.closed or self.was_reset):
             self._connection.queue_data(self, data)
             self._connection.flush()
 
     def send_trailers(self, block: bytes) -> None:
-        """The last HEADERS frame (END_STREAM); the stream is closed once it leaves."""
+        """The last HEADERS frame (END_STREAM); the stream is closed once it leaves
+        (at once when the client reset it: nothing is sent then)."""
         if self.closed:
             return
-        self._connection.queue_headers(self, block, end_stream=True)
+        if not self.was_reset:
+            self._connection.queue_headers(self, block, end_stream=True)
         self.closed = True
         if not self._pending:
             self._connection.release(self)
@@ -132,18 +155,12 @@ class Stream:
     def reset(self, code: int = CANCEL) -> None:
         """RST_STREAM (unless the client reset it first) and close."""
         if not self.closed:
-            self.closed = True
+            self.closed = self.ended = True  # both ways: nothing more is read or sent
             self._pending.clear()
             if not self.was_reset:
-                self._connection.write(frame(RST_STREAM, 0, self.id, _U32.pack(code)))
+                self._connection.write(frame(RST_STREAM, 0, self.id, U32.pack(code)))
             self._connection.release(self)
             self._connection.flush()
-
-    def take_body(self) -> bytes:
-        """The bytes received so far, handed over."""
-        data = bytes(self.body)
-        self.body.clear()
-        return data
 
 
 class Http2Connection(asyncio.Protocol):
@@ -181,13 +198,12 @@ class Http2Connection(asyncio.Protocol):
         self._timer = asyncio.get_running_loop().call_later(
             self.limits.preface_timeout_s, self._preface_timed_out)
         limits = self.limits
-        settings = b"".join(_SETTING.pack(key, value) for key, value in (
-            (SETTINGS_ENABLE_PUSH, 0),
-            (SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-            (SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window),
-            (SETTINGS_MAX_FRAME_SIZE, limits.max_frame_bytes),
-            (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_header_list_bytes)))
-        self.write(frame(SETTINGS, 0, 0, settings))
+        self.write(settings_frame({
+            SETTINGS_ENABLE_PUSH: 0,
+            SETTINGS_MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+            SETTINGS_INITIAL_WINDOW_SIZE: limits.stream_window,
+            SETTINGS_MAX_FRAME_SIZE: limits.max_frame_bytes,
+            SETTINGS_MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes}))
         self._grant(0, limits.connection_window - DEFAULT_WINDOW)
         self._receive_window = limits.connection_window
         self.flush()
@@ -220,6 +236,9 @@ class Http2Connection(asyncio.Protocol):
             return self.close_with(exc.code, str(exc))
         except hpack.HPACKError as exc:
             return self.close_with(COMPRESSION_ERROR, f"header block: {exc}")
+        except Exception as exc:  # a fault of the server's own: this connection ends
+            log.exception("error on an HTTP/2 connection")
+            return self.close_with(INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
         self._buffer = buffer[position:]
         self.flush()
 
@@ -243,7 +262,7 @@ class Http2Connection(asyncio.Protocol):
             return 0
         position, end, view = 0, len(buffer), memoryview(buffer)
         while end - position >= 9:
-            high, low, kind, flags, stream_id = _FRAME_HEAD.unpack_from(buffer, position)
+            high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(buffer, position)
             size = high << 8 | low
             if size > self.limits.max_frame_bytes:
                 raise ProtocolViolation(FRAME_SIZE_ERROR, f"a frame of {size} bytes; "
@@ -270,9 +289,7 @@ class Http2Connection(asyncio.Protocol):
         if stream is None or stream.ended:
             if stream_id > self._last_stream_id:
                 raise ProtocolViolation(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
-            if stream is None and not self._going_away:
-                self.write(frame(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED)))
-            return
+            return  # a stream answered and reset already: what was in flight is dropped
         stream._receive_window -= len(payload)
         if stream._receive_window < 0:
             raise ProtocolViolation(FLOW_CONTROL_ERROR, f"stream {stream_id} sent more than "
@@ -347,7 +364,7 @@ class Http2Connection(asyncio.Protocol):
         if self._going_away:
             return  # after GOAWAY new streams are ignored; the client retries elsewhere
         if len(self._streams) >= self.limits.max_concurrent_streams:
-            self.write(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            self.write(frame(RST_STREAM, 0, stream_id, U32.pack(REFUSED_STREAM)))
             return
         stream = Stream(self, stream_id, headers, self._peer_window,
                         self.limits.stream_window)
@@ -364,11 +381,13 @@ class Http2Connection(asyncio.Protocol):
         headers = self._indexed_blocks.get(block)
         if headers is not None:
             return headers
-        headers = dict(self._decoder.decode(block))
-        if all(0x80 <= byte < 0xFF for byte in block):
-            self._indexed_blocks[block] = headers
-        else:
+        headers = {name.decode("latin-1"): value.decode("latin-1")
+                   for name, value in self._decoder.decode(block, raw=True)}
+        indexed_only = all(0x80 <= byte < 0xFF for byte in block)
+        if not indexed_only or len(self._indexed_blocks) >= 64:
             self._indexed_blocks.clear()
+        if indexed_only:
+            self._indexed_blocks[block] = headers
         return headers
 
     def _on_rst_stream(self, flags: int, stream_id: int, payload: memoryview) -> None:
@@ -392,7 +411,7 @@ class Http2Connection(asyncio.Protocol):
         if len(payload) % 6:
             raise ProtocolViolation(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
         for offset in range(0, len(payload), 6):
-            self._apply_setting(*_SETTING.unpack_from(payload, offset))
+            self._apply_setting(*SETTING.unpack_from(payload, offset))
         self.write(frame(SETTINGS, ACK, 0))
         self._send_pending()
 
@@ -425,7 +444,7 @@ class Http2Connection(asyncio.Protocol):
     def _on_window_update(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
             raise ProtocolViolation(FRAME_SIZE_ERROR, "WINDOW_UPDATE of other than 4 bytes")
-        increment = _U32.unpack(payload)[0] & MAX_WINDOW
+        increment = U32.unpack(payload)[0] & MAX_WINDOW
         if stream_id == 0:
             if increment == 0:
                 raise ProtocolViolation(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
@@ -438,7 +457,7 @@ class Http2Connection(asyncio.Protocol):
                 return  # a stream that just closed: its update may cross our end
             stream._send_window += increment
             if increment == 0 or stream._send_window > MAX_WINDOW:
-                self.write(frame(RST_STREAM, 0, stream_id, _U32.pack(FLOW_CONTROL_ERROR)))
+                self.write(frame(RST_STREAM, 0, stream_id, U32.pack(FLOW_CONTROL_ERROR)))
                 stream.was_reset = True
                 self.app.request_reset(stream)
                 return
@@ -460,7 +479,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _grant(self, stream_id: int, increment: int) -> None:
         if increment > 0:
-            self.write(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(increment)))
+            self.write(window_update(stream_id, increment))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -530,9 +549,13 @@ class Http2Connection(asyncio.Protocol):
                 self.release(stream)
 
     def release(self, stream: Stream) -> None:
-        """The stream is done on both sides as far as the application goes."""
+        """The stream is done on both sides as far as the application goes; a response
+        that ended before its request did is followed by RST_STREAM(NO_ERROR), which asks
+        the client to stop sending (RFC 9113, 8.1)."""
         if self._streams.get(stream.id) is stream:
             del self._streams[stream.id]
+            if not stream.ended and not stream.was_reset:
+                self.write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
             stream.body = bytearray()
             self._close_when_idle()
 
@@ -542,8 +565,8 @@ class Http2Connection(asyncio.Protocol):
         """Graceful shutdown: GOAWAY naming the last stream taken; the open ones finish."""
         if not self._going_away and self.transport is not None:
             self._going_away = True
-            self.write(frame(GOAWAY, 0, 0, _U32.pack(self._last_stream_id)
-                             + _U32.pack(NO_ERROR)))
+            self.write(frame(GOAWAY, 0, 0, U32.pack(self._last_stream_id)
+                             + U32.pack(NO_ERROR)))
             self.flush()
         self._close_when_idle()
 
@@ -562,7 +585,7 @@ class Http2Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         self._out.clear()
-        self.write(frame(GOAWAY, 0, 0, _U32.pack(self._last_stream_id) + _U32.pack(code)
+        self.write(frame(GOAWAY, 0, 0, U32.pack(self._last_stream_id) + U32.pack(code)
                          + message.encode()[:512]))
         self.flush()
         if transport.can_write_eof():

@@ -172,6 +172,23 @@ def test_bad_calls_get_a_status_and_the_connection_goes_on(server, body, headers
     client.close()
 
 
+def test_an_early_answer_asks_the_client_to_stop_sending(server):
+    client = RawH2(server.grpc_address)
+    stream = client.new_stream()
+    client.send_headers(stream, grpc_headers())
+    client.send_data(stream, struct.pack(">BL", 0, 32 << 20) + b"\0" * 100, end_stream=False)
+    kind, flags, _, payload = client.until(http2.HEADERS, stream)
+    assert flags & http2.END_STREAM
+    assert dict(client.decoder.decode(payload))["grpc-status"] == str(
+        int(Status.RESOURCE_EXHAUSTED))
+    kind, _, _, payload = client.until(http2.RST_STREAM, stream)
+    assert struct.unpack(">L", payload)[0] == http2.NO_ERROR
+    client.send_data(stream, b"\0" * 50_000)  # already in flight: dropped quietly
+    x = np.zeros((1, 4), np.float32)
+    assert client.call(message(_infer_body("good", x)))[2]["grpc-status"] == "0"
+    client.close()
+
+
 @pytest.mark.parametrize("headers, status", [
     ([(":method", "GET"), (":scheme", "http"), (":path", PATH), (":authority", "t")], "405"),
     (grpc_headers()[:-1] + [("content-type", "application/json")], "415"),
