@@ -102,6 +102,41 @@ def test_async_clients_many_concurrent_requests(mlp_server):  # noqa: F811
     np.testing.assert_array_equal(asyncio.run(main()), reference)
 
 
+def test_async_grpc_client_round_trips_types_large_messages_and_errors(types_server,
+                                                                     mlp_file):  # noqa: F811
+    """AsyncGRPCClient's own HTTP/2 channel: every datatype, a message larger than the
+    server's stream window both ways, error codes, the token, an unreachable server."""
+    inputs = all_type_inputs()
+    big = np.array([[bytes([65 + i % 26]) * 20_000] * 3 for i in range(64)],
+                   dtype=object)  # 3.8 MB of BYTES
+
+    async def main():
+        async with AsyncGRPCClient(types_server.grpc_address) as client:
+            outputs = await client.infer("types", inputs)
+            large = await client.infer("types", {**{name: sample(name[3:], rows=64)
+                                                      for name in inputs}, "in_BYTES": big},
+                                       outputs=["out_BYTES"])
+            with pytest.raises(InferenceServerError) as missing:
+                await client.infer("nope", {"x": np.ones((1, 4), np.float32)})
+        with running_server(mlp_file, auth_token="tok") as server:
+            x = {"x": np.ones((1, 4), np.float32)}
+            async with AsyncGRPCClient(server.grpc_address) as client:
+                with pytest.raises(InferenceServerError) as refused:
+                    await client.infer("tiny", x)
+            async with AsyncGRPCClient(server.grpc_address, token="tok") as client:
+                assert (await client.infer("tiny", x))["y"].shape == (1, 3)
+        with pytest.raises(ServerUnreachableError):
+            await AsyncGRPCClient("127.0.0.1:9").is_ready()
+        return outputs, large, missing.value, refused.value
+
+    outputs, large, missing, refused = asyncio.run(main())
+    for name, array in inputs.items():
+        np.testing.assert_array_equal(outputs["out_" + name[3:]], array)
+    np.testing.assert_array_equal(large["out_BYTES"], big)
+    assert missing.status == "NOT_FOUND" and "nope" in missing.message
+    assert refused.status == "UNAUTHENTICATED"
+
+
 def test_auth_token_is_sent(mlp_file):  # noqa: F811
     with running_server(mlp_file, auth_token="tok") as server:
         x = {"x": np.ones((1, 4), np.float32)}
