@@ -3,7 +3,8 @@
 Builds a small ONNX MLP (or serves the saved graph directory / .onnx file given
 as the first argument), starts flowserve in a background thread, and queries
 it with the HTTP client (binary tensors), the HTTP client with JSON tensors,
-and the gRPC client::
+the gRPC client, and 16 concurrent calls of the asyncio gRPC client (one HTTP/2
+connection)::
 
     python examples/serve_and_query.py              # builds a demo model
     python examples/serve_and_query.py my_saved_dir  # or serves yours
@@ -11,6 +12,7 @@ and the gRPC client::
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import sys
 import tempfile
@@ -20,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from flowserve.clients import GRPCClient, HTTPClient
+from flowserve.clients import AsyncGRPCClient, GRPCClient, HTTPClient
 from flowserve.server import InferenceServer, ServerSettings
 
 
@@ -38,6 +40,12 @@ def demo_model(path: pathlib.Path) -> pathlib.Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     onnx.save(model, path)
     return path
+
+
+async def concurrent_grpc(address: str, name: str, inputs: dict, calls: int = 16) -> list:
+    """``calls`` requests in flight at once on one connection; their outputs."""
+    async with AsyncGRPCClient(address) as client:
+        return await asyncio.gather(*(client.infer(name, inputs) for _ in range(calls)))
 
 
 def main() -> None:
@@ -61,6 +69,12 @@ def main() -> None:
                 took_ms = (time.perf_counter() - started) * 1e3
                 first = next(iter(outputs.values()))
                 print(f"{label:<12} {took_ms:6.2f} ms  -> {np.round(first.reshape(-1)[:5], 4)}")
+            started = time.perf_counter()
+            answers = asyncio.run(concurrent_grpc(server.grpc_address, name, inputs))
+            took_ms = (time.perf_counter() - started) * 1e3
+            same = all(np.array_equal(next(iter(a.values())), first) for a in answers)
+            print(f"{len(answers)} asyncio gRPC calls at once: {took_ms:.2f} ms, "
+                  f"all equal to the gRPC answer: {same}")
 
 
 if __name__ == "__main__":

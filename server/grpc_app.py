@@ -33,6 +33,7 @@ from .grpc_wire import (
     RESPONSE_HEADERS,
     Status,
     WireError,
+    check_announced_size,
     check_encoding,
     error_trailers,
     frame_message,
@@ -219,11 +220,10 @@ class GrpcApplication:
         try:
             if call.method.streaming:
                 return self._queue_requests(stream, call)
-            message = next_message(stream.body, self.max_bytes, call.encoding)
-            if not stream.ended:
-                if message is not None:
-                    raise WireError(Status.INTERNAL, "a unary call sent a second message")
+            check_announced_size(stream.body, self.max_bytes)
+            if not stream.ended:  # the message may be whole before the stream ends
                 return
+            message = next_message(stream.body, self.max_bytes, call.encoding)
             if message is None or stream.body:
                 raise WireError(Status.INTERNAL, "a unary call must send exactly one "
                                 "whole message")

@@ -106,6 +106,20 @@ def test_a_raw_client_gets_headers_one_message_and_ok_trailers(server):
     client.close()
 
 
+def test_a_message_whole_before_the_stream_ends_is_one_call(server):
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    client = RawH2(server.grpc_address)
+    stream = client.new_stream()
+    client.send_headers(stream, grpc_headers())
+    client.send_data(stream, message(_infer_body("good", x)), end_stream=False)
+    client.send(http2.DATA, http2.END_STREAM, stream)  # an empty frame ends the request
+    kind, flags, _, payload = client.until(http2.DATA, stream)
+    assert protos.ModelInferResponse.FromString(payload[5:]).outputs[0].shape == [1, 3]
+    kind, flags, _, payload = client.until(http2.HEADERS, stream)
+    assert dict(client.decoder.decode(payload))["grpc-status"] == "0"
+    client.close()
+
+
 def test_a_response_waits_for_the_clients_window(server):
     x = np.ones((1, WIDE), np.float32)
     client = RawH2(server.grpc_address, settings={http2.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
@@ -158,9 +172,12 @@ def test_compressed_requests_are_inflated(server, compression):
     (message(b"x", compressed=True), {}, Status.INTERNAL, "without a grpc-encoding"),
     (message(b""), {"grpc-encoding": "snappy"}, Status.UNIMPLEMENTED, "snappy"),
     (message(b"") * 2, {}, Status.INTERNAL, "exactly one"),
+    (message(b"x" * 100) + b"\0" * MAX_REQUEST_BYTES, {}, Status.RESOURCE_EXHAUSTED,
+     "request body over"),
     (b"", {}, Status.INTERNAL, "exactly one"),
     (message(b""), {"grpc-timeout": "soon"}, Status.INVALID_ARGUMENT, "grpc-timeout"),
-])
+], ids=["not-protobuf", "announced-too-large", "gzip-bomb", "compressed-without-encoding",
+        "unknown-encoding", "two-messages", "body-too-large", "no-message", "bad-timeout"])
 def test_bad_calls_get_a_status_and_the_connection_goes_on(server, body, headers, status,
                                                           words):
     client = RawH2(server.grpc_address)
