@@ -1,8 +1,9 @@
 """A lean asyncio gRPC channel: unary calls multiplexed on one HTTP/2 connection.
 
 What ``AsyncGRPCClient`` (and so ``flowserve perf --protocol grpc``) runs on: frames
-written and read in Python on the event loop, about a fifth of the CPU per call of
-``grpc.aio`` here, which matters to a load generator sharing cores with the server.
+written and read in Python on the event loop, with less CPU per call than ``grpc.aio``
+(49 against 72 µs at concurrency 32 in ``bench_serving.py``), which matters to a load
+generator sharing cores with the server.
 Cleartext HTTP/2 with prior knowledge, as gRPC clients speak without TLS; a lost
 connection is opened again by the next call::
 
