@@ -5,6 +5,18 @@ name: ONNX Runtime keeps each node's generator across runs, so a session draws f
 on every call, and two nodes never share a stream. (Unseeded, ONNX Runtime seeds every
 node alike, so two same-shaped dropouts would draw almost the same masks.)
 
+``dropout_mask`` spends one float32 draw on two elements: ONNX Runtime's CPU generator
+draws one element at a time on one thread (a third of a Transformer's training step), and a
+draw ``u`` holds 24 random bits. With ``q`` a multiple of ``1/4096``, ``u >= q`` depends on
+``floor(4096 u)`` only and ``frac(4096 u) >= q`` on the rest of ``u`` only (the lowering draws
+``4096 u`` directly: ``high=4096`` scales exactly), so the two are
+independent, each kept with probability ``1 - q`` (to within the float32 rounding of the
+generator's 31-bit integers: parts per million). ``q`` is ``p`` rounded to a multiple of
+``1/4096`` where that moves it by at most 0.1% of ``p`` and of ``1 - p`` (``PAIRED_ROUNDING``;
+every ``p`` in hundredths from 0.01 to 0.99 passes: 0.1 drops 0.10010); other rates draw
+once per element, with ``p`` as it is. Dropout scales the kept elements by ``1 / (1 - p)``
+either way.
+
 ``uniform_seeded`` (a random op given ``generator=``) is its counter-based hash written in
 ONNX integer ops, fed its seed per call: the same numbers as its numpy kernel. Where the seed
 is baked into the model (a saved, loaded or exported graph: the generator stays in the
@@ -16,6 +28,7 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from onnx import numpy_helper
 
 from flowserve import dtypes
 from flowserve.exporter.builder import onnx_dtype
@@ -23,6 +36,8 @@ from flowserve.exporter.lowering.registry import lowering
 from flowserve.ops.random import HASH_DROP_BITS, HASH_PRIME, HASH_ROUNDS, HASH_SEED_MULT, HASH_STREAM_MULT
 
 SEED_RANGE = 1 << 24  # ONNX's seed attribute is a float: integers below 2**24 are exact
+PAIRED_LEVELS = 1 << 12  # a float32 draw in [0, 1) holds 24 random bits: two elements' 12
+PAIRED_ROUNDING = 1e-3  # the most a paired dropout rate may differ from p, relative to p and 1 - p
 
 
 def node_seed(ctx, node) -> float:
@@ -45,12 +60,41 @@ def lower_normal_like(b, node, ctx):
          scale=float(node.attrs["std"]), seed=node_seed(ctx, node))
 
 
+def paired_rate(p: float) -> float | None:
+    """The drop rate a compiled graph uses for ``p`` when one draw decides two elements
+    (``p`` rounded to a multiple of ``1/4096``), or None where that would move it too far."""
+    q = round(p * PAIRED_LEVELS) / PAIRED_LEVELS
+    return q if 0 < q < 1 and abs(q - p) <= PAIRED_ROUNDING * min(p, 1 - p) else None
+
+
+def _paired_keep(b, x, shape: tuple, q: float, seed: float) -> str:
+    """Keep decisions (bool) shaped like ``x`` from half as many float32 draws ``a = 4096 u``
+    (drawn so, exactly): the first half keeps where ``a >= 4096 q``, the second where
+    ``frac(a) >= q``."""
+    count = b.op1("Reshape", [b.op1("Size", [x]), b.const([1])])
+    draws = b.op1("Div", [b.op1("Add", [count, b.const([1])]), b.const([2])])
+    like = b.op1("ConstantOfShape", [draws], value=numpy_helper.from_array(np.zeros(1, np.uint8)))  # its shape only
+    spread = b.op1("RandomUniformLike", [like], dtype=onnx_dtype("float32"), low=0.0, high=float(PAIRED_LEVELS),
+                   seed=seed)
+    low_bits = b.op1("Sub", [spread, b.op1("Floor", [spread])])
+    keep = b.op1("Concat", [b.op1("GreaterOrEqual", [spread, b.const(q * PAIRED_LEVELS, np.float32)]),
+                            b.op1("GreaterOrEqual", [low_bits, b.const(q, np.float32)])], axis=0)
+    if not any(type(d) is int and d % 2 == 0 for d in shape):  # an odd count: one decision too many
+        keep = b.op1("Slice", [keep, b.const([0]), count])
+    return b.op1("Reshape", [keep, b.op1("Shape", [x])])
+
+
 @lowering("dropout_mask")
 def lower_dropout_mask(b, node, ctx):
     x = node.inputs[0]
     dtype = ctx.meta(x).dtype
-    uniform = b.op1("RandomUniformLike", [x], dtype=onnx_dtype(dtype), low=0.0, high=1.0, seed=node_seed(ctx, node))
-    keep = b.op1("GreaterOrEqual", [uniform, b.const(node.attrs["p"], dtypes.from_name(dtype).np)])
+    p, seed = float(node.attrs["p"]), node_seed(ctx, node)
+    q = paired_rate(p)
+    if q is not None:
+        keep = _paired_keep(b, x, tuple(ctx.meta(x).shape), q, seed)
+    else:
+        uniform = b.op1("RandomUniformLike", [x], dtype=onnx_dtype(dtype), low=0.0, high=1.0, seed=seed)
+        keep = b.op1("GreaterOrEqual", [uniform, b.const(p, dtypes.from_name(dtype).np)])
     b.op("Cast", [keep], node.outputs, to=onnx_dtype(dtype))
 
 
