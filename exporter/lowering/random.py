@@ -6,16 +6,13 @@ on every call, and two nodes never share a stream. (Unseeded, ONNX Runtime seeds
 node alike, so two same-shaped dropouts would draw almost the same masks.)
 
 ``dropout_mask`` spends one float32 draw on two elements: ONNX Runtime's CPU generator
-draws one element at a time on one thread (a third of a Transformer's training step), and a
-draw ``u`` holds 24 random bits. With ``q`` a multiple of ``1/4096``, ``u >= q`` depends on
-``floor(4096 u)`` only and ``frac(4096 u) >= q`` on the rest of ``u`` only (the lowering draws
-``4096 u`` directly: ``high=4096`` scales exactly), so the two are
-independent, each kept with probability ``1 - q`` (to within the float32 rounding of the
-generator's 31-bit integers: parts per million). ``q`` is ``p`` rounded to a multiple of
-``1/4096`` where that moves it by at most 0.1% of ``p`` and of ``1 - p`` (``PAIRED_ROUNDING``;
-every ``p`` in hundredths from 0.01 to 0.99 passes: 0.1 drops 0.10010); other rates draw
-once per element, with ``p`` as it is. Dropout scales the kept elements by ``1 / (1 - p)``
-either way.
+draws one element at a time on one thread (a third of a Transformer's training step). For a
+uniform ``u``, the first element is kept where ``u >= p``; the second where ``u`` falls in
+``[p**2, p)`` or ``[2p - p**2, 1)``, which has probability ``1 - p`` whether or not the
+first was kept (given ``u < p``, ``u / p`` is uniform again; given ``u >= p``,
+``(u - p) / (1 - p)`` is): two independent decisions at exactly ``p``, for every ``p``, to
+within float32 rounding of the thresholds, as for one draw per element. With
+``g(t) = u >= t`` the second decision is ``g(p**2) xor g(p) xor g(2p - p**2)``.
 
 ``uniform_seeded`` (a random op given ``generator=``) is its counter-based hash written in
 ONNX integer ops, fed its seed per call: the same numbers as its numpy kernel. Where the seed
@@ -36,8 +33,6 @@ from flowserve.exporter.lowering.registry import lowering
 from flowserve.ops.random import HASH_DROP_BITS, HASH_PRIME, HASH_ROUNDS, HASH_SEED_MULT, HASH_STREAM_MULT
 
 SEED_RANGE = 1 << 24  # ONNX's seed attribute is a float: integers below 2**24 are exact
-PAIRED_LEVELS = 1 << 12  # a float32 draw in [0, 1) holds 24 random bits: two elements' 12
-PAIRED_ROUNDING = 1e-3  # the most a paired dropout rate may differ from p, relative to p and 1 - p
 
 
 def node_seed(ctx, node) -> float:
@@ -60,25 +55,23 @@ def lower_normal_like(b, node, ctx):
          scale=float(node.attrs["std"]), seed=node_seed(ctx, node))
 
 
-def paired_rate(p: float) -> float | None:
-    """The drop rate a compiled graph uses for ``p`` when one draw decides two elements
-    (``p`` rounded to a multiple of ``1/4096``), or None where that would move it too far."""
-    q = round(p * PAIRED_LEVELS) / PAIRED_LEVELS
-    return q if 0 < q < 1 and abs(q - p) <= PAIRED_ROUNDING * min(p, 1 - p) else None
+def paired_thresholds(p: float) -> tuple[float, float, float]:
+    """``(p**2, p, 2p - p**2)``: where one uniform draw keeps the first of two elements
+    (``u >= p``) and, independently, the second (``u`` in ``[p**2, p)`` or ``[2p - p**2, 1)``),
+    both with probability ``1 - p``."""
+    return p * p, p, 2 * p - p * p
 
 
-def _paired_keep(b, x, shape: tuple, q: float, seed: float) -> str:
-    """Keep decisions (bool) shaped like ``x`` from half as many float32 draws ``a = 4096 u``
-    (drawn so, exactly): the first half keeps where ``a >= 4096 q``, the second where
-    ``frac(a) >= q``."""
+def _paired_keep(b, x, shape: tuple, p: float, seed: float) -> str:
+    """Keep decisions (bool) shaped like ``x`` from half as many float32 draws (see the
+    module's docstring): the first half ``u >= p``, the second ``g(p**2) ^ g(p) ^ g(2p - p**2)``."""
     count = b.op1("Reshape", [b.op1("Size", [x]), b.const([1])])
     draws = b.op1("Div", [b.op1("Add", [count, b.const([1])]), b.const([2])])
     like = b.op1("ConstantOfShape", [draws], value=numpy_helper.from_array(np.zeros(1, np.uint8)))  # its shape only
-    spread = b.op1("RandomUniformLike", [like], dtype=onnx_dtype("float32"), low=0.0, high=float(PAIRED_LEVELS),
-                   seed=seed)
-    low_bits = b.op1("Sub", [spread, b.op1("Floor", [spread])])
-    keep = b.op1("Concat", [b.op1("GreaterOrEqual", [spread, b.const(q * PAIRED_LEVELS, np.float32)]),
-                            b.op1("GreaterOrEqual", [low_bits, b.const(q, np.float32)])], axis=0)
+    uniform = b.op1("RandomUniformLike", [like], dtype=onnx_dtype("float32"), low=0.0, high=1.0, seed=seed)
+    low, middle, high = (b.op1("GreaterOrEqual", [uniform, b.const(t, np.float32)]) for t in paired_thresholds(p))
+    second = b.op1("Xor", [b.op1("Xor", [low, middle]), high])
+    keep = b.op1("Concat", [middle, second], axis=0)
     if not any(type(d) is int and d % 2 == 0 for d in shape):  # an odd count: one decision too many
         keep = b.op1("Slice", [keep, b.const([0]), count])
     return b.op1("Reshape", [keep, b.op1("Shape", [x])])
@@ -89,9 +82,8 @@ def lower_dropout_mask(b, node, ctx):
     x = node.inputs[0]
     dtype = ctx.meta(x).dtype
     p, seed = float(node.attrs["p"]), node_seed(ctx, node)
-    q = paired_rate(p)
-    if q is not None:
-        keep = _paired_keep(b, x, tuple(ctx.meta(x).shape), q, seed)
+    if 0 < p < 1:
+        keep = _paired_keep(b, x, tuple(ctx.meta(x).shape), p, seed)
     else:
         uniform = b.op1("RandomUniformLike", [x], dtype=onnx_dtype(dtype), low=0.0, high=1.0, seed=seed)
         keep = b.op1("GreaterOrEqual", [uniform, b.const(p, dtypes.from_name(dtype).np)])

@@ -1,14 +1,13 @@
-"""Dropout in a compiled graph: one ONNX Runtime draw decides two elements where ``p`` is
-within 0.1% of a multiple of 1/4096 (``paired_rate``), once per element elsewhere. Both
-drop at their rate, independently in the two halves, scale by exactly ``1 / (1 - p)``, and
-the backward multiplies by the forward's own mask."""
+"""Dropout in a compiled graph: one ONNX Runtime draw decides two elements
+(``paired_thresholds``). Both halves drop at ``p``, independently, scale by exactly
+``1 / (1 - p)``, and the backward multiplies by the forward's own mask."""
 
 import numpy as np
 import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
-from flowserve.exporter.lowering.random import PAIRED_LEVELS, PAIRED_ROUNDING, paired_rate
+from flowserve.exporter.lowering.random import paired_thresholds
 
 
 class Drop(nn.Graph):
@@ -28,36 +27,30 @@ def _within(rate: float, expected: float, count: int, sigmas: float = 5.0) -> bo
     return abs(rate - expected) <= sigmas * np.sqrt(expected * (1 - expected) / count)
 
 
-def test_paired_rates_are_p_on_a_1_4096_grid_within_a_thousandth_of_p():
-    for p in [k / 100 for k in range(1, 100)] + [0.5, 0.25, 1 / 3]:
-        q = paired_rate(p)
-        assert q is not None and (q * PAIRED_LEVELS).is_integer(), p
-        assert abs(q - p) <= PAIRED_ROUNDING * min(p, 1 - p), (p, q)
-    assert paired_rate(0.1) == 410 / 4096 and paired_rate(0.5) == 0.5
-    for p in (0.0, 1.0, 1e-4, 0.015, 0.9999):  # too far from the grid, or no draw at all
-        assert paired_rate(p) is None, p
+@pytest.mark.parametrize("p", [0.1, 0.015, 0.5, 0.9, 1e-4, 1 / 3])
+def test_one_draw_keeps_the_second_element_with_probability_1_minus_p_either_way(p):
+    low, middle, high = paired_thresholds(p)
+    assert low <= middle == p <= high
+    # u uniform on [0, 1): the second element is kept on [low, p) and on [high, 1)
+    assert (1 - high) / (1 - p) == pytest.approx(1 - p, rel=1e-12)  # given the first kept
+    assert (p - low) / p == pytest.approx(1 - p, rel=1e-12)  # given the first dropped
 
 
+@pytest.mark.parametrize("p", [0.1, 0.015])
 @pytest.mark.parametrize("shape", [(1024, 1024), (999, 1001)], ids=["even", "odd-count"])
-def test_paired_masks_drop_at_the_rate_in_both_halves_independently(shape):
+def test_paired_masks_drop_at_p_in_both_halves_independently(shape, p):
     flow.manual_seed(0)
-    graph, x = Drop(0.1), flow.ones(*shape)
+    graph, x = Drop(p), flow.ones(*shape)
     first, second = graph(x).numpy(), graph(x).numpy()
     assert first.shape == shape and not np.array_equal(first, second)  # fresh draws every call
-    np.testing.assert_array_equal(np.unique(first), np.float32([0.0, 1 / 0.9]))  # 1 / (1 - p), not 1 - q
+    np.testing.assert_array_equal(np.unique(first), np.float32([0.0, 1 / (1 - p)]))
     dropped = _dropped(first)
     half = dropped.size // 2
-    q = paired_rate(0.1)
-    for part in (dropped[:half], dropped[half:2 * half]):  # the u >= q half and the frac(4096 u) >= q half
-        assert _within(part.mean(), q, part.size), part.mean()
-    assert abs(np.corrcoef(dropped[:half], dropped[half:2 * half])[0, 1]) < 5 / np.sqrt(half)
-
-
-def test_a_rate_off_the_grid_draws_once_per_element_at_p_itself():
-    flow.manual_seed(0)
-    out = Drop(0.015)(flow.ones(1000, 1000)).numpy()
-    assert _within(_dropped(out).mean(), 0.015, out.size)
-    np.testing.assert_array_equal(np.unique(out), np.float32([0.0, 1 / 0.985]))
+    one, two = dropped[:half], dropped[half:2 * half]  # u >= p, and the other decision
+    for part in (one, two):
+        assert _within(part.mean(), p, part.size), part.mean()
+    assert _within((one & two).mean(), p * p, half)  # both dropped: p**2 if independent
+    assert abs(np.corrcoef(one, two)[0, 1]) < 5 / np.sqrt(half)
 
 
 class Scaled(nn.Module):
@@ -86,7 +79,7 @@ def test_the_backward_multiplies_by_the_forwards_mask_over_1_minus_p():
     out = DropStep(model, 0.1)(flow.ones(512, 256)).numpy()
     grad = 1.0 - model.w.numpy()  # SGD with lr 1 from ones: the gradient itself
     np.testing.assert_array_equal(grad, out)  # d(sum(w * mask / (1 - p)))/dw: the same mask, the same scale
-    assert _within(_dropped(out).mean(), paired_rate(0.1), out.size)
+    assert _within(_dropped(out).mean(), 0.1, out.size)
 
 
 def test_a_graph_with_p_zero_dropout_trains_as_eager():
