@@ -15,6 +15,7 @@ import zlib
 from typing import Optional
 
 from flowserve.clients.http2_wire import GRPC_PREFIX
+
 ACCEPTED_ENCODINGS = ("identity", "deflate", "gzip")
 _WBITS = {"deflate": zlib.MAX_WBITS, "gzip": 16 + zlib.MAX_WBITS}
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -166,7 +167,7 @@ def timeout_seconds(headers: dict) -> Optional[float]:
     if value is None:
         return None
     digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         raise WireError(Status.INVALID_ARGUMENT, f"grpc-timeout {value!r}: expected up to "
                         "8 digits and a unit of H, M, S, m, u or n")
     return int(digits) * _TIMEOUT_UNITS[unit]

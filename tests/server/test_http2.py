@@ -73,7 +73,7 @@ def test_timeouts_and_their_units():
     assert timeout_seconds({"grpc-timeout": "250m"}) == pytest.approx(0.25)
     assert timeout_seconds({"grpc-timeout": "2S"}) == 2.0
     assert timeout_seconds({}) is None
-    for bad in ("", "S", "123456789S", "10x", "-1S"):
+    for bad in ("", "S", "123456789S", "10x", "-1S", "\u00b2S"):
         with pytest.raises(Exception, match="grpc-timeout"):
             timeout_seconds({"grpc-timeout": bad})
 
