@@ -1,4 +1,4 @@
-"""Where the server's microseconds go on one small HTTP infer request, in process.
+"""Where the server's microseconds go on one small HTTP or gRPC infer request, in process.
 
 The MLP 64-256-10 of ``bench_serving.py``, batch 1. Each phase is timed alone on
 the real objects (median of many calls, phases interleaved), then the whole
@@ -6,7 +6,9 @@ server side at once: the request bytes fed to flowserve's HTTP protocol over an
 in-memory transport until the response is written, with no kernel and no
 client in the figure; the model is left idle 200 µs before each request, as
 between the requests of one client. The same run feeds uvicorn's plain protocol (no head
-guard, no coalesced writes) for the cost of the hardening::
+guard, no coalesced writes) for the cost of the hardening, and the gRPC request (HEADERS,
+its block HPACK-indexed from the second request on, and DATA) to flowserve's HTTP/2
+connection::
 
     python bench/bench_http_path.py --seconds 2
 """
@@ -22,6 +24,7 @@ import pathlib
 import tempfile
 import time
 
+import hpack
 import httptools
 import numpy as np
 import onnx
@@ -30,9 +33,25 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from bench_serving import mlp_model
-from flowserve.clients import rest
+from flowserve.clients import grpc_client, protos, rest
+from flowserve.clients.http2_wire import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    PREFACE,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    frame,
+    settings_frame,
+    window_update,
+)
 from flowserve.server import DataPlane, ServerSettings
 from flowserve.server.app import NoDelayHTTPProtocol
+from flowserve.server.grpc_app import GrpcApplication
+from flowserve.server.grpc_codec import decode_infer_request as decode_grpc_request
+from flowserve.server.grpc_codec import encode_infer_response as encode_grpc_response
+from flowserve.server.grpc_wire import frame_message
+from flowserve.server.http2 import Http2Connection, Http2Limits
 from flowserve.server.http_app import build_http_app
 from flowserve.server.http_codec import decode_infer_request, encode_infer_response
 
@@ -105,6 +124,32 @@ async def whole_server(protocol_class, app, data: bytes, count: int) -> list[flo
     return times
 
 
+async def whole_grpc_server(application, body: bytes, count: int) -> list[float]:
+    """Seconds from a gRPC request's frames arriving to the response written, per request."""
+    loop = asyncio.get_running_loop()
+    connection, transport = Http2Connection(application, Http2Limits()), MemoryTransport()
+    connection.connection_made(transport)
+    connection.data_received(PREFACE + settings_frame({SETTINGS_INITIAL_WINDOW_SIZE: 1 << 30})
+                             + window_update(0, 1 << 30))
+    encoder, headers = hpack.Encoder(), [
+        (":method", "POST"), (":scheme", "http"), (":authority", "127.0.0.1"),
+        (":path", f"/{protos.SERVICE_NAME}/ModelInfer"), ("te", "trailers"),
+        ("content-type", "application/grpc")]
+    times = []
+    for index in range(count):
+        stream_id = 2 * index + 1
+        data = (frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers))
+                + frame(DATA, END_STREAM, stream_id, frame_message(body)))
+        transport.answered = loop.create_future()
+        idle()
+        started = time.perf_counter()
+        connection.data_received(data)
+        await transport.answered
+        times.append(time.perf_counter() - started)
+    connection.connection_lost(None)
+    return times
+
+
 def idle(gap_s: float = 0.0002) -> None:
     """Let the model be idle for ``gap_s`` (as between a client's requests at concurrency 1:
     the batcher then runs a lone request at once on the event loop)."""
@@ -166,10 +211,30 @@ async def measure(model_path: str, x: np.ndarray, count: int, rounds: int) -> di
                                     ("uvicorn's plain protocol", HttpToolsProtocol)):
                 samples.setdefault(f"{kind}: whole server side, {label}", []).extend(
                     await whole_server(protocol, door, data, count))
+        await measure_grpc(plane, x, count, samples)
         samples.setdefault("ONNX Runtime run alone (OrtRunner.run)", []).extend(
             timed(lambda: runner.run({"x": x}), count))
     await plane.stop()
     return {name: float(np.median(t) * 1e6) for name, t in samples.items()}
+
+
+async def measure_grpc(plane, x: np.ndarray, count: int, samples: dict) -> None:
+    """The gRPC request's phases and its whole server side, added to ``samples``."""
+    body = grpc_client.encode_infer("mlp", {"x": x}, None, "", "").SerializeToString()
+    message = protos.ModelInferRequest.FromString(body)
+    response = await plane.infer(decode_grpc_request(message))
+    phases = {
+        "gRPC: protobuf parse (ModelInferRequest.FromString)":
+            lambda: protos.ModelInferRequest.FromString(body),
+        "gRPC: decode + checks (grpc_codec.decode_infer_request)":
+            lambda: decode_grpc_request(message),
+        "gRPC: encode (grpc_codec.encode_infer_response, serialized)":
+            lambda: encode_grpc_response(response).SerializeToString(),
+    }
+    for name, call in phases.items():
+        samples.setdefault(name, []).extend(timed(call, count))
+    samples.setdefault("gRPC: whole server side, flowserve HTTP/2", []).extend(
+        await whole_grpc_server(GrpcApplication(plane), body, count))
 
 
 class _Sink:
