@@ -15,16 +15,9 @@ from __future__ import annotations
 
 from flowserve.ops import shape as S
 from flowserve.ops.conv_kernels import conv2d as _conv2d
+from flowserve.ops.conv_kernels import conv_out_size, conv_transpose_out_size
 from flowserve.ops.conv_kernels import conv_transpose2d as _conv_transpose2d
 from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
-
-
-def conv_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int) -> int:
-    return (size + pb + pe - d * (k - 1) - 1) // s + 1
-
-
-def conv_transpose_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int, op: int) -> int:
-    return (size - 1) * s - pb - pe + d * (k - 1) + op + 1
 
 
 def _check_common(op: str, x: Meta, w: Meta, stride, pads, dilation, groups) -> int:

@@ -50,7 +50,13 @@ def _scratch() -> _Scratch:
     return scratch
 
 
-def _transpose_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int, op: int) -> int:
+def conv_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int) -> int:
+    """A convolution's output length along one axis."""
+    return (size + pb + pe - d * (k - 1) - 1) // s + 1
+
+
+def conv_transpose_out_size(size: int, k: int, s: int, pb: int, pe: int, d: int, op: int) -> int:
+    """A transposed convolution's output length along one axis."""
     return (size - 1) * s - pb - pe + d * (k - 1) + op + 1
 
 
@@ -87,19 +93,47 @@ def _columns(xp, x, kernel, stride, pads, dilation):
     return view.transpose(0, 1, 2, 4, 5, 3)
 
 
+CHANNELS_LAST_BELOW = 256  # output pixels under which a depthwise conv runs channels-last
+
+
 def _depthwise(xp, x, w, stride, pads, dilation):
     """Each output channel sees one input channel: one multiply-add per kernel tap."""
-    n, c = x.shape[:2]
+    n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
-    win = windows(xp, x, (kh, kw), stride, pads, dilation)
-    ho, wo = win.shape[2:4]
     m = o // c
+    ho, wo = (conv_out_size(size, k, s, pb, pe, d) for size, k, s, pb, pe, d in
+              zip((h, wd), (kh, kw), stride, pads[:2], pads[2:], dilation))
+    if m == 1 and ho * wo < CHANNELS_LAST_BELOW:
+        return _depthwise_channels_last(xp, x, w.reshape(c, kh, kw), (ho, wo), stride, pads,
+                                        dilation)
+    win = windows(xp, x, (kh, kw), stride, pads, dilation)
     taps = w.reshape(c, m, kh, kw)
     out = xp.zeros((n, c, m, ho, wo), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
             out += win[:, :, None, :, :, i, j] * taps[None, :, :, i, j, None, None]
     return out.reshape(n, o, ho, wo)
+
+
+def _depthwise_channels_last(xp, x, taps, out_size, stride, pads, dilation):
+    """A depthwise conv on small maps: over an (N, H, W, C) copy each tap's multiply-add runs
+    along contiguous channels (over NCHW, rows of a few pixels made numpy's inner loops short:
+    4x4 maps 2.3x, 2x2 maps 4.5x faster; from 16x16 up the two layouts cost the same)."""
+    n, c, h, wd = x.shape
+    _, kh, kw = taps.shape
+    xt = xp.zeros((n, h + pads[0] + pads[2], wd + pads[1] + pads[3], c), dtype=x.dtype)
+    xt[:, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x.transpose(0, 2, 3, 1)
+    (ho, wo), (sh, sw) = out_size, stride
+    out = xp.empty((n, ho, wo, c), dtype=x.dtype)
+    product = xp.empty_like(out)
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dilation[0], j * dilation[1]
+            tap = xt[:, top:top + (ho - 1) * sh + 1:sh, left:left + (wo - 1) * sw + 1:sw]
+            xp.multiply(tap, taps[:, i, j], out=out if i == j == 0 else product)
+            if i or j:
+                out += product
+    return xp.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
 def conv2d(xp, x, w, stride, pads, dilation, groups):
@@ -161,7 +195,7 @@ def conv_transpose2d(xp, x, w, stride, pads, dilation, groups, output_padding):
             and pads[1] <= dilation[1] * (kw - 1) and pads[3] <= dilation[1] * (kw - 1):
         return _transpose_as_conv(xp, x, w, pads, dilation, groups, output_padding)
     o, cg = og * groups, cin // groups
-    out_hw = [_transpose_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], pads[i], pads[2 + i],
+    out_hw = [conv_transpose_out_size(x.shape[2 + i], w.shape[2 + i], stride[i], pads[i], pads[2 + i],
                                       dilation[i], output_padding[i]) for i in range(2)]
     full = [max((x.shape[2 + i] - 1) * stride[i] + dilation[i] * (w.shape[2 + i] - 1) + 1,
                 pads[i] + out_hw[i]) for i in range(2)]

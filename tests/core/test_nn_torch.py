@@ -118,6 +118,10 @@ MODULE_CASES = [
     ("Conv2d", (3, 4, 3), dict(padding=1), [(2, 3, 6, 5)]),
     ("Conv2d", (4, 6, (3, 2)), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2), [(2, 4, 7, 6)]),
     ("Conv2d", (4, 8, 3), dict(stride=2, padding=1, groups=4, bias=False), [(2, 4, 7, 7)]),
+    # depthwise: channels-last below 256 output pixels (strided, dilated), NCHW from there
+    ("Conv2d", (6, 6, 3), dict(stride=2, padding=1, groups=6), [(2, 6, 7, 5)]),
+    ("Conv2d", (4, 4, (3, 2)), dict(padding=(2, 1), dilation=(2, 1), groups=4), [(1, 4, 6, 6)]),
+    ("Conv2d", (4, 4, (3, 2)), dict(padding=(2, 1), dilation=(2, 1), groups=4), [(2, 4, 18, 17)]),
     ("Conv2d", (3, 4, 2), dict(padding="same", dilation=2), [(1, 3, 5, 6)]),
     ("Conv2d", (3, 5, 1), dict(stride=2), [(2, 3, 5, 5)]),
     ("Conv2d", (2, 3, 3), dict(padding="valid"), [(1, 2, 3, 3)]),
