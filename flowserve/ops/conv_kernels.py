@@ -136,9 +136,37 @@ def _depthwise_channels_last(xp, x, taps, out_size, stride, pads, dilation):
     return xp.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
+TAPS_FROM_KERNEL_PIXELS = 64  # kernels this large with few outputs: one einsum per output
+
+
+def _few_outputs(xp, x, w, stride, pads, dilation, groups, out_size):
+    """A grouped conv of one sample with one output channel per group, a large kernel and
+    few output pixels: a depthwise conv's weight gradient (the input's channels as groups,
+    the output gradient as kernel, kh x kw outputs). One sum of products per output pixel
+    over its window, instead of im2col columns as many times the input as there are
+    outputs (16x16 and 32x32 maps: 2.5-3x faster; below 8x8 kernels im2col wins)."""
+    _, cin, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    padded = _zero_padded(xp, x, pads) if any(pads) else x
+    per_group = padded.reshape(groups, cg, *padded.shape[2:])
+    out = xp.empty((1, o, *out_size), dtype=x.dtype)
+    for i in range(out_size[0]):
+        for j in range(out_size[1]):
+            top, left = i * stride[0], j * stride[1]
+            window = per_group[:, :, top:top + (kh - 1) * dilation[0] + 1:dilation[0],
+                               left:left + (kw - 1) * dilation[1] + 1:dilation[1]]
+            out[0, :, i, j] = xp.einsum("gcab,gcab->g", window, w)
+    return out
+
+
 def conv2d(xp, x, w, stride, pads, dilation, groups):
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
+    out_size = [conv_out_size(size, k, s, pb, pe, d) for size, k, s, pb, pe, d in
+                zip(x.shape[2:], (kh, kw), stride, pads[:2], pads[2:], dilation)]
+    if n == 1 and o == groups > 1 and kh * kw >= TAPS_FROM_KERNEL_PIXELS \
+            and out_size[0] * out_size[1] <= kh * kw:
+        return _few_outputs(xp, x, w, stride, pads, dilation, groups, out_size)
     if kh == kw == 1 and groups == 1 and not any(pads):  # pointwise: one product per sample
         xs = x[:, :, ::stride[0], ::stride[1]]
         ho, wo = xs.shape[2:]
