@@ -122,6 +122,7 @@ MODULE_CASES = [
     ("Conv2d", (6, 6, 3), dict(stride=2, padding=1, groups=6), [(2, 6, 7, 5)]),
     ("Conv2d", (4, 4, (3, 2)), dict(padding=(2, 1), dilation=(2, 1), groups=4), [(1, 4, 6, 6)]),
     ("Conv2d", (4, 4, (3, 2)), dict(padding=(2, 1), dilation=(2, 1), groups=4), [(2, 4, 18, 17)]),
+    ("Conv2d", (6, 3, (9, 8)), dict(stride=(1, 2), padding=1, groups=3), [(1, 6, 10, 12)]),  # few outputs
     ("Conv2d", (3, 4, 2), dict(padding="same", dilation=2), [(1, 3, 5, 6)]),
     ("Conv2d", (3, 5, 1), dict(stride=2), [(2, 3, 5, 5)]),
     ("Conv2d", (2, 3, 3), dict(padding="valid"), [(1, 2, 3, 3)]),
