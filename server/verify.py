@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import pathlib
-from typing import Optional
 
 from flowserve.errors import FlowserveError
 from flowserve.exporter.proof import Criteria, prove

@@ -145,7 +145,6 @@ def _few_outputs(xp, x, w, stride, pads, dilation, groups, out_size):
     the output gradient as kernel, kh x kw outputs). One sum of products per output pixel
     over its window, instead of im2col columns as many times the input as there are
     outputs (16x16 and 32x32 maps: 2.5-3x faster; below 8x8 kernels im2col wins)."""
-    _, cin, h, wd = x.shape
     o, cg, kh, kw = w.shape
     padded = _zero_padded(xp, x, pads) if any(pads) else x
     per_group = padded.reshape(groups, cg, *padded.shape[2:])
