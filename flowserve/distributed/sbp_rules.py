@@ -28,6 +28,7 @@ Any other combination is refused with an error that names the op and the sbps an
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass
 
 from flowserve import dtypes, env
@@ -273,15 +274,17 @@ def _replicated(call: Call):
     call.refuse()
 
 
-RULES = {"add": _elementwise("additive"), "sub": _elementwise("additive"), "mul": _elementwise("product"),
-         "div": _elementwise("numerator"), "cast": _elementwise("linear"), "matmul": _matmul,
-         "sum": _reduce, "amax": _reduce, "amin": _reduce, "softmax": _along_axis, "log_softmax": _along_axis,
-         "argmax": _along_axis, "argmin": _along_axis, "permute": _permute, "reshape": _reshape,
-         "expand": _expand, "concat": _concat, "one_hot": _one_hot}
-RULES.update({name: _elementwise("other") for name in OTHER_BINARY + UNARY})
-RULES.update({name: _elementwise("linear") for name in LINEAR_UNARY})
-RULES.update({name: _batch_parallel for name in BATCH_PARALLEL})
-RULES.update({name: _random for name in RANDOM})
+RULES = types.MappingProxyType({  # op name -> rule; read-only once built
+    "add": _elementwise("additive"), "sub": _elementwise("additive"), "mul": _elementwise("product"),
+    "div": _elementwise("numerator"), "cast": _elementwise("linear"), "matmul": _matmul,
+    "sum": _reduce, "amax": _reduce, "amin": _reduce, "softmax": _along_axis, "log_softmax": _along_axis,
+    "argmax": _along_axis, "argmin": _along_axis, "permute": _permute, "reshape": _reshape,
+    "expand": _expand, "concat": _concat, "one_hot": _one_hot,
+    **{name: _elementwise("other") for name in OTHER_BINARY + UNARY},
+    **{name: _elementwise("linear") for name in LINEAR_UNARY},
+    **{name: _batch_parallel for name in BATCH_PARALLEL},
+    **{name: _random for name in RANDOM},
+})
 
 
 def plan(call: Call):
