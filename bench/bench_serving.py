@@ -57,7 +57,7 @@ from onnx import TensorProto, helper, numpy_helper
 from flowserve.clients import GRPCClient, HTTPClient, grpc_client, protos, rest
 from flowserve.clients.perf import run_load
 from flowserve.exporter.runtime import session_options
-from flowserve.server import http2
+from flowserve.clients import http2_wire as wire
 
 try:
     import uvloop
@@ -305,39 +305,39 @@ class RawGrpc:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.sendall(http2.PREFACE + self._frame(http2.SETTINGS, 0, 0, struct.pack(
-            ">HL", http2.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30))
+        self.sock.sendall(wire.PREFACE + self._frame(wire.SETTINGS, 0, 0, struct.pack(
+            ">HL", wire.SETTINGS_INITIAL_WINDOW_SIZE, 1 << 30))
             + self._window_update(1 << 30))
         self.encoder, self.buffer, self.stream, self.received = hpack.Encoder(), b"", 1, 0
         self.headers = [(":method", "POST"), (":scheme", "http"), (":authority", address),
                         (":path", f"/{protos.SERVICE_NAME}/ModelInfer"), ("te", "trailers"),
                         ("content-type", "application/grpc")]
 
-    _frame = staticmethod(http2.frame)
+    _frame = staticmethod(wire.frame)
 
     def _window_update(self, size: int) -> bytes:
-        return self._frame(http2.WINDOW_UPDATE, 0, 0, struct.pack(">L", size))
+        return self._frame(wire.WINDOW_UPDATE, 0, 0, struct.pack(">L", size))
 
     def infer(self, body: bytes) -> bytes:
         """One unary ModelInfer with ``body`` (the serialized request); the response bytes."""
         stream, self.stream = self.stream, self.stream + 2
-        self.sock.sendall(self._frame(http2.HEADERS, http2.END_HEADERS, stream,
+        self.sock.sendall(self._frame(wire.HEADERS, wire.END_HEADERS, stream,
                                       self.encoder.encode(self.headers))
-                          + self._frame(http2.DATA, http2.END_STREAM, stream,
+                          + self._frame(wire.DATA, wire.END_STREAM, stream,
                                         struct.pack(">BL", 0, len(body)) + body))
         data = b""
         while True:
             kind, flags, stream_id, payload = self._read()
-            if kind == http2.SETTINGS and not flags & http2.ACK:
-                self.sock.sendall(self._frame(http2.SETTINGS, http2.ACK, 0))
-            elif kind == http2.PING and not flags & http2.ACK:
-                self.sock.sendall(self._frame(http2.PING, http2.ACK, 0, payload))
-            elif kind == http2.GOAWAY:
+            if kind == wire.SETTINGS and not flags & wire.ACK:
+                self.sock.sendall(self._frame(wire.SETTINGS, wire.ACK, 0))
+            elif kind == wire.PING and not flags & wire.ACK:
+                self.sock.sendall(self._frame(wire.PING, wire.ACK, 0, payload))
+            elif kind == wire.GOAWAY:
                 raise ConnectionError(f"GOAWAY from the server: {payload[4:]!r}")
-            elif kind == http2.DATA and stream_id == stream:
+            elif kind == wire.DATA and stream_id == stream:
                 data += payload
-            elif kind in (http2.HEADERS, http2.RST_STREAM) and stream_id == stream and (
-                    flags & http2.END_STREAM or kind == http2.RST_STREAM):
+            elif kind in (wire.HEADERS, wire.RST_STREAM) and stream_id == stream and (
+                    flags & wire.END_STREAM or kind == wire.RST_STREAM):
                 break
         self.received += len(data)
         if self.received > 1 << 29:
@@ -346,16 +346,13 @@ class RawGrpc:
         return data[5:]
 
     def _read(self):
-        while len(self.buffer) < 9 or len(self.buffer) < 9 + int.from_bytes(self.buffer[:3],
-                                                                             "big"):
+        while (got := wire.read_frame(self.buffer, 0)) is None:
             chunk = self.sock.recv(1 << 20)
             if not chunk:
                 raise ConnectionError("the server closed the connection")
             self.buffer += chunk
-        size = int.from_bytes(self.buffer[:3], "big")
-        kind, flags = self.buffer[3], self.buffer[4]
-        stream_id = int.from_bytes(self.buffer[5:9], "big") & http2.MAX_WINDOW
-        payload, self.buffer = self.buffer[9:9 + size], self.buffer[9 + size:]
+        kind, flags, stream_id, start, end = got
+        payload, self.buffer = self.buffer[start:end], self.buffer[end:]
         return kind, flags, stream_id, payload
 
 

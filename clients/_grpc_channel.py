@@ -44,6 +44,7 @@ from .http2_wire import (
     WINDOW_UPDATE,
     frame,
     read_frame,
+    rst_stream,
     settings_frame,
     window_update,
 )
@@ -162,7 +163,7 @@ class _Connection(asyncio.Protocol):
             return await asyncio.wait_for(call.future, timeout_s)
         except asyncio.TimeoutError:
             if self.calls.pop(stream_id, None) is not None and not self.closed:
-                self.transport.write(frame(RST_STREAM, 0, stream_id, U32.pack(CANCEL)))
+                self.transport.write(rst_stream(stream_id, CANCEL))
             raise
 
     async def _send_message(self, stream_id: int, call: _Call, message: bytes) -> None:

@@ -43,13 +43,28 @@ def window_update(stream_id: int, increment: int) -> bytes:
     return frame(WINDOW_UPDATE, 0, stream_id, U32.pack(increment))
 
 
+def rst_stream(stream_id: int, code: int) -> bytes:
+    return frame(RST_STREAM, 0, stream_id, U32.pack(code))
+
+
+def goaway(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
+    return frame(GOAWAY, 0, 0, U32.pack(last_stream_id) + U32.pack(code) + debug)
+
+
+def frame_header(buffer, position: int) -> tuple[int, int, int, int]:
+    """(payload length, type, flags, stream id) of the frame header at ``position``; the
+    buffer must hold its 9 bytes."""
+    high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(buffer, position)
+    return high << 8 | low, kind, flags, stream_id & MAX_WINDOW
+
+
 def read_frame(buffer, position: int):
     """(type, flags, stream id, payload start, payload end) of the frame at ``position``
     of ``buffer``, or None while it is incomplete."""
     if len(buffer) - position < 9:
         return None
-    high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(buffer, position)
-    end = position + 9 + (high << 8 | low)
+    size, kind, flags, stream_id = frame_header(buffer, position)
+    end = position + 9 + size
     if end > len(buffer):
         return None
-    return kind, flags, stream_id & MAX_WINDOW, position + 9, end
+    return kind, flags, stream_id, position + 9, end

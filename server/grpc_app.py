@@ -42,7 +42,7 @@ from .grpc_wire import (
     timeout_seconds,
     trailers_only,
 )
-from .http2 import CANCEL, Http2Connection, Http2Limits, Stream
+from .http2 import Http2Connection, Http2Limits, Stream
 
 log = logging.getLogger("flowserve.server")
 
@@ -246,7 +246,7 @@ class GrpcApplication:
         if call is not None and call.task is not None:
             call.task.cancel()
         else:
-            stream.reset(CANCEL)
+            stream.reset()
 
     def _start(self, stream: Stream, call: Call, coroutine) -> None:
         call.task = asyncio.get_running_loop().create_task(coroutine)
@@ -305,14 +305,14 @@ class GrpcApplication:
                                  if headers_sent else
                                  trailers_only(Status.DEADLINE_EXCEEDED, message))
         else:
-            stream.reset(CANCEL)
+            stream.reset()
 
     @staticmethod
     def _finish(stream: Stream, call: Call) -> None:
         if call.timer is not None:
             call.timer.cancel()
         if not stream.closed:
-            stream.reset(CANCEL)
+            stream.reset()
 
     def _authorize(self, headers: dict, name: str) -> None:
         if self.token is None or name in OPEN_METHODS:

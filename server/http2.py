@@ -29,47 +29,7 @@ from typing import Optional, Protocol
 
 import hpack
 
-from flowserve.clients.http2_wire import (  # the wire facts the clients share
-    ACK,
-    CANCEL,
-    COMPRESSION_ERROR,
-    CONTINUATION,
-    DATA,
-    DEFAULT_FRAME_BYTES,
-    DEFAULT_WINDOW,
-    END_HEADERS,
-    END_STREAM,
-    FLOW_CONTROL_ERROR,
-    FRAME_HEAD,
-    FRAME_SIZE_ERROR,
-    GOAWAY,
-    HEADERS,
-    INTERNAL_ERROR,
-    MAX_WINDOW,
-    NO_ERROR,
-    PADDED,
-    PING,
-    PREFACE,
-    PRIORITY,
-    PRIORITY_FLAG,
-    PROTOCOL_ERROR,
-    PUSH_PROMISE,
-    REFUSED_STREAM,
-    RST_STREAM,
-    SETTING,
-    SETTINGS,
-    SETTINGS_ENABLE_PUSH,
-    SETTINGS_INITIAL_WINDOW_SIZE,
-    SETTINGS_MAX_CONCURRENT_STREAMS,
-    SETTINGS_MAX_FRAME_SIZE,
-    SETTINGS_MAX_HEADER_LIST_SIZE,
-    STREAM_CLOSED,
-    U32,
-    WINDOW_UPDATE,
-    frame,
-    settings_frame,
-    window_update,
-)
+from flowserve.clients import http2_wire as wire  # the wire facts the clients share
 
 log = logging.getLogger("flowserve.server")
 
@@ -152,13 +112,13 @@ class Stream:
             self._connection.release(self)
         self._connection.flush()
 
-    def reset(self, code: int = CANCEL) -> None:
+    def reset(self, code: int = wire.CANCEL) -> None:
         """RST_STREAM (unless the client reset it first) and close."""
         if not self.closed:
             self.closed = self.ended = True  # both ways: nothing more is read or sent
             self._pending.clear()
             if not self.was_reset:
-                self._connection.write(frame(RST_STREAM, 0, self.id, U32.pack(code)))
+                self._connection.write(wire.rst_stream(self.id, code))
             self._connection.release(self)
             self._connection.flush()
 
@@ -177,9 +137,9 @@ class Http2Connection(asyncio.Protocol):
         self._streams: dict[int, Stream] = {}
         self._last_stream_id = 0
         self._block: Optional[list] = None  # [stream id, flags, fragments] until END_HEADERS
-        self._peer_frame_bytes, self._peer_window = DEFAULT_FRAME_BYTES, DEFAULT_WINDOW
-        self._send_window = DEFAULT_WINDOW
-        self._receive_window = DEFAULT_WINDOW
+        self._peer_frame_bytes, self._peer_window = wire.DEFAULT_FRAME_BYTES, wire.DEFAULT_WINDOW
+        self._send_window = wire.DEFAULT_WINDOW
+        self._receive_window = wire.DEFAULT_WINDOW
         self._out: list[bytes] = []
         self._going_away = self._failed = False
         self.transport = None
@@ -198,13 +158,13 @@ class Http2Connection(asyncio.Protocol):
         self._timer = asyncio.get_running_loop().call_later(
             self.limits.preface_timeout_s, self._preface_timed_out)
         limits = self.limits
-        self.write(settings_frame({
-            SETTINGS_ENABLE_PUSH: 0,
-            SETTINGS_MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-            SETTINGS_INITIAL_WINDOW_SIZE: limits.stream_window,
-            SETTINGS_MAX_FRAME_SIZE: limits.max_frame_bytes,
-            SETTINGS_MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes}))
-        self._grant(0, limits.connection_window - DEFAULT_WINDOW)
+        self.write(wire.settings_frame({
+            wire.SETTINGS_ENABLE_PUSH: 0,
+            wire.SETTINGS_MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+            wire.SETTINGS_INITIAL_WINDOW_SIZE: limits.stream_window,
+            wire.SETTINGS_MAX_FRAME_SIZE: limits.max_frame_bytes,
+            wire.SETTINGS_MAX_HEADER_LIST_SIZE: limits.max_header_list_bytes}))
+        self._grant(0, limits.connection_window - wire.DEFAULT_WINDOW)
         self._receive_window = limits.connection_window
         self.flush()
 
@@ -235,48 +195,47 @@ class Http2Connection(asyncio.Protocol):
         except ProtocolViolation as exc:
             return self.close_with(exc.code, str(exc))
         except hpack.HPACKError as exc:
-            return self.close_with(COMPRESSION_ERROR, f"header block: {exc}")
+            return self.close_with(wire.COMPRESSION_ERROR, f"header block: {exc}")
         except Exception as exc:  # a fault of the server's own: this connection ends
             log.exception("error on an HTTP/2 connection")
-            return self.close_with(INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
+            return self.close_with(wire.INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
         self._buffer = buffer[position:]
         self.flush()
 
     # -- reading --------------------------------------------------------------------------
 
     def _read_preface(self, buffer: bytes) -> bytes:
-        if len(buffer) < len(PREFACE):
-            if not PREFACE.startswith(buffer):
-                raise ProtocolViolation(PROTOCOL_ERROR, "expected the HTTP/2 connection "
+        if len(buffer) < len(wire.PREFACE):
+            if not wire.PREFACE.startswith(buffer):
+                raise ProtocolViolation(wire.PROTOCOL_ERROR, "expected the HTTP/2 connection "
                                         "preface (gRPC speaks HTTP/2 with prior knowledge)")
             return buffer
-        if not buffer.startswith(PREFACE):
-            raise ProtocolViolation(PROTOCOL_ERROR, "expected the HTTP/2 connection preface")
+        if not buffer.startswith(wire.PREFACE):
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, "expected the HTTP/2 connection preface")
         self._preface_seen = True
         self._timer.cancel()
         self._timer = None
-        return buffer[len(PREFACE):]
+        return buffer[len(wire.PREFACE):]
 
     def _read_frames(self, buffer: bytes) -> int:
         if not self._preface_seen:
             return 0
         position, end, view = 0, len(buffer), memoryview(buffer)
         while end - position >= 9:
-            high, low, kind, flags, stream_id = FRAME_HEAD.unpack_from(buffer, position)
-            size = high << 8 | low
+            size, kind, flags, stream_id = wire.frame_header(buffer, position)
             if size > self.limits.max_frame_bytes:
-                raise ProtocolViolation(FRAME_SIZE_ERROR, f"a frame of {size} bytes; "
+                raise ProtocolViolation(wire.FRAME_SIZE_ERROR, f"a frame of {size} bytes; "
                                         f"at most {self.limits.max_frame_bytes} accepted")
             if end - position - 9 < size:
                 break
             payload = view[position + 9:position + 9 + size]
             position += 9 + size
-            self._dispatch(kind, flags, stream_id & MAX_WINDOW, payload)
+            self._dispatch(kind, flags, stream_id, payload)
         return position
 
     def _dispatch(self, kind: int, flags: int, stream_id: int, payload: memoryview) -> None:
-        if self._block is not None and (kind != CONTINUATION or stream_id != self._block[0]):
-            raise ProtocolViolation(PROTOCOL_ERROR, "a header block was interrupted by "
+        if self._block is not None and (kind != wire.CONTINUATION or stream_id != self._block[0]):
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, "a header block was interrupted by "
                                     "another frame before END_HEADERS")
         handler = self._HANDLERS.get(kind)
         if handler is not None:  # unknown frame types are ignored (RFC 9113, 4.1)
@@ -288,13 +247,13 @@ class Http2Connection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None or stream.ended:
             if stream_id > self._last_stream_id:
-                raise ProtocolViolation(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+                raise ProtocolViolation(wire.PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
             return  # a stream answered and reset already: what was in flight is dropped
         stream._receive_window -= len(payload)
         if stream._receive_window < 0:
-            raise ProtocolViolation(FLOW_CONTROL_ERROR, f"stream {stream_id} sent more than "
+            raise ProtocolViolation(wire.FLOW_CONTROL_ERROR, f"stream {stream_id} sent more than "
                                     "its window")
-        stream.ended = bool(flags & END_STREAM)
+        stream.ended = bool(flags & wire.END_STREAM)
         if not stream.ended and stream._receive_window <= self.limits.stream_window // 2:
             self._grant(stream_id, self.limits.stream_window - stream._receive_window)
             stream._receive_window = self.limits.stream_window
@@ -308,10 +267,10 @@ class Http2Connection(asyncio.Protocol):
         client may make the server hold is bounded by the application's message limit
         times ``max_concurrent_streams``."""
         if stream_id == 0:
-            raise ProtocolViolation(PROTOCOL_ERROR, "DATA on stream 0")
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, "DATA on stream 0")
         self._receive_window -= size
         if self._receive_window < 0:
-            raise ProtocolViolation(FLOW_CONTROL_ERROR, "the client sent more than the "
+            raise ProtocolViolation(wire.FLOW_CONTROL_ERROR, "the client sent more than the "
                                     "connection's window")
         if self._receive_window <= self.limits.connection_window // 2:
             self._grant(0, self.limits.connection_window - self._receive_window)
@@ -319,30 +278,30 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_headers(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id % 2 == 0:
-            raise ProtocolViolation(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}: "
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, f"HEADERS on stream {stream_id}: "
                                     "client streams have odd numbers")
         fragment = _unpad(flags, payload)
-        if flags & PRIORITY_FLAG:
+        if flags & wire.PRIORITY_FLAG:
             if len(fragment) < 5:
-                raise ProtocolViolation(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
+                raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "HEADERS too short for its priority")
             fragment = fragment[5:]
         self._block = [stream_id, flags, [bytes(fragment)], len(fragment)]
         self._check_block_size()
-        if flags & END_HEADERS:
+        if flags & wire.END_HEADERS:
             self._end_block()
 
     def _on_continuation(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if self._block is None:
-            raise ProtocolViolation(PROTOCOL_ERROR, "CONTINUATION without HEADERS")
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, "CONTINUATION without HEADERS")
         self._block[2].append(bytes(payload))
         self._block[3] += len(payload)
         self._check_block_size()
-        if flags & END_HEADERS:
+        if flags & wire.END_HEADERS:
             self._end_block()
 
     def _check_block_size(self) -> None:
         if self._block[3] > self.limits.max_header_list_bytes:
-            raise ProtocolViolation(COMPRESSION_ERROR, f"a header block over "
+            raise ProtocolViolation(wire.COMPRESSION_ERROR, f"a header block over "
                                     f"{self.limits.max_header_list_bytes} bytes")
 
     def _end_block(self) -> None:
@@ -351,24 +310,24 @@ class Http2Connection(asyncio.Protocol):
         headers = self._decode(b"".join(fragments))
         stream = self._streams.get(stream_id)
         if stream is not None:  # trailers: they must end the request
-            if not flags & END_STREAM or stream.ended:
-                raise ProtocolViolation(PROTOCOL_ERROR, f"a second header block on stream "
+            if not flags & wire.END_STREAM or stream.ended:
+                raise ProtocolViolation(wire.PROTOCOL_ERROR, f"a second header block on stream "
                                         f"{stream_id} without END_STREAM")
             stream.ended = True
             if not stream.closed:
                 self.app.body_received(stream)
             return
         if stream_id <= self._last_stream_id:
-            raise ProtocolViolation(STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
+            raise ProtocolViolation(wire.STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
         self._last_stream_id = stream_id
         if self._going_away:
             return  # after GOAWAY new streams are ignored; the client retries elsewhere
         if len(self._streams) >= self.limits.max_concurrent_streams:
-            self.write(frame(RST_STREAM, 0, stream_id, U32.pack(REFUSED_STREAM)))
+            self.write(wire.rst_stream(stream_id, wire.REFUSED_STREAM))
             return
         stream = Stream(self, stream_id, headers, self._peer_window,
                         self.limits.stream_window)
-        stream.ended = bool(flags & END_STREAM)
+        stream.ended = bool(flags & wire.END_STREAM)
         self._streams[stream_id] = stream
         self.app.request_started(stream)
         if stream.ended and not stream.closed:
@@ -392,9 +351,9 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_rst_stream(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
-            raise ProtocolViolation(FRAME_SIZE_ERROR, "RST_STREAM of other than 4 bytes")
+            raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "RST_STREAM of other than 4 bytes")
         if stream_id == 0 or stream_id > self._last_stream_id:
-            raise ProtocolViolation(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
         stream = self._streams.get(stream_id)
         if stream is not None and not stream.was_reset:
             stream.was_reset = True
@@ -403,39 +362,39 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_settings(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id != 0:
-            raise ProtocolViolation(PROTOCOL_ERROR, "SETTINGS on a stream")
-        if flags & ACK:
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & wire.ACK:
             if len(payload):
-                raise ProtocolViolation(FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+                raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
             return
         if len(payload) % 6:
-            raise ProtocolViolation(FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
+            raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes")
         for offset in range(0, len(payload), 6):
-            self._apply_setting(*SETTING.unpack_from(payload, offset))
-        self.write(frame(SETTINGS, ACK, 0))
+            self._apply_setting(*wire.SETTING.unpack_from(payload, offset))
+        self.write(wire.frame(wire.SETTINGS, wire.ACK, 0))
         self._send_pending()
 
     def _apply_setting(self, key: int, value: int) -> None:
-        if key == SETTINGS_INITIAL_WINDOW_SIZE:
-            if value > MAX_WINDOW:
-                raise ProtocolViolation(FLOW_CONTROL_ERROR, f"initial window {value}")
+        if key == wire.SETTINGS_INITIAL_WINDOW_SIZE:
+            if value > wire.MAX_WINDOW:
+                raise ProtocolViolation(wire.FLOW_CONTROL_ERROR, f"initial window {value}")
             delta, self._peer_window = value - self._peer_window, value
             for stream in self._streams.values():
                 stream._send_window += delta
-        elif key == SETTINGS_MAX_FRAME_SIZE:
-            if not DEFAULT_FRAME_BYTES <= value <= 2**24 - 1:
-                raise ProtocolViolation(PROTOCOL_ERROR, f"max frame size {value}")
+        elif key == wire.SETTINGS_MAX_FRAME_SIZE:
+            if not wire.DEFAULT_FRAME_BYTES <= value <= 2**24 - 1:
+                raise ProtocolViolation(wire.PROTOCOL_ERROR, f"max frame size {value}")
             self._peer_frame_bytes = value
-        elif key == SETTINGS_ENABLE_PUSH and value > 1:
-            raise ProtocolViolation(PROTOCOL_ERROR, f"enable push {value}")
+        elif key == wire.SETTINGS_ENABLE_PUSH and value > 1:
+            raise ProtocolViolation(wire.PROTOCOL_ERROR, f"enable push {value}")
         # the header table size only bounds our encoder's table, and it indexes nothing
 
     def _on_ping(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id != 0 or len(payload) != 8:
-            raise ProtocolViolation(FRAME_SIZE_ERROR if stream_id == 0 else PROTOCOL_ERROR,
-                                    "PING must carry 8 bytes on stream 0")
-        if not flags & ACK:
-            self.write(frame(PING, ACK, 0, bytes(payload)))
+            code = wire.FRAME_SIZE_ERROR if stream_id == 0 else wire.PROTOCOL_ERROR
+            raise ProtocolViolation(code, "PING must carry 8 bytes on stream 0")
+        if not flags & wire.ACK:
+            self.write(wire.frame(wire.PING, wire.ACK, 0, bytes(payload)))
 
     def _on_goaway(self, flags: int, stream_id: int, payload: memoryview) -> None:
         self._going_away = True  # the client opens no more streams; those open finish
@@ -443,21 +402,21 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_window_update(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 4:
-            raise ProtocolViolation(FRAME_SIZE_ERROR, "WINDOW_UPDATE of other than 4 bytes")
-        increment = U32.unpack(payload)[0] & MAX_WINDOW
+            raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "WINDOW_UPDATE of other than 4 bytes")
+        increment = wire.U32.unpack(payload)[0] & wire.MAX_WINDOW
         if stream_id == 0:
             if increment == 0:
-                raise ProtocolViolation(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                raise ProtocolViolation(wire.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
             self._send_window += increment
-            if self._send_window > MAX_WINDOW:
-                raise ProtocolViolation(FLOW_CONTROL_ERROR, "connection window over 2^31-1")
+            if self._send_window > wire.MAX_WINDOW:
+                raise ProtocolViolation(wire.FLOW_CONTROL_ERROR, "connection window over 2^31-1")
         else:
             stream = self._streams.get(stream_id)
             if stream is None:
                 return  # a stream that just closed: its update may cross our end
             stream._send_window += increment
-            if increment == 0 or stream._send_window > MAX_WINDOW:
-                self.write(frame(RST_STREAM, 0, stream_id, U32.pack(FLOW_CONTROL_ERROR)))
+            if increment == 0 or stream._send_window > wire.MAX_WINDOW:
+                self.write(wire.rst_stream(stream_id, wire.FLOW_CONTROL_ERROR))
                 stream.was_reset = True
                 self.app.request_reset(stream)
                 return
@@ -465,21 +424,21 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_priority(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if len(payload) != 5:
-            raise ProtocolViolation(FRAME_SIZE_ERROR, "PRIORITY of other than 5 bytes")
+            raise ProtocolViolation(wire.FRAME_SIZE_ERROR, "PRIORITY of other than 5 bytes")
 
     def _on_push_promise(self, flags: int, stream_id: int, payload: memoryview) -> None:
-        raise ProtocolViolation(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        raise ProtocolViolation(wire.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
-    _HANDLERS = {DATA: _on_data, HEADERS: _on_headers, PRIORITY: _on_priority,
-                 RST_STREAM: _on_rst_stream, SETTINGS: _on_settings,
-                 PUSH_PROMISE: _on_push_promise, PING: _on_ping, GOAWAY: _on_goaway,
-                 WINDOW_UPDATE: _on_window_update, CONTINUATION: _on_continuation}
+    _HANDLERS = {wire.DATA: _on_data, wire.HEADERS: _on_headers, wire.PRIORITY: _on_priority,
+                 wire.RST_STREAM: _on_rst_stream, wire.SETTINGS: _on_settings,
+                 wire.PUSH_PROMISE: _on_push_promise, wire.PING: _on_ping, wire.GOAWAY: _on_goaway,
+                 wire.WINDOW_UPDATE: _on_window_update, wire.CONTINUATION: _on_continuation}
 
     # -- receive flow control -------------------------------------------------------------
 
     def _grant(self, stream_id: int, increment: int) -> None:
         if increment > 0:
-            self.write(window_update(stream_id, increment))
+            self.write(wire.window_update(stream_id, increment))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -492,7 +451,7 @@ class Http2Connection(asyncio.Protocol):
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def queue_headers(self, stream: Stream, block: bytes, end_stream: bool) -> None:
-        flags = END_STREAM if end_stream else 0
+        flags = wire.END_STREAM if end_stream else 0
         if stream._pending:
             stream._pending.append((block, False, flags))
             return
@@ -501,12 +460,12 @@ class Http2Connection(asyncio.Protocol):
     def _write_headers(self, stream_id: int, block: bytes, flags: int) -> None:
         limit = self._peer_frame_bytes
         if len(block) <= limit:
-            self.write(frame(HEADERS, flags | END_HEADERS, stream_id, block))
+            self.write(wire.frame(wire.HEADERS, flags | wire.END_HEADERS, stream_id, block))
             return
-        self.write(frame(HEADERS, flags, stream_id, block[:limit]))
+        self.write(wire.frame(wire.HEADERS, flags, stream_id, block[:limit]))
         for start in range(limit, len(block), limit):
             last = start + limit >= len(block)
-            self.write(frame(CONTINUATION, END_HEADERS if last else 0, stream_id,
+            self.write(wire.frame(wire.CONTINUATION, wire.END_HEADERS if last else 0, stream_id,
                              block[start:start + limit]))
 
     def queue_data(self, stream: Stream, data: bytes) -> None:
@@ -525,7 +484,7 @@ class Http2Connection(asyncio.Protocol):
                        stream._send_window)
             if size <= 0:
                 break
-            self.write(frame(DATA, 0, stream.id, bytes(view[sent:sent + size])))
+            self.write(wire.frame(wire.DATA, 0, stream.id, bytes(view[sent:sent + size])))
             sent += size
             self._send_window -= size
             stream._send_window -= size
@@ -555,7 +514,7 @@ class Http2Connection(asyncio.Protocol):
         if self._streams.get(stream.id) is stream:
             del self._streams[stream.id]
             if not stream.ended and not stream.was_reset:
-                self.write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
+                self.write(wire.rst_stream(stream.id, wire.NO_ERROR))
             stream.body = bytearray()
             self._close_when_idle()
 
@@ -565,8 +524,7 @@ class Http2Connection(asyncio.Protocol):
         """Graceful shutdown: GOAWAY naming the last stream taken; the open ones finish."""
         if not self._going_away and self.transport is not None:
             self._going_away = True
-            self.write(frame(GOAWAY, 0, 0, U32.pack(self._last_stream_id)
-                             + U32.pack(NO_ERROR)))
+            self.write(wire.goaway(self._last_stream_id, wire.NO_ERROR))
             self.flush()
         self._close_when_idle()
 
@@ -585,8 +543,7 @@ class Http2Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         self._out.clear()
-        self.write(frame(GOAWAY, 0, 0, U32.pack(self._last_stream_id) + U32.pack(code)
-                         + message.encode()[:512]))
+        self.write(wire.goaway(self._last_stream_id, code, message.encode()[:512]))
         self.flush()
         if transport.can_write_eof():
             transport.write_eof()
@@ -608,8 +565,8 @@ class Http2Connection(asyncio.Protocol):
 
 
 def _unpad(flags: int, payload: memoryview) -> memoryview:
-    if not flags & PADDED:
+    if not flags & wire.PADDED:
         return payload
     if not len(payload) or payload[0] >= len(payload):
-        raise ProtocolViolation(PROTOCOL_ERROR, "padding longer than the frame")
+        raise ProtocolViolation(wire.PROTOCOL_ERROR, "padding longer than the frame")
     return payload[1:len(payload) - payload[0]]

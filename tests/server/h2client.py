@@ -9,7 +9,7 @@ import struct
 import hpack
 
 from flowserve.clients import protos
-from flowserve.server import http2
+from flowserve.clients import http2_wire as wire
 
 PATH = f"/{protos.SERVICE_NAME}/ModelInfer"
 
@@ -35,24 +35,24 @@ class RawH2:
         self.buffer, self.next_stream = b"", 1
         if preface:
             payload = b"".join(struct.pack(">HL", k, v) for k, v in (settings or {}).items())
-            self.sock.sendall(http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0, payload))
+            self.sock.sendall(wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0, payload))
 
     def close(self) -> None:
         self.sock.close()
 
     def send(self, kind: int, flags: int, stream_id: int, payload: bytes = b"") -> None:
-        self.sock.sendall(http2.frame(kind, flags, stream_id, payload))
+        self.sock.sendall(wire.frame(kind, flags, stream_id, payload))
 
     def send_headers(self, stream_id: int, headers: list, end_stream: bool = False) -> None:
-        flags = http2.END_HEADERS | (http2.END_STREAM if end_stream else 0)
-        self.send(http2.HEADERS, flags, stream_id, self.encoder.encode(headers))
+        flags = wire.END_HEADERS | (wire.END_STREAM if end_stream else 0)
+        self.send(wire.HEADERS, flags, stream_id, self.encoder.encode(headers))
 
     def send_data(self, stream_id: int, body: bytes, end_stream: bool = True) -> None:
         """``body`` in frames of the default largest size, the last one ending the stream."""
-        size = http2.DEFAULT_FRAME_BYTES
+        size = wire.DEFAULT_FRAME_BYTES
         pieces = [body[i:i + size] for i in range(0, len(body), size)] or [b""]
         self.sock.sendall(b"".join(
-            http2.frame(http2.DATA, http2.END_STREAM if end_stream and i == len(pieces) - 1
+            wire.frame(wire.DATA, wire.END_STREAM if end_stream and i == len(pieces) - 1
                         else 0, stream_id, piece) for i, piece in enumerate(pieces)))
 
     def new_stream(self) -> int:
@@ -61,19 +61,14 @@ class RawH2:
 
     def read(self):
         """The next frame as (type, flags, stream id, payload); None once the server closed."""
-        while len(self.buffer) < 9 or len(self.buffer) < 9 + self._size():
+        while (got := wire.read_frame(self.buffer, 0)) is None:
             chunk = self.sock.recv(1 << 20)
             if not chunk:
                 return None
             self.buffer += chunk
-        size = self._size()
-        kind, flags, stream_id = self.buffer[3], self.buffer[4], struct.unpack(
-            ">L", self.buffer[5:9])[0] & http2.MAX_WINDOW
-        payload, self.buffer = self.buffer[9:9 + size], self.buffer[9 + size:]
+        kind, flags, stream_id, start, end = got
+        payload, self.buffer = self.buffer[start:end], self.buffer[end:]
         return kind, flags, stream_id, payload
-
-    def _size(self) -> int:
-        return int.from_bytes(self.buffer[:3], "big")
 
     def until(self, kind: int, stream_id: int | None = None):
         """Read (acknowledging SETTINGS) until a frame of ``kind``; None if the server closed."""
@@ -81,12 +76,12 @@ class RawH2:
             got = self.read()
             if got is None or (got[0] == kind and stream_id in (None, got[2])):
                 return got
-            if got[0] == http2.SETTINGS and not got[1] & http2.ACK:
-                self.send(http2.SETTINGS, http2.ACK, 0)
+            if got[0] == wire.SETTINGS and not got[1] & wire.ACK:
+                self.send(wire.SETTINGS, wire.ACK, 0)
 
     def goaway_code(self):
         """The error code of the server's GOAWAY, or None if it closed without one."""
-        got = self.until(http2.GOAWAY)
+        got = self.until(wire.GOAWAY)
         return None if got is None else struct.unpack(">L", got[3][4:8])[0]
 
     def call(self, body: bytes, headers: list | None = None, stream_id: int | None = None):
@@ -99,15 +94,15 @@ class RawH2:
             got = self.read()
             assert got is not None, "the server closed the connection"
             kind, flags, sid, payload = got
-            if kind == http2.SETTINGS and not flags & http2.ACK:
-                self.send(http2.SETTINGS, http2.ACK, 0)
+            if kind == wire.SETTINGS and not flags & wire.ACK:
+                self.send(wire.SETTINGS, wire.ACK, 0)
             if sid != stream_id:
                 continue
-            if kind == http2.DATA:
+            if kind == wire.DATA:
                 data += payload
-            elif kind == http2.HEADERS:
+            elif kind == wire.HEADERS:
                 blocks.append(dict(self.decoder.decode(payload)))
-            elif kind == http2.RST_STREAM:
+            elif kind == wire.RST_STREAM:
                 raise AssertionError(f"stream reset: {struct.unpack('>L', payload)[0]}")
-            if flags & http2.END_STREAM:
+            if flags & wire.END_STREAM:
                 return blocks[0], data, blocks[-1]

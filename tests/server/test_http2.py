@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto
 
 from flowserve.clients import grpc_client, protos
+from flowserve.clients import http2_wire as wire
 from flowserve.server import http2
 from flowserve.server.grpc_wire import Status, literal, next_message, timeout_seconds
 
@@ -112,35 +113,35 @@ def test_a_message_whole_before_the_stream_ends_is_one_call(server):
     stream = client.new_stream()
     client.send_headers(stream, grpc_headers())
     client.send_data(stream, message(_infer_body("good", x)), end_stream=False)
-    client.send(http2.DATA, http2.END_STREAM, stream)  # an empty frame ends the request
-    kind, flags, _, payload = client.until(http2.DATA, stream)
+    client.send(wire.DATA, wire.END_STREAM, stream)  # an empty frame ends the request
+    kind, flags, _, payload = client.until(wire.DATA, stream)
     assert protos.ModelInferResponse.FromString(payload[5:]).outputs[0].shape == [1, 3]
-    kind, flags, _, payload = client.until(http2.HEADERS, stream)
+    kind, flags, _, payload = client.until(wire.HEADERS, stream)
     assert dict(client.decoder.decode(payload))["grpc-status"] == "0"
     client.close()
 
 
 def test_a_response_waits_for_the_clients_window(server):
     x = np.ones((1, WIDE), np.float32)
-    client = RawH2(server.grpc_address, settings={http2.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
+    client = RawH2(server.grpc_address, settings={wire.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
     stream = client.new_stream()
     client.send_headers(stream, grpc_headers())
-    client.send(http2.DATA, http2.END_STREAM, stream, message(_infer_body("wide", x)))
+    client.send(wire.DATA, wire.END_STREAM, stream, message(_infer_body("wide", x)))
     received, trailers_seen = 0, False
     while received < 1000:
-        kind, flags, sid, payload = client.until(http2.DATA, stream)
+        kind, flags, sid, payload = client.until(wire.DATA, stream)
         received += len(payload)
     assert received == 1000  # exactly the window, then nothing until it grows
     client.sock.settimeout(0.5)
     with pytest.raises(socket.timeout):
-        client.until(http2.DATA, stream)
+        client.until(wire.DATA, stream)
     client.sock.settimeout(20)
-    client.send(http2.WINDOW_UPDATE, 0, stream, struct.pack(">L", 1 << 24))
+    client.send(wire.WINDOW_UPDATE, 0, stream, struct.pack(">L", 1 << 24))
     while not trailers_seen:
         kind, flags, sid, payload = client.read()
-        if sid == stream and kind == http2.DATA:
+        if sid == stream and kind == wire.DATA:
             received += len(payload)
-        trailers_seen = sid == stream and kind == http2.HEADERS and bool(flags & http2.END_STREAM)
+        trailers_seen = sid == stream and kind == wire.HEADERS and bool(flags & wire.END_STREAM)
     assert received > 4 * WIDE  # the whole message, then the trailers after it
     client.close()
 
@@ -194,12 +195,12 @@ def test_an_early_answer_asks_the_client_to_stop_sending(server):
     stream = client.new_stream()
     client.send_headers(stream, grpc_headers())
     client.send_data(stream, struct.pack(">BL", 0, 32 << 20) + b"\0" * 100, end_stream=False)
-    kind, flags, _, payload = client.until(http2.HEADERS, stream)
-    assert flags & http2.END_STREAM
+    kind, flags, _, payload = client.until(wire.HEADERS, stream)
+    assert flags & wire.END_STREAM
     assert dict(client.decoder.decode(payload))["grpc-status"] == str(
         int(Status.RESOURCE_EXHAUSTED))
-    kind, _, _, payload = client.until(http2.RST_STREAM, stream)
-    assert struct.unpack(">L", payload)[0] == http2.NO_ERROR
+    kind, _, _, payload = client.until(wire.RST_STREAM, stream)
+    assert struct.unpack(">L", payload)[0] == wire.NO_ERROR
     client.send_data(stream, b"\0" * 50_000)  # already in flight: dropped quietly
     x = np.zeros((1, 4), np.float32)
     assert client.call(message(_infer_body("good", x)))[2]["grpc-status"] == "0"
@@ -241,16 +242,16 @@ def test_a_deadline_ends_the_call_and_the_server_goes_on(server):
 
 def test_pings_are_answered_with_their_payload(server):
     client = RawH2(server.grpc_address)
-    client.send(http2.PING, 0, 0, b"12345678")
-    kind, flags, _, payload = client.until(http2.PING)
-    assert flags & http2.ACK and payload == b"12345678"
+    client.send(wire.PING, 0, 0, b"12345678")
+    kind, flags, _, payload = client.until(wire.PING)
+    assert flags & wire.ACK and payload == b"12345678"
     client.close()
 
 
 def test_a_connection_that_is_not_http2_is_closed(server):
     client = RawH2(server.grpc_address, preface=False)
     client.sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-    assert client.goaway_code() in (None, http2.PROTOCOL_ERROR)
+    assert client.goaway_code() in (None, wire.PROTOCOL_ERROR)
     client.close()
     _good_call(server)
 
@@ -264,27 +265,27 @@ def test_a_silent_connection_is_closed_after_the_header_timeout(server):
     client.close()
 
 
-def _headers_frame(client: RawH2, stream_id: int, flags: int = http2.END_HEADERS) -> bytes:
-    return http2.frame(http2.HEADERS, flags, stream_id, client.encoder.encode(grpc_headers()))
+def _headers_frame(client: RawH2, stream_id: int, flags: int = wire.END_HEADERS) -> bytes:
+    return wire.frame(wire.HEADERS, flags, stream_id, client.encoder.encode(grpc_headers()))
 
 
 @pytest.mark.parametrize("violation, code", [
-    (lambda c: http2.frame(http2.DATA, 0, 1, b"x"), http2.PROTOCOL_ERROR),
-    (lambda c: struct.pack(">HBBBL", 0x4000, 0, 0, 0, 1), http2.FRAME_SIZE_ERROR),
-    (lambda c: _headers_frame(c, 2), http2.PROTOCOL_ERROR),
-    (lambda c: http2.frame(http2.CONTINUATION, http2.END_HEADERS, 1, b"\x82"),
-     http2.PROTOCOL_ERROR),
+    (lambda c: wire.frame(wire.DATA, 0, 1, b"x"), wire.PROTOCOL_ERROR),
+    (lambda c: struct.pack(">HBBBL", 0x4000, 0, 0, 0, 1), wire.FRAME_SIZE_ERROR),
+    (lambda c: _headers_frame(c, 2), wire.PROTOCOL_ERROR),
+    (lambda c: wire.frame(wire.CONTINUATION, wire.END_HEADERS, 1, b"\x82"),
+     wire.PROTOCOL_ERROR),
     (lambda c: _headers_frame(c, 1, 0) + b"".join(
-        http2.frame(http2.CONTINUATION, 0, 1, b"\x00" * 16000) for _ in range(8)),
-     http2.COMPRESSION_ERROR),
-    (lambda c: http2.frame(http2.HEADERS, http2.END_HEADERS, 1, b"\xff\xff\xff\xff"),
-     http2.COMPRESSION_ERROR),
-    (lambda c: http2.frame(http2.SETTINGS, 0, 0, struct.pack(">HL", 4, 1 << 31)),
-     http2.FLOW_CONTROL_ERROR),
-    (lambda c: http2.frame(http2.SETTINGS, 0, 0, b"\0" * 5), http2.FRAME_SIZE_ERROR),
-    (lambda c: http2.frame(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), http2.PROTOCOL_ERROR),
-    (lambda c: http2.frame(http2.DATA, 0, 0, b"x"), http2.PROTOCOL_ERROR),
-    (lambda c: http2.frame(http2.PING, 0, 0, b"short"), http2.FRAME_SIZE_ERROR),
+        wire.frame(wire.CONTINUATION, 0, 1, b"\x00" * 16000) for _ in range(8)),
+     wire.COMPRESSION_ERROR),
+    (lambda c: wire.frame(wire.HEADERS, wire.END_HEADERS, 1, b"\xff\xff\xff\xff"),
+     wire.COMPRESSION_ERROR),
+    (lambda c: wire.frame(wire.SETTINGS, 0, 0, struct.pack(">HL", 4, 1 << 31)),
+     wire.FLOW_CONTROL_ERROR),
+    (lambda c: wire.frame(wire.SETTINGS, 0, 0, b"\0" * 5), wire.FRAME_SIZE_ERROR),
+    (lambda c: wire.frame(wire.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), wire.PROTOCOL_ERROR),
+    (lambda c: wire.frame(wire.DATA, 0, 0, b"x"), wire.PROTOCOL_ERROR),
+    (lambda c: wire.frame(wire.PING, 0, 0, b"short"), wire.FRAME_SIZE_ERROR),
 ], ids=["data-on-idle-stream", "frame-too-large", "even-stream", "stray-continuation",
         "header-block-too-large", "bad-hpack", "window-too-large", "settings-size",
         "zero-window-update", "data-on-stream-0", "short-ping"])
@@ -302,9 +303,9 @@ def test_streams_over_the_limit_are_refused(server):
     limit = http2.Http2Limits().max_concurrent_streams
     for _ in range(limit + 1):  # open, never ended
         client.send_headers(client.new_stream(), grpc_headers())
-    kind, _, stream_id, payload = client.until(http2.RST_STREAM)
+    kind, _, stream_id, payload = client.until(wire.RST_STREAM)
     assert stream_id == 2 * limit + 1
-    assert struct.unpack(">L", payload)[0] == http2.REFUSED_STREAM
+    assert struct.unpack(">L", payload)[0] == wire.REFUSED_STREAM
     client.close()
 
 
@@ -315,8 +316,8 @@ def test_streams_reset_by_the_client_are_let_go(server):
     for _ in range(3 * http2.Http2Limits().max_concurrent_streams):
         stream = client.new_stream()
         client.send_headers(stream, grpc_headers())
-        client.send(http2.DATA, http2.END_STREAM, stream, body)
-        client.send(http2.RST_STREAM, 0, stream, struct.pack(">L", http2.CANCEL))
+        client.send(wire.DATA, wire.END_STREAM, stream, body)
+        client.send(wire.RST_STREAM, 0, stream, struct.pack(">L", wire.CANCEL))
     # a reset stream counts until its call has stopped, as a client retrying a refused
     # stream finds: soon none is left counted
     for _ in range(100):
@@ -324,7 +325,7 @@ def test_streams_reset_by_the_client_are_let_go(server):
             assert client.call(body)[2]["grpc-status"] == "0"
             break
         except AssertionError as refused:
-            assert str(http2.REFUSED_STREAM) in str(refused)
+            assert str(wire.REFUSED_STREAM) in str(refused)
             time.sleep(0.05)
     else:
         raise AssertionError("streams reset by the client stayed counted")
@@ -337,15 +338,15 @@ def test_shutdown_sends_goaway_and_finishes_open_calls(tmp_path):
         client = RawH2(running.grpc_address)
         stream = client.new_stream()
         client.send_headers(stream, grpc_headers())  # a call still sending when stop comes
-        client.until(http2.SETTINGS)
+        client.until(wire.SETTINGS)
         running.stop()
-        assert client.goaway_code() == http2.NO_ERROR
+        assert client.goaway_code() == wire.NO_ERROR
         x = np.zeros((1, 4), np.float32)
-        client.send(http2.DATA, http2.END_STREAM, stream, message(_infer_body("good", x)))
+        client.send(wire.DATA, wire.END_STREAM, stream, message(_infer_body("good", x)))
         trailers = None
         while trailers is None:
-            kind, flags, sid, payload = client.until(http2.HEADERS, stream)
-            if flags & http2.END_STREAM:
+            kind, flags, sid, payload = client.until(wire.HEADERS, stream)
+            if flags & wire.END_STREAM:
                 trailers = dict(client.decoder.decode(payload))
         assert trailers["grpc-status"] == "0"
         client.close()
@@ -359,7 +360,7 @@ def test_random_frames_never_take_the_server_down(server):
         frames = []
         for _ in range(rng.randint(1, 6)):
             payload = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 4, 5, 8, 30])))
-            frames.append(http2.frame(rng.choice(kinds), rng.getrandbits(8),
+            frames.append(wire.frame(rng.choice(kinds), rng.getrandbits(8),
                                       rng.choice([0, 1, 2, 3, 2**31 - 1]), payload))
         try:
             client.sock.sendall(b"".join(frames))
