@@ -12,8 +12,7 @@
    tritonclient users run). The round trip of ``flowserve.clients`` (encoding numpy
    each call) is shown too, and the echo server (``echo_server.py``: canned answers,
    no work; its gRPC on flowserve's own HTTP/2 connections), the floor of each
-   protocol on this
-   machine.
+   protocol on this machine.
 
    A Python client costs a lot itself (grpcio's blocking stub ~200 µs of CPU per
    call, the raw HTTP client ~15), so each row also gives the CPU per call of the
