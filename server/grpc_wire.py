@@ -109,13 +109,17 @@ def frame_message(payload: bytes) -> bytes:
     return GRPC_PREFIX.pack(0, len(payload)) + payload
 
 
+def _check_message_size(size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise WireError(Status.RESOURCE_EXHAUSTED, f"a request message of {size} bytes; at most "
+                        f"{max_bytes} accepted (--max-request-bytes)")
+
+
 def check_announced_size(buffer: bytearray, max_bytes: int) -> None:
     """Refuse a message over ``max_bytes`` as soon as its length prefix is here, and a
     unary call's body once it holds more than one message could."""
-    if len(buffer) >= 5 and GRPC_PREFIX.unpack_from(buffer)[1] > max_bytes:
-        raise WireError(Status.RESOURCE_EXHAUSTED, "a request message of "
-                        f"{GRPC_PREFIX.unpack_from(buffer)[1]} bytes; at most {max_bytes} "
-                        "accepted (--max-request-bytes)")
+    if len(buffer) >= 5:
+        _check_message_size(GRPC_PREFIX.unpack_from(buffer)[1], max_bytes)
     if len(buffer) > max_bytes + 5:
         raise WireError(Status.RESOURCE_EXHAUSTED, f"a request body over {max_bytes} bytes "
                         "(--max-request-bytes)")
@@ -126,8 +130,8 @@ def next_message(buffer: bytearray, max_bytes: int,
     """Take one whole message from the front of ``buffer`` (None: not all here yet)."""
     if len(buffer) < 5:
         return None
-    check_announced_size(buffer[:5], max_bytes)
     compressed, size = GRPC_PREFIX.unpack_from(buffer)
+    _check_message_size(size, max_bytes)
     if len(buffer) < 5 + size:
         return None
     payload = bytes(buffer[5:5 + size])
