@@ -559,10 +559,6 @@ class Http2Connection(asyncio.Protocol):
         if not self._preface_seen and self.transport is not None:
             self.transport.close()
 
-    @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
 
 def _unpad(flags: int, payload: memoryview) -> memoryview:
     if not flags & wire.PADDED:
