@@ -18,6 +18,7 @@ import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 
 from . import protos
+from .protos import health
 from ._grpc_channel import GrpcChannel
 from .errors import InferenceServerError, ServerUnreachableError
 from .tensors import array_from_raw, array_to_raw, datatype_of
@@ -73,6 +74,9 @@ class GRPCClient:
     def __init__(self, address: str, token: Optional[str] = None, timeout_s: float = 60.0):
         self._channel = grpc.insecure_channel(address, options=_OPTIONS)
         self._stubs = _stubs(self._channel, self._channel.unary_unary)
+        self._stubs["Check"] = self._channel.unary_unary(
+            f"/{health.SERVICE_NAME}/Check", request_serializer=health.HealthCheckRequest.SerializeToString,
+            response_deserializer=health.HealthCheckResponse.FromString)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.timeout_s = timeout_s
 
@@ -88,6 +92,11 @@ class GRPCClient:
 
     def is_ready(self) -> bool:
         return self.call("ServerReady", protos.ServerReadyRequest()).ready
+
+    def health(self, service: str = "") -> str:
+        """gRPC's standard health check (``grpc.health.v1.Health/Check``) of the server
+        (``""``) or a model: ``"SERVING"`` or ``"NOT_SERVING"``."""
+        return health.STATUSES[self.call("Check", health.HealthCheckRequest(service=service)).status]
 
     def is_model_ready(self, model: str, version: str = "") -> bool:
         return self.call("ModelReady", protos.ModelReadyRequest(name=model, version=version)).ready

@@ -1,10 +1,10 @@
 """Serve a model and query it over HTTP and gRPC, all on loopback.
 
 Builds a small ONNX MLP (or serves the saved graph directory / .onnx file given
-as the first argument), starts flowserve in a background thread, and queries
-it with the HTTP client (binary tensors), the HTTP client with JSON tensors,
-the gRPC client, and 16 concurrent calls of the asyncio gRPC client (one HTTP/2
-connection)::
+as the first argument), starts flowserve in a background thread, asks gRPC's standard
+health service (what Kubernetes' gRPC probes call) whether it serves, and queries it
+with the HTTP client (binary tensors), the HTTP client with JSON tensors, the gRPC
+client, and 16 concurrent calls of the asyncio gRPC client (one HTTP/2 connection)::
 
     python examples/serve_and_query.py              # builds a demo model
     python examples/serve_and_query.py my_saved_dir  # or serves yours
@@ -61,9 +61,12 @@ def main() -> None:
             x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
             inputs = {metadata["inputs"][0]["name"]: x}
             print(f"serving {name!r} at {server.http_url} and grpc://{server.grpc_address}")
+            grpc_client = GRPCClient(server.grpc_address)
+            print(f"grpc.health.v1 Check: server {grpc_client.health()}, "
+                  f"model {name!r} {grpc_client.health(name)}")
             for label, client in (("HTTP binary", http),
                                   ("HTTP JSON", HTTPClient(server.http_url, binary=False)),
-                                  ("gRPC", GRPCClient(server.grpc_address))):
+                                  ("gRPC", grpc_client)):
                 started = time.perf_counter()
                 outputs = client.infer(name, inputs)
                 took_ms = (time.perf_counter() - started) * 1e3

@@ -90,6 +90,13 @@ class DataPlane:
     def server_metadata(self) -> dict:
         return {"name": "flowserve", "version": server_version(), "extensions": EXTENSIONS}
 
+    def model_names(self) -> list[str]:
+        """Every model the repository holds, ready or not."""
+        return self.repository.model_names()
+
+    def knows_model(self, name: str) -> bool:
+        return name in self.model_names()
+
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.repository.find(name, version) is not None
 

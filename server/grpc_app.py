@@ -14,6 +14,7 @@ back; ``ServerError``s leave through one table from HTTP status to gRPC code::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import logging
@@ -24,6 +25,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from flowserve.clients import protos  # the one copy of the wire protocol
+from flowserve.clients.protos import health
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .errors import InvalidRequestError, ServerError, UnauthorizedError
@@ -55,7 +57,8 @@ GRPC_CODES = {
     503: Status.UNAVAILABLE,
     500: Status.INTERNAL,
 }
-OPEN_METHODS = ("ServerLive", "ServerReady")
+OPEN_METHODS = ("ServerLive", "ServerReady", "Check", "Watch")  # probes carry no token
+WATCH_POLL_S = 1.0  # how often a health Watch looks at the server's state
 
 
 class InferenceServicer:
@@ -131,6 +134,61 @@ class InferenceServicer:
         return protos.RepositoryModelUnloadResponse()
 
 
+class HealthServicer:
+    """gRPC's standard health service (``grpc.health.v1.Health``), for Kubernetes' gRPC
+    probes, ``grpc-health-probe`` and load balancers. Service ``""`` (or
+    ``inference.GRPCInferenceService``) is the server: SERVING when it is ready, as
+    ``ServerReady`` says; a model's name is that model (its latest version); from the start of
+    a shutdown everything is NOT_SERVING. ``Check`` answers NOT_FOUND for a name the server
+    does not know; ``List`` gives the server's and every model's status (behind the token,
+    when one is set: it names the models); ``Watch`` sends the status at once and again whenever it changes
+    (SERVICE_UNKNOWN for an unknown name, which may appear later)."""
+
+    def __init__(self, plane: DataPlane, closing: asyncio.Event):
+        self.plane, self.closing = plane, closing
+
+    def status(self, service: str) -> Optional[int]:
+        """The ServingStatus of ``service``, or None when the server does not know it."""
+        if service in ("", protos.SERVICE_NAME):
+            ready = self.plane.ready()
+        elif self.plane.knows_model(service):
+            ready = self.plane.model_ready(service)
+        else:
+            return None
+        serving = ready and not self.closing.is_set()
+        return health.HealthCheckResponse.SERVING if serving else health.HealthCheckResponse.NOT_SERVING
+
+    async def Check(self, request):
+        status = self.status(request.service)
+        if status is None:
+            raise WireError(Status.NOT_FOUND, f"health: unknown service {request.service!r}")
+        return health.HealthCheckResponse(status=status)
+
+    async def List(self, request):
+        """Every service ``Check`` knows: the server (under ``""``) and each model."""
+        names = ["", protos.SERVICE_NAME, *self.plane.model_names()]
+        return health.HealthListResponse(statuses={
+            name: health.HealthCheckResponse(status=self.status(name)) for name in names})
+
+    async def Watch(self, requests):
+        async for request in requests:
+            break
+        else:
+            raise WireError(Status.INVALID_ARGUMENT, "Watch: expected one HealthCheckRequest")
+        last = None
+        while True:
+            status = self.status(request.service)
+            if status is None:
+                status = health.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                yield health.HealthCheckResponse(status=status)
+                last = status
+            if self.closing.is_set():
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), WATCH_POLL_S)
+
+
 def _message(exc: Exception) -> str:
     """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
     if isinstance(exc, (ServerError, WireError)):
@@ -187,11 +245,15 @@ class GrpcApplication:
     def __init__(self, plane: DataPlane):
         self.max_bytes = plane.settings.max_request_bytes
         self.token = plane.settings.auth_token
-        servicer = InferenceServicer(plane)
+        self.closing = asyncio.Event()  # set when the server starts to shut down
+        servicer, checker = InferenceServicer(plane), HealthServicer(plane, self.closing)
         self.methods = {
             f"/{protos.SERVICE_NAME}/{name}": Method(name, getattr(servicer, name), request_cls,
                                                      streaming)
             for name, (request_cls, _, streaming) in protos.METHODS.items()}
+        for name, _, _, streaming in health.METHODS:
+            self.methods[f"/{health.SERVICE_NAME}/{name}"] = Method(
+                name, getattr(checker, name), health.REQUESTS[name], streaming)
 
     def request_started(self, stream: Stream) -> None:
         headers = stream.headers
@@ -205,7 +267,7 @@ class GrpcApplication:
             if method is None:
                 raise WireError(Status.UNIMPLEMENTED,
                                 f"method {headers.get(':path')!r}: not a method of "
-                                f"{protos.SERVICE_NAME}")
+                                f"{protos.SERVICE_NAME} or {health.SERVICE_NAME}")
             self._authorize(headers, method.name)
             call = Call(method, check_encoding(headers), timeout_seconds(headers))
         except Exception as exc:
@@ -351,7 +413,9 @@ class GrpcServer:
             sock=self._socket)
 
     async def stop(self, grace_s: float) -> None:
-        """Stop accepting, send GOAWAY, let open calls finish for ``grace_s``, then close."""
+        """Stop accepting, send GOAWAY, let open calls finish for ``grace_s``, then close
+        (health watches are told NOT_SERVING and end)."""
+        self.application.closing.set()
         self._server.close()
         for connection in list(self.connections):
             connection.go_away()
