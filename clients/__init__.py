@@ -12,6 +12,7 @@ of flowserve. numpy arrays in, numpy arrays out::
 from .errors import ClientError, InferenceServerError, ProtocolError, ServerUnreachableError
 from .grpc_client import AsyncGRPCClient, GRPCClient
 from .http import AsyncHTTPClient, HTTPClient
+from .tls import TLS
 
 __all__ = ["AsyncGRPCClient", "AsyncHTTPClient", "ClientError", "GRPCClient", "HTTPClient",
-           "InferenceServerError", "ProtocolError", "ServerUnreachableError"]
+           "InferenceServerError", "ProtocolError", "ServerUnreachableError", "TLS"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import urllib.parse
 from typing import Optional
 
@@ -186,10 +187,11 @@ class _Connection(asyncio.Protocol):
 
 
 class GrpcChannel:
-    """Unary gRPC calls to ``host:port`` over one HTTP/2 connection, opened on first use."""
+    """Unary gRPC calls to ``host:port`` over one HTTP/2 connection, opened on first use
+    (over TLS with a ``tls`` context offering ``h2``)."""
 
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, tls: Optional[ssl.SSLContext] = None):
+        self.host, self.port, self.tls = host, port, tls
         self._connection: Optional[_Connection] = None
         self._opening: Optional[asyncio.Lock] = None
 
@@ -202,7 +204,8 @@ class GrpcChannel:
                 authority = f"{self.host}:{self.port}"
                 try:
                     _, self._connection = await asyncio.get_running_loop().create_connection(
-                        lambda: _Connection(authority), self.host, self.port)
+                        lambda: _Connection(authority), self.host, self.port, ssl=self.tls,
+                        server_hostname=self.host if self.tls else None)
                 except OSError as exc:
                     raise ServerUnreachableError(f"cannot connect to {authority}: {exc}") from None
         return self._connection

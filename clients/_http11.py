@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from typing import Optional
 
 from .errors import ProtocolError, ServerUnreachableError
@@ -53,10 +54,13 @@ def parse_head(head: bytes) -> tuple[int, dict]:
 class BlockingConnection:
     """One persistent connection over a blocking socket (not thread-safe)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 60.0):
+    def __init__(self, host: str, port: int, timeout_s: float = 60.0,
+                 tls: Optional[ssl.SSLContext] = None):
         self._host_header = f"Host: {host}:{port}\r\n".encode()
         self._sock = socket.create_connection((host, port), timeout=timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self._sock = tls.wrap_socket(self._sock, server_hostname=host)
         self._buffer = bytearray()
         self.closed = False
 
@@ -149,15 +153,17 @@ class _Connection:
 class ConnectionPool:
     """Persistent connections to one ``host:port``, reused across requests."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 60.0):
-        self.host, self.port, self.timeout_s = host, port, timeout_s
+    def __init__(self, host: str, port: int, timeout_s: float = 60.0,
+                 tls: Optional[ssl.SSLContext] = None):
+        self.host, self.port, self.timeout_s, self.tls = host, port, timeout_s, tls
         self._idle: list[_Connection] = []
         self._host_header = f"Host: {host}:{port}\r\n".encode()
 
     async def _connect(self) -> _Connection:
         try:
-            reader, writer = await asyncio.open_connection(self.host, self.port,
-                                                           limit=_MAX_HEADER * 16)
+            reader, writer = await asyncio.open_connection(
+                self.host, self.port, limit=_MAX_HEADER * 16, ssl=self.tls,
+                server_hostname=self.host if self.tls else None)
         except OSError as exc:
             raise ServerUnreachableError(f"cannot connect to {self.host}:{self.port}: "
                                          f"{exc}") from None

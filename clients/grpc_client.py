@@ -22,6 +22,7 @@ from .protos import health
 from ._grpc_channel import GrpcChannel
 from .errors import InferenceServerError, ServerUnreachableError
 from .tensors import array_from_raw, array_to_raw, datatype_of
+from .tls import TLS
 
 _OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 _CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
@@ -71,8 +72,10 @@ def _stubs(channel, method_factory) -> dict:
 class GRPCClient:
     """Blocking gRPC client (thread-safe; one channel)."""
 
-    def __init__(self, address: str, token: Optional[str] = None, timeout_s: float = 60.0):
-        self._channel = grpc.insecure_channel(address, options=_OPTIONS)
+    def __init__(self, address: str, token: Optional[str] = None, timeout_s: float = 60.0,
+                 tls: Optional[TLS] = None):
+        self._channel = (grpc.insecure_channel(address, options=_OPTIONS) if tls is None else
+                         grpc.secure_channel(address, tls.grpc_credentials(), options=_OPTIONS))
         self._stubs = _stubs(self._channel, self._channel.unary_unary)
         self._stubs["Check"] = self._channel.unary_unary(
             f"/{health.SERVICE_NAME}/Check", request_serializer=health.HealthCheckRequest.SerializeToString,
@@ -147,11 +150,12 @@ class AsyncGRPCClient:
     own (``_grpc_channel``: one connection, calls multiplexed) rather than ``grpc.aio``,
     whose per-call CPU would otherwise be most of what a load generator measures."""
 
-    def __init__(self, address: str, token: Optional[str] = None, timeout_s: float = 60.0):
+    def __init__(self, address: str, token: Optional[str] = None, timeout_s: float = 60.0,
+                 tls: Optional[TLS] = None):
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"address: expected HOST:PORT, got {address!r}")
-        self._channel = GrpcChannel(host.strip("[]"), int(port))
+        self._channel = GrpcChannel(host.strip("[]"), int(port), tls.context("h2") if tls else None)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout_s = timeout_s
 

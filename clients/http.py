@@ -1,7 +1,7 @@
 """HTTP clients of the Open Inference Protocol: ``HTTPClient`` and ``AsyncHTTPClient``.
 
 numpy in, numpy out; the binary tensor extension by default (``binary=False``
-sends JSON tensors); server errors raise ``InferenceServerError`` with the
+sends JSON tensors; an ``https://`` URL, or ``tls=TLS(...)``, speaks TLS); server errors raise ``InferenceServerError`` with the
 server's message and HTTP status::
 
     from flowserve.clients import HTTPClient
@@ -16,6 +16,7 @@ server's message and HTTP status::
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from typing import Optional
 from urllib.parse import urlsplit
@@ -23,13 +24,17 @@ from urllib.parse import urlsplit
 from . import rest
 from ._http11 import BlockingConnection, ConnectionPool
 from .errors import ProtocolError, ServerUnreachableError
+from .tls import TLS
 
 
-def _split_url(url: str) -> tuple[str, int]:
+def _endpoint(url: str, tls: Optional[TLS]) -> tuple[str, int, Optional[ssl.SSLContext]]:
+    """``(host, port, TLS context)`` of ``url``: https (or ``tls`` given) speaks TLS."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"url: expected http://HOST:PORT, got {url!r}")
-    return parts.hostname, parts.port or 80
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"url: expected http://HOST:PORT or https://HOST:PORT, got {url!r}")
+    secure = parts.scheme == "https" or tls is not None
+    context = (tls or TLS()).context("http/1.1") if secure else None
+    return parts.hostname, parts.port or (443 if secure else 80), context
 
 
 def _auth(token: Optional[str]) -> dict:
@@ -40,8 +45,8 @@ class HTTPClient:
     """Blocking client; one keep-alive connection per thread (thread-safe)."""
 
     def __init__(self, url: str, token: Optional[str] = None, timeout_s: float = 60.0,
-                 binary: bool = True):
-        self.host, self.port = _split_url(url)
+                 binary: bool = True, tls: Optional[TLS] = None):
+        self.host, self.port, self._tls = _endpoint(url, tls)
         self.timeout_s, self.binary = timeout_s, binary
         self._auth = _auth(token)
         self._local = threading.local()
@@ -49,7 +54,7 @@ class HTTPClient:
     def _connection(self) -> BlockingConnection:
         connection = getattr(self._local, "connection", None)
         if connection is None or connection.closed:
-            connection = BlockingConnection(self.host, self.port, self.timeout_s)
+            connection = BlockingConnection(self.host, self.port, self.timeout_s, self._tls)
             self._local.connection = connection
         return connection
 
@@ -144,11 +149,11 @@ class AsyncHTTPClient:
     """asyncio client over a pool of keep-alive connections (safe for many tasks)."""
 
     def __init__(self, url: str, token: Optional[str] = None, timeout_s: float = 60.0,
-                 binary: bool = True):
-        host, port = _split_url(url)
+                 binary: bool = True, tls: Optional[TLS] = None):
+        host, port, context = _endpoint(url, tls)
         self.binary = binary
         self._auth = _auth(token)
-        self._pool = ConnectionPool(host, port, timeout_s)
+        self._pool = ConnectionPool(host, port, timeout_s, context)
 
     async def request(self, method: str, path: str, body: bytes = b"",
                       headers: Optional[dict] = None) -> tuple[int, dict, bytes]:

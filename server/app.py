@@ -31,6 +31,7 @@ from .dataplane import DataPlane
 from .grpc_app import GrpcServer
 from .http_app import build_http_app, error_body
 from .settings import ServerSettings
+from .tls import server_context
 
 log = logging.getLogger("flowserve.server")
 
@@ -154,6 +155,19 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         self.transport.close()
 
 
+class _Config(uvicorn.Config):
+    """uvicorn's config with flowserve's TLS context (``server.tls``) instead of its own."""
+
+    def __init__(self, *args, ssl_context=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ssl_context = ssl_context
+
+    def load(self) -> None:
+        super().load()
+        if self._ssl_context is not None:
+            self.ssl = self._ssl_context
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: ``InferenceServer`` owns shutdown."""
 
@@ -183,6 +197,8 @@ class InferenceServer(Listening):
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
+        # built now, so that a certificate that is not one fails before anything listens
+        self.tls = {"http": server_context(settings, "http/1.1"), "grpc": server_context(settings, "h2")}
         self.plane = DataPlane(settings)
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None
@@ -209,8 +225,8 @@ class InferenceServer(Listening):
         protocol = functools.partial(
             NoDelayHTTPProtocol, max_header_bytes=self.settings.max_header_bytes,
             header_timeout_s=self.settings.header_timeout_s)
-        http_server = _Uvicorn(uvicorn.Config(
-            build_http_app(self.plane), http=protocol, log_config=None,
+        http_server = _Uvicorn(_Config(
+            build_http_app(self.plane), http=protocol, ssl_context=self.tls["http"], log_config=None,
             access_log=False, lifespan="off", proxy_headers=False, server_header=False,
             timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30))
         http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))
@@ -240,7 +256,7 @@ class InferenceServer(Listening):
         if self.settings.grpc_port is None:
             return None
         server = GrpcServer(self.plane, _bind(self.settings.host, self.settings.grpc_port,
-                                              self.settings.reuse_port))
+                                              self.settings.reuse_port), self.tls["grpc"])
         self.grpc_port = server.port
         await server.start()
         return server

@@ -72,6 +72,15 @@ def serve(
     grpc_workers: Optional[int] = typer.Option(
         None, help="How many of the --workers processes also serve gRPC (default: all)."
     ),
+    ssl_certfile: Optional[str] = typer.Option(
+        None, help="PEM certificate chain: serve HTTPS, and gRPC over TLS, on both ports."
+    ),
+    ssl_keyfile: Optional[str] = typer.Option(
+        None, help="PEM private key of --ssl-certfile (when the certificate file lacks it)."
+    ),
+    ssl_ca_certs: Optional[str] = typer.Option(
+        None, help="PEM CA certificates: clients must present a certificate they signed (mutual TLS)."
+    ),
 ) -> None:
     """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
     from .app import InferenceServer
@@ -91,7 +100,8 @@ def serve(
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
             max_json_elements=max_json_elements, log_level=log_level, workers=workers,
-            grpc_workers=grpc_workers,
+            grpc_workers=grpc_workers, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+            ssl_ca_certs=ssl_ca_certs,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}

@@ -74,3 +74,7 @@ class InferenceFailedError(ServerError):
     """ONNX Runtime refused or failed to run a batch (message from the runtime)."""
 
     status = 400
+
+
+class ServerConfigError(FlowserveError, ValueError):
+    """A server option names something unusable (a certificate file that is not one)."""

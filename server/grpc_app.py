@@ -19,6 +19,7 @@ import dataclasses
 import hmac
 import logging
 import socket
+import ssl
 from typing import Any, Callable, Optional
 
 from google.protobuf import json_format
@@ -393,10 +394,12 @@ def _parse(method: Method, message: bytes):
 
 
 class GrpcServer:
-    """The gRPC front end on a bound socket: ``start``, then ``stop`` drains it."""
+    """The gRPC front end on a bound socket (over TLS with a ``tls`` context, whose ALPN
+    offers ``h2``): ``start``, then ``stop`` drains it."""
 
-    def __init__(self, plane: DataPlane, sock: socket.socket):
+    def __init__(self, plane: DataPlane, sock: socket.socket, tls: Optional[ssl.SSLContext] = None):
         settings = plane.settings
+        self.tls, self.handshake_timeout_s = tls, settings.header_timeout_s
         self.limits = Http2Limits(max_header_list_bytes=settings.max_header_bytes,
                                   preface_timeout_s=settings.header_timeout_s)
         self.application = GrpcApplication(plane)
@@ -410,7 +413,8 @@ class GrpcServer:
     async def start(self) -> None:
         self._server = await asyncio.get_running_loop().create_server(
             lambda: Http2Connection(self.application, self.limits, self.connections),
-            sock=self._socket)
+            sock=self._socket, ssl=self.tls,
+            ssl_handshake_timeout=self.handshake_timeout_s if self.tls else None)
 
     async def stop(self, grace_s: float) -> None:
         """Stop accepting, send GOAWAY, let open calls finish for ``grace_s``, then close

@@ -92,12 +92,29 @@ class ServerSettings(BaseSettings):
     grpc_workers: Optional[int] = Field(
         None, ge=1, description="How many of the workers also serve gRPC (None: all)."
     )
+    ssl_certfile: Optional[str] = Field(
+        None, description="PEM certificate chain: serve HTTPS and gRPC over TLS on both ports."
+    )
+    ssl_keyfile: Optional[str] = Field(
+        None, description="PEM private key of --ssl-certfile (when the certificate file lacks it)."
+    )
+    ssl_ca_certs: Optional[str] = Field(
+        None, description="PEM CA certificates: clients must present a certificate they signed "
+        "(mutual TLS)."
+    )
     reuse_port: bool = Field(
         False, description="Bind with SO_REUSEPORT (each worker of --workers N does)."
     )
     shared_metrics_dir: Optional[str] = Field(
         None, description="Folder where the workers of one server share their metrics."
     )
+
+    @field_validator("ssl_keyfile", "ssl_ca_certs")
+    @classmethod
+    def _with_certificate(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if value is not None and not info.data.get("ssl_certfile"):
+            raise ValueError("needs --ssl-certfile (the server's certificate)")
+        return value
 
     @field_validator("grpc_workers")
     @classmethod

@@ -27,6 +27,7 @@ from typing import Iterator, Optional
 from .app import InferenceServer, Listening, reserve_port
 from .logs import configure_logging
 from .settings import ServerSettings
+from .tls import server_context
 
 log = logging.getLogger("flowserve.server")
 
@@ -44,6 +45,7 @@ class WorkerPool(Listening):
     """Supervises ``settings.workers`` processes serving the same ports."""
 
     def __init__(self, settings: ServerSettings):
+        server_context(settings, "h2")  # a certificate that is not one fails here, not in N workers
         self.settings = settings
         self.grpc_workers = settings.grpc_workers or settings.workers
         self.http_port: Optional[int] = None

@@ -1,0 +1,120 @@
+"""TLS on both ports (--ssl-certfile/--ssl-keyfile) and mutual TLS (--ssl-ca-certs), with
+certificates from a throwaway CA (trustme) and third-party clients beside flowserve's."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import subprocess
+import sys
+
+import grpc
+import httpx
+import numpy as np
+import onnx
+import pytest
+import tritonclient.grpc as triton_grpc
+
+from flowserve.clients import AsyncGRPCClient, AsyncHTTPClient, GRPCClient, HTTPClient, TLS
+from flowserve.clients.errors import ServerUnreachableError
+from flowserve.server import InferenceServer, ServerSettings
+from flowserve.server.errors import ServerConfigError
+
+from .conftest import running_server
+from .models import mlp_reference
+
+trustme = pytest.importorskip("trustme", reason="trustme makes the test certificates")
+
+X = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """PEM files: the CA, the server's certificate and key (for 127.0.0.1), a client's."""
+    root = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1", "localhost"), ca.issue_cert("client@flowserve.test")
+    files = {"ca": root / "ca.pem", "cert": root / "server.pem", "key": root / "server.key",
+             "client": root / "client.pem"}
+    ca.cert_pem.write_to_path(files["ca"])
+    server.cert_chain_pems[0].write_to_path(files["cert"])
+    server.private_key_pem.write_to_path(files["key"])
+    client.private_key_and_cert_chain_pem.write_to_path(files["client"])
+    return {k: str(v) for k, v in files.items()}
+
+
+@pytest.fixture(scope="module")
+def tls_server(mlp_file, pki):
+    with running_server(mlp_file, ssl_certfile=pki["cert"], ssl_keyfile=pki["key"]) as server:
+        yield server
+
+
+def _https(server) -> str:
+    return server.http_url.replace("http://", "https://")
+
+
+def test_every_client_speaks_tls_to_both_ports(tls_server, mlp_file, pki):
+    expected = mlp_reference(onnx.load(mlp_file), X)
+    tls = TLS(ca_file=pki["ca"])
+    with HTTPClient(_https(tls_server), tls=tls) as http, GRPCClient(tls_server.grpc_address, tls=tls) as rpc:
+        for client in (http, rpc):
+            np.testing.assert_allclose(client.infer("tiny", {"x": X})["y"], expected, rtol=1e-6)
+        assert rpc.health() == "SERVING"
+
+    async def both_async():
+        async with AsyncHTTPClient(_https(tls_server), tls=tls) as http, \
+                AsyncGRPCClient(tls_server.grpc_address, tls=tls) as rpc:
+            return [(await c.infer("tiny", {"x": X}))["y"] for c in (http, rpc)]
+
+    for answer in asyncio.run(both_async()):
+        np.testing.assert_allclose(answer, expected, rtol=1e-6)
+
+
+def test_third_party_clients_over_tls(tls_server, pki):
+    ready = httpx.get(_https(tls_server) + "/v2/health/ready", verify=ssl.create_default_context(cafile=pki["ca"]),
+                      timeout=10)
+    assert ready.json() == {"ready": True}
+    client = triton_grpc.InferenceServerClient(tls_server.grpc_address, ssl=True, root_certificates=pki["ca"])
+    assert client.is_server_ready() and client.is_model_ready("tiny")
+    client.close()
+
+
+def test_a_server_nobody_vouches_for_is_refused(tls_server):
+    with pytest.raises(ServerUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
+        HTTPClient(_https(tls_server)).is_ready()  # the system's CAs do not know the test CA
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(_https(tls_server) + "/v2/health/live", timeout=10)
+    channel = grpc.insecure_channel(tls_server.grpc_address)  # cleartext to a TLS port
+    with pytest.raises(grpc.RpcError) as error:
+        channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
+    assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+    channel.close()
+
+
+def test_mutual_tls_lets_in_only_clients_with_a_certificate(mlp_file, pki):
+    with running_server(mlp_file, ssl_certfile=pki["cert"], ssl_keyfile=pki["key"],
+                        ssl_ca_certs=pki["ca"]) as server:
+        member = TLS(ca_file=pki["ca"], cert_file=pki["client"])
+        with HTTPClient(_https(server), tls=member) as http, GRPCClient(server.grpc_address, tls=member) as rpc:
+            assert http.is_ready() and rpc.is_ready()
+        stranger = TLS(ca_file=pki["ca"])
+        with pytest.raises(ServerUnreachableError):  # the server ends the handshake
+            HTTPClient(_https(server), tls=stranger).is_ready()
+        with pytest.raises(ServerUnreachableError, match="UNAVAILABLE"):
+            GRPCClient(server.grpc_address, tls=stranger, timeout_s=10).is_ready()
+
+
+def test_unusable_certificate_files_are_refused_before_serving(mlp_file, pki, tmp_path):
+    not_pem = tmp_path / "junk.pem"
+    not_pem.write_text("not a certificate")
+    with pytest.raises(ServerConfigError, match="--ssl-certfile .*expected a PEM certificate chain"):
+        InferenceServer(ServerSettings(model_path=str(mlp_file), ssl_certfile=str(not_pem)))
+    with pytest.raises(ServerConfigError, match="--ssl-ca-certs .*expected PEM CA certificates"):
+        InferenceServer(ServerSettings(model_path=str(mlp_file), ssl_certfile=pki["cert"],
+                                       ssl_keyfile=pki["key"], ssl_ca_certs=str(not_pem)))
+    with pytest.raises(ValueError, match="needs --ssl-certfile"):
+        ServerSettings(model_path=str(mlp_file), ssl_keyfile=pki["key"])
+    cli = subprocess.run([sys.executable, "-m", "flowserve.server", str(mlp_file), "--ssl-certfile",
+                          str(not_pem), "--http-port", "0", "--grpc-port", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 1 and "error: --ssl-certfile" in cli.stderr, cli.stderr
