@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from .tls import TLS
+
 
 def perf(
     url: str = typer.Argument(..., help="Server address: http://HOST:PORT (gRPC: HOST:PORT)."),
@@ -24,6 +26,10 @@ def perf(
     compare: Optional[str] = typer.Option(
         None, help="A second model (NAME or NAME:VERSION, e.g. resnet:2 for its int8 export) driven with "
                    "the same load, alternating with MODEL; prints both side by side."),
+    ca_file: Optional[str] = typer.Option(
+        None, help="TLS: PEM CA certificates to trust (an https:// URL alone trusts the system's)."),
+    cert_file: Optional[str] = typer.Option(None, help="TLS: this client's PEM certificate (mutual TLS)."),
+    key_file: Optional[str] = typer.Option(None, help="TLS: its PEM key, when --cert-file lacks it."),
 ) -> None:
     """Measure throughput and p50/p90/p99 latency of MODEL at URL."""
     from .compare import run_compare, split_variant
@@ -37,12 +43,13 @@ def perf(
     except ValueError as exc:
         typer.echo(f"error: --model: {exc}", err=True)
         raise typer.Exit(2) from None
+    tls = TLS(ca_file, cert_file, key_file) if (ca_file or cert_file) else None
     if compare:
         job = run_compare(url, model, compare, concurrency, duration, protocol, not json_tensors, token,
-                          max_requests=max_requests)
+                          max_requests=max_requests, tls=tls)
     else:
         job = run_load(url, name, concurrency, duration, protocol, binary=not json_tensors,
-                       max_requests=max_requests, token=token, version=version)
+                       max_requests=max_requests, token=token, version=version, tls=tls)
     _report(job, plot)
 
 

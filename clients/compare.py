@@ -139,12 +139,12 @@ def _ratio(x, y) -> str:
 
 async def run_compare(url: str, first: str, second: str, concurrency: int = 1, duration_s: float = 10.0,
                       protocol: str = "http", binary: bool = True, token=None, rounds: int = 2,
-                      max_requests=None) -> Comparison:
+                      max_requests=None, tls=None) -> Comparison:
     """Drive ``first`` and ``second`` (``NAME`` or ``NAME:VERSION``) with the same inputs,
     alternating ``rounds`` times, ``duration_s`` in all for each. The verification figures
     come from model metadata ``parameters`` (HTTP) or the model configuration (gRPC)."""
     variants = [split_variant(first), split_variant(second)]
-    client = client_for(url, protocol, binary, token)
+    client = client_for(url, protocol, binary, token, tls)
     try:
         metadata = [await client.model_metadata(name, version) for name, version in variants]
         parameters = [m.get("parameters") or config_parameters(
@@ -158,7 +158,7 @@ async def run_compare(url: str, first: str, second: str, concurrency: int = 1, d
         for i, (name, version) in enumerate(variants):
             reports[i].append(await run_load(url, name, concurrency, duration_s / rounds, protocol, binary,
                                              inputs=inputs, token=token, version=version,
-                                             max_requests=max_requests))
+                                             max_requests=max_requests, tls=tls))
     merged = [_merge(r) for r in reports]
     return Comparison(*(Variant(label, report, params)
                         for label, report, params in zip((first, second), merged, parameters)))

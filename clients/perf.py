@@ -21,6 +21,7 @@ from .errors import ClientError
 from .grpc_client import AsyncGRPCClient
 from .http import AsyncHTTPClient
 from .tensors import NUMPY_BY_DATATYPE
+from .tls import TLS
 
 
 @dataclasses.dataclass
@@ -103,10 +104,10 @@ async def run_load(url: str, model: str, concurrency: int = 1, duration_s: float
                    protocol: str = "http", binary: bool = True,
                    inputs: Optional[dict] = None, max_requests: Optional[int] = None,
                    token: Optional[str] = None, warmup_s: float = 0.5,
-                   version: str = "") -> LoadReport:
+                   version: str = "", tls: Optional[TLS] = None) -> LoadReport:
     """Drive ``model`` (``version``: latest when empty) at ``url`` with ``concurrency``
-    workers for ``duration_s`` seconds."""
-    client = client_for(url, protocol, binary, token)
+    workers for ``duration_s`` seconds (over TLS with ``tls``, or an ``https://`` URL)."""
+    client = client_for(url, protocol, binary, token, tls)
     target = (model, version)
     try:
         if inputs is None:
@@ -122,11 +123,11 @@ async def run_load(url: str, model: str, concurrency: int = 1, duration_s: float
     return LoadReport(protocol, concurrency, elapsed, latencies, errors[0], first_error[0])
 
 
-def client_for(url: str, protocol: str, binary: bool, token: Optional[str]):
+def client_for(url: str, protocol: str, binary: bool, token: Optional[str], tls: Optional[TLS] = None):
     if protocol == "http":
-        return AsyncHTTPClient(url, token=token, binary=binary)
+        return AsyncHTTPClient(url, token=token, binary=binary, tls=tls)
     if protocol == "grpc":
-        return AsyncGRPCClient(url.split("://", 1)[-1], token=token)
+        return AsyncGRPCClient(url.split("://", 1)[-1], token=token, tls=tls)
     raise ValueError(f"protocol: expected 'http' or 'grpc', got {protocol!r}")
 
 

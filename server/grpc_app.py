@@ -139,11 +139,11 @@ class HealthServicer:
     """gRPC's standard health service (``grpc.health.v1.Health``), for Kubernetes' gRPC
     probes, ``grpc-health-probe`` and load balancers. Service ``""`` (or
     ``inference.GRPCInferenceService``) is the server: SERVING when it is ready, as
-    ``ServerReady`` says; a model's name is that model (its latest version); from the start of
-    a shutdown everything is NOT_SERVING. ``Check`` answers NOT_FOUND for a name the server
-    does not know; ``List`` gives the server's and every model's status (behind the token,
-    when one is set: it names the models); ``Watch`` sends the status at once and again whenever it changes
-    (SERVICE_UNKNOWN for an unknown name, which may appear later)."""
+    ``ServerReady`` says; a model's name is that model (its latest version); from the start
+    of a shutdown everything is NOT_SERVING. ``Check`` answers NOT_FOUND for a name the
+    server does not know; ``List`` gives the server's and every model's status (behind the
+    token, when one is set: it names the models); ``Watch`` sends the status at once and
+    again whenever it changes (SERVICE_UNKNOWN for a name not known yet)."""
 
     def __init__(self, plane: DataPlane, closing: asyncio.Event):
         self.plane, self.closing = plane, closing

@@ -118,3 +118,13 @@ def test_unusable_certificate_files_are_refused_before_serving(mlp_file, pki, tm
                           str(not_pem), "--http-port", "0", "--grpc-port", "0"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 1 and "error: --ssl-certfile" in cli.stderr, cli.stderr
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_drives_a_tls_server(tls_server, pki, protocol):
+    url = _https(tls_server) if protocol == "http" else tls_server.grpc_address
+    done = subprocess.run([sys.executable, "-c", "import typer; from flowserve.clients.cli import perf; "
+                           "typer.run(perf)", url, "--model", "tiny", "--protocol", protocol, "--duration", "0.3",
+                           "--ca-file", pki["ca"]], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "throughput" in done.stdout and ", 0 errors" in done.stdout, done.stdout
