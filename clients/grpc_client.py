@@ -18,9 +18,9 @@ import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 
 from . import protos
-from .protos import health
 from ._grpc_channel import GrpcChannel
 from .errors import InferenceServerError, ServerUnreachableError
+from .protos import health
 from .tensors import array_from_raw, array_to_raw, datatype_of
 from .tls import TLS
 

@@ -1,8 +1,8 @@
 """HTTP clients of the Open Inference Protocol: ``HTTPClient`` and ``AsyncHTTPClient``.
 
 numpy in, numpy out; the binary tensor extension by default (``binary=False``
-sends JSON tensors; an ``https://`` URL, or ``tls=TLS(...)``, speaks TLS); server errors raise ``InferenceServerError`` with the
-server's message and HTTP status::
+sends JSON tensors); an ``https://`` URL, or ``tls=TLS(...)``, speaks TLS; server
+errors raise ``InferenceServerError`` with the server's message and HTTP status::
 
     from flowserve.clients import HTTPClient
     with HTTPClient("http://127.0.0.1:8000") as client:
