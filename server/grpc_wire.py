@@ -11,14 +11,16 @@ Header blocks are written as HPACK literals that index nothing, so they are cons
 from __future__ import annotations
 
 import enum
+import types
 import zlib
 from typing import Optional
 
 from flowserve.clients.http2_wire import GRPC_PREFIX
 
 ACCEPTED_ENCODINGS = ("identity", "deflate", "gzip")
-_WBITS = {"deflate": zlib.MAX_WBITS, "gzip": 16 + zlib.MAX_WBITS}
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+# read-only lookup tables: the zlib window of each request encoding, a grpc-timeout unit's seconds
+_WBITS = types.MappingProxyType({"deflate": zlib.MAX_WBITS, "gzip": 16 + zlib.MAX_WBITS})
+_TIMEOUT_UNITS = types.MappingProxyType({"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9})
 
 
 class Status(enum.IntEnum):
