@@ -68,9 +68,11 @@ class HTTPClient:
             except ProtocolError:
                 self._drop_connection()
                 raise
-            except OSError as exc:  # ConnectionError, timeouts, refused connections
+            except OSError as exc:  # ConnectionError, timeouts, refused connections, TLS
                 self._drop_connection()
-                if attempt == 1 or isinstance(exc, ConnectionRefusedError):
+                # a stale kept-alive connection is worth one retry; a refusal or a certificate
+                # the client does not trust would only come back
+                if attempt == 1 or isinstance(exc, (ConnectionRefusedError, ssl.SSLCertVerificationError)):
                     raise ServerUnreachableError(
                         f"request to {self.host}:{self.port}{path} failed: {exc!r}") from None
         raise AssertionError("unreachable")
