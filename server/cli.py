@@ -73,13 +73,16 @@ def serve(
         None, help="How many of the --workers processes also serve gRPC (default: all)."
     ),
     ssl_certfile: Optional[str] = typer.Option(
-        None, help="PEM certificate chain: serve HTTPS, and gRPC over TLS, on both ports."
+        None, envvar="FLOWSERVE_SSL_CERTFILE",
+        help="PEM certificate chain: serve HTTPS, and gRPC over TLS, on both ports.",
     ),
     ssl_keyfile: Optional[str] = typer.Option(
-        None, help="PEM private key of --ssl-certfile (when the certificate file lacks it)."
+        None, envvar="FLOWSERVE_SSL_KEYFILE",
+        help="PEM private key of --ssl-certfile (when the certificate file lacks it).",
     ),
     ssl_ca_certs: Optional[str] = typer.Option(
-        None, help="PEM CA certificates: clients must present a certificate they signed (mutual TLS)."
+        None, envvar="FLOWSERVE_SSL_CA_CERTS",
+        help="PEM CA certificates: clients must present a certificate they signed (mutual TLS).",
     ),
 ) -> None:
     """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
