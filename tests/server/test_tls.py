@@ -4,6 +4,7 @@ certificates from a throwaway CA (trustme) and third-party clients beside flowse
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import subprocess
 import sys
@@ -118,6 +119,10 @@ def test_unusable_certificate_files_are_refused_before_serving(mlp_file, pki, tm
                           str(not_pem), "--http-port", "0", "--grpc-port", "0"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 1 and "error: --ssl-certfile" in cli.stderr, cli.stderr
+    from_env = subprocess.run([sys.executable, "-m", "flowserve.server", str(mlp_file), "--http-port", "0",
+                               "--grpc-port", "0"], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "FLOWSERVE_SSL_CERTFILE": str(not_pem)})
+    assert from_env.returncode == 1 and "error: --ssl-certfile" in from_env.stderr, from_env.stderr
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
