@@ -169,11 +169,31 @@ class _Config(uvicorn.Config):
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: ``InferenceServer`` owns shutdown."""
+    """uvicorn without its own signal handling (``InferenceServer`` owns shutdown), listening
+    on sockets flowserve bound, with TLS handshakes bounded by ``handshake_timeout_s``
+    (uvicorn's own startup passes no bound: the event loop's default is 60 s)."""
+
+    def __init__(self, config: uvicorn.Config, handshake_timeout_s: float):
+        super().__init__(config)
+        self._handshake_timeout_s = handshake_timeout_s
 
     @contextlib.contextmanager
     def capture_signals(self):
         yield
+
+    async def startup(self, sockets: Optional[list] = None) -> None:
+        await self.lifespan.startup()
+        config, loop = self.config, asyncio.get_running_loop()
+
+        def create_protocol(_loop=None):
+            return config.http_protocol_class(config=config, server_state=self.server_state,
+                                              app_state=self.lifespan.state, _loop=_loop)
+
+        timeout = self._handshake_timeout_s if config.ssl else None
+        self.servers = [await loop.create_server(create_protocol, sock=sock, ssl=config.ssl,
+                                                 backlog=config.backlog, ssl_handshake_timeout=timeout)
+                        for sock in sockets or ()]
+        self.started = True
 
 
 class Listening:
@@ -228,7 +248,8 @@ class InferenceServer(Listening):
         http_server = _Uvicorn(_Config(
             build_http_app(self.plane), http=protocol, ssl_context=self.tls["http"], log_config=None,
             access_log=False, lifespan="off", proxy_headers=False, server_header=False,
-            timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30))
+            timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30),
+            handshake_timeout_s=self.settings.header_timeout_s)
         http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))
         publisher = asyncio.create_task(self._publish_metrics())
         log.info("serving", extra={"http": self.http_url, "grpc": self.grpc_address,

@@ -56,7 +56,8 @@ def serve(
         64 * 1024, help="Largest request line plus headers accepted (431 beyond)."
     ),
     header_timeout: float = typer.Option(
-        10.0, help="Seconds a connection may take to send a request's headers (then closed)."
+        10.0, help="Seconds a connection may take to send a request's headers, or to finish a TLS "
+        "handshake (then closed)."
     ),
     max_bytes_elements: int = typer.Option(
         1 << 20, help="Most BYTES elements one request may carry (400 / INVALID_ARGUMENT beyond)."

@@ -72,7 +72,8 @@ class ServerSettings(BaseSettings):
         64 * 1024, ge=1024, description="Largest request line plus headers accepted (431 beyond)."
     )
     header_timeout_s: float = Field(
-        10.0, gt=0, description="Seconds a connection may take to send a request's headers."
+        10.0, gt=0,
+        description="Seconds a connection may take to send a request's headers, or to finish a TLS handshake."
     )
     max_bytes_elements: int = Field(
         1 << 20, ge=1, description="Most BYTES elements one request may carry (400 beyond)."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -124,6 +125,20 @@ def test_unusable_certificate_files_are_refused_before_serving(mlp_file, pki, tm
                               env={**os.environ, "FLOWSERVE_SSL_CERTFILE": str(not_pem)})
     assert from_env.returncode == 1 and "error: --ssl-certfile" in from_env.stderr, from_env.stderr
 
+
+
+def test_a_stalled_tls_handshake_is_closed_within_the_header_timeout(mlp_file, pki):
+    """A connection that opens and never says hello holds no slot for long (the event
+    loop's own bound would be 60 s); the recv timeout is far above the server's 0.5 s."""
+    with running_server(mlp_file, ssl_certfile=pki["cert"], ssl_keyfile=pki["key"],
+                        header_timeout_s=0.5) as server:
+        for port in (server.http_port, server.grpc_port):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                try:
+                    assert sock.recv(1) == b"", f"port {port} answered a client that sent nothing"
+                except ConnectionResetError:
+                    pass  # closed with a reset: as good
+        assert HTTPClient(_https(server), tls=TLS(ca_file=pki["ca"])).is_ready()  # still serving
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_drives_a_tls_server(tls_server, pki, protocol):
