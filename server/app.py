@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import http
 import logging
 import signal
 import socket
@@ -29,7 +30,7 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
 
 from .dataplane import DataPlane
 from .grpc_app import GrpcServer
-from .http_app import build_http_app, error_body
+from .http_app import FrontDoor, build_http_app, error_body
 from .settings import ServerSettings
 from .tls import server_context
 
@@ -61,6 +62,11 @@ class CoalescingTransport:
     def close(self) -> None:
         self.flush()
         self._transport.close()
+
+    def write_now(self, chunks: list) -> None:
+        """Send what is kept, then ``chunks``, now (one system call where the loop can)."""
+        self.flush()
+        self._transport.writelines(chunks)
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
@@ -122,6 +128,16 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         self._in_head = True
         super().on_message_complete()
 
+    def _start_asgi_task(self, cycle, app) -> None:
+        """uvicorn's hook for each request (pipelined ones too): ``POST .../infer`` is
+        answered on the request cycle itself, everything else through ASGI."""
+        route = app.infer_route(cycle.scope) if isinstance(app, FrontDoor) else None
+        if route is None:
+            return super()._start_asgi_task(cycle, app)
+        task = self.loop.create_task(_answer_infer(app, cycle, route))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
         self._head_timer = self.loop.call_later(self._head_timeout_s, self._head_timed_out)
@@ -153,6 +169,46 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
                              b"content-length: %d\r\nconnection: close\r\n\r\n%s"
                              % (status, reason, len(body), body))
         self.transport.close()
+
+
+async def _answer_infer(front: FrontDoor, cycle, route) -> None:
+    """One ``POST .../infer`` on uvicorn's request cycle: its body through the cycle's own
+    ``receive`` (``Expect: 100-continue``, flow control, disconnects), the answer from
+    ``FrontDoor.answer_infer``, and the response written as uvicorn's ``send`` would (its
+    default headers, ``connection: close`` when the connection ends) in one write, without
+    ASGI messages or the coalescing step."""
+    try:
+        status, headers, body = await front.answer_infer(cycle.scope, cycle.receive, route)
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected:
+            return
+        head = [_status_line(status)]
+        for name, value in (*cycle.default_headers, *headers, (b"content-length", b"%d" % len(body))):
+            head += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        cycle.response_started = cycle.response_complete = True
+        cycle.message_event.set()
+        cycle.transport.write_now([b"".join(head), body])
+        if not cycle.keep_alive:
+            cycle.transport.close()
+        cycle.on_response()
+    except Exception:
+        log.exception("unexpected error answering %s", cycle.scope["path"])
+        cycle.transport.close()
+    finally:
+        cycle.on_response = lambda: None
+
+
+@functools.lru_cache(maxsize=None)
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return f"HTTP/1.1 {status} {phrase}\r\n".encode()
 
 
 class _Config(uvicorn.Config):

@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import re
+from typing import Optional
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -79,8 +80,9 @@ class FrontDoor:
 
     ``POST .../infer`` is served here (FastAPI's per-request routing and dependency
     machinery would cost more than a small model's inference; the route is documented in
-    ``/openapi.json`` all the same); every other request goes on to FastAPI. The parsed
-    forms of repeated binary headers (``PlanCache``) live here, one cache per app.
+    ``/openapi.json`` all the same); every other request goes on to FastAPI. flowserve's
+    HTTP protocol (``server.app``) calls ``answer_infer`` itself, without ASGI messages.
+    The parsed forms of repeated binary headers (``PlanCache``) live here, one cache per app.
     """
 
     def __init__(self, app, plane: DataPlane):
@@ -91,9 +93,17 @@ class FrontDoor:
         self.plans = PlanCache()
         self.limits = DecodeLimits(settings.max_bytes_elements, settings.max_json_elements)
 
+    @staticmethod
+    def infer_route(scope) -> Optional[re.Match]:
+        """The route of a ``POST .../infer`` request (model, version), else None."""
+        return INFER_PATH.match(scope["path"]) if scope["method"] == "POST" else None
+
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        match = self.infer_route(scope)
+        if match is not None:
+            return await _send_body(send, *await self.answer_infer(scope, receive, match))
         path, started = scope["path"], False
 
         async def tracked_send(message):
@@ -101,22 +111,30 @@ class FrontDoor:
             started = True
             await send(message)
 
-        match = INFER_PATH.match(path) if scope["method"] == "POST" else None
-        headers = dict(scope["headers"])
         try:
-            self._guard(path, headers)
-            if match is None:
-                return await self.app(scope, self._limited(receive), tracked_send)
-            body = await self._read_body(receive)
-            status, response_headers, payload = await self._infer(
-                body, headers, *match.groups(default=""))
+            self._guard(path, dict(scope["headers"]))
+            return await self.app(scope, self._limited(receive), tracked_send)
         except ServerError as exc:
-            status, response_headers, payload = exc.status, _JSON_HEADERS, error_body(str(exc))
+            status, payload = exc.status, error_body(str(exc))
         except Exception:
             log.exception("unexpected error on %s", path)
-            status, response_headers, payload = 500, _JSON_HEADERS, error_body("internal error")
+            status, payload = 500, error_body("internal error")
         if not started:  # an app that already answered keeps its answer
-            await _send_body(send, status, response_headers, payload)
+            await _send_body(send, status, _JSON_HEADERS, payload)
+
+    async def answer_infer(self, scope, receive, route: re.Match) -> tuple[int, list, bytes]:
+        """``(status, headers, body)`` answering one ``POST .../infer`` whose body
+        ``receive`` gives (ASGI messages); every error is an answer."""
+        headers = dict(scope["headers"])
+        try:
+            self._guard(scope["path"], headers)
+            body = await self._read_body(receive)
+            return await self._infer(body, headers, *route.groups(default=""))
+        except ServerError as exc:
+            return exc.status, _JSON_HEADERS, error_body(str(exc))
+        except Exception:
+            log.exception("unexpected error on %s", scope["path"])
+            return 500, _JSON_HEADERS, error_body("internal error")
 
     def _guard(self, path: str, headers: dict) -> None:
         if self.expected and path not in OPEN_PATHS:

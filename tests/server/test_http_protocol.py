@@ -291,3 +291,71 @@ def test_accepted_sockets_have_tcp_nodelay(mlp_server):
                 answer += sock.recv(65536)
             durations.append(time.perf_counter() - started)
     assert sorted(durations)[10] < 0.02, durations
+
+
+def _infer_request(x: np.ndarray, extra: str = "", version: str = "1.1") -> tuple[bytes, bytes]:
+    body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                   "data": x.ravel().tolist()}]}).encode()
+    head = (f"POST /v2/models/tiny/infer HTTP/{version}\r\nHost: x\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    return head, body
+
+
+def _read_answer(reader) -> tuple[int, dict, bytes]:
+    status = int(reader.readline().split()[1])
+    headers = {}
+    for line in iter(reader.readline, b"\r\n"):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, reader.read(int(headers.get("content-length", 0)))
+
+
+def _outputs(body: bytes) -> np.ndarray:
+    (output,) = json.loads(body)["outputs"]
+    return np.array(output["data"], np.float32).reshape(output["shape"])
+
+
+def test_infer_keeps_http_semantics_on_a_raw_connection(mlp_server, mlp_file):
+    """The infer route, answered by flowserve's protocol without ASGI, as every other
+    route: pipelined requests answered in order, date header, keep-alive."""
+    model = onnx.load(str(mlp_file))
+    xs = [np.full((1, 4), value, np.float32) for value in (-1.0, 0.5, 2.0)]
+    pipelined = b"".join(b"".join(_infer_request(x)) for x in xs[:2])
+    pipelined += b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n" + b"".join(_infer_request(xs[2]))
+    with socket.create_connection(("127.0.0.1", mlp_server.http_port), timeout=30) as sock:
+        sock.sendall(pipelined)  # four requests in one write
+        reader = sock.makefile("rb")
+        answers = [_read_answer(reader) for _ in range(4)]
+        assert [status for status, _, _ in answers] == [200] * 4
+        assert all("date" in headers and "connection" not in headers for _, headers, _ in answers)
+        for x, (_, _, body) in zip(xs[:2] + xs[2:], answers[:2] + answers[3:]):
+            close(_outputs(body), mlp_reference(model, x))
+        sock.sendall(b"".join(_infer_request(xs[0])))  # the connection is still open
+        assert _read_answer(reader)[0] == 200
+
+
+@pytest.mark.parametrize("ending", ["close", "http10"])
+def test_infer_answers_then_closes_when_the_request_says_so(mlp_server, mlp_file, ending):
+    x = np.ones((1, 4), np.float32)
+    head, body = (_infer_request(x, "Connection: close\r\n") if ending == "close"
+                  else _infer_request(x, version="1.0"))
+    with socket.create_connection(("127.0.0.1", mlp_server.http_port), timeout=30) as sock:
+        sock.sendall(head + body)
+        reader = sock.makefile("rb")
+        status, headers, answer = _read_answer(reader)
+        assert status == 200 and headers["connection"] == "close"
+        close(_outputs(answer), mlp_reference(onnx.load(str(mlp_file)), x))
+        assert reader.read() == b""  # then the server closes
+
+
+def test_infer_honours_expect_100_continue(mlp_server, mlp_file):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    head, body = _infer_request(x, "Expect: 100-continue\r\n")
+    with socket.create_connection(("127.0.0.1", mlp_server.http_port), timeout=30) as sock:
+        sock.sendall(head)
+        reader = sock.makefile("rb")
+        assert reader.readline() == b"HTTP/1.1 100 Continue\r\n" and reader.readline() == b"\r\n"
+        sock.sendall(body)
+        status, _, answer = _read_answer(reader)
+        assert status == 200
+        close(_outputs(answer), mlp_reference(onnx.load(str(mlp_file)), x))
