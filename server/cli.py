@@ -65,6 +65,14 @@ def serve(
     max_json_elements: int = typer.Option(
         1 << 24, help="Most values one JSON request body may hold (413 beyond)."
     ),
+    http_infer_response_compression_level: str = typer.Option(
+        "low", help="none, low, medium or high: zlib level of infer answers of 1 KiB or more to "
+                    "HTTP clients whose Accept-Encoding asks for gzip or deflate (none: never)."
+    ),
+    grpc_infer_response_compression_level: str = typer.Option(
+        "none", help="none, low, medium or high: zlib level of ModelInfer answers to gRPC clients "
+                     "that accept gzip or deflate (as Triton's option; none: never)."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
     workers: int = typer.Option(
         1, help="Server processes sharing the HTTP and gRPC ports (SO_REUSEPORT); each loads "
@@ -106,6 +114,8 @@ def serve(
             max_json_elements=max_json_elements, log_level=log_level, workers=workers,
             grpc_workers=grpc_workers, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
             ssl_ca_certs=ssl_ca_certs,
+            http_infer_response_compression_level=http_infer_response_compression_level,
+            grpc_infer_response_compression_level=grpc_infer_response_compression_level,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}

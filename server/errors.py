@@ -46,6 +46,12 @@ class RequestTooLargeError(ServerError):
     status = 413
 
 
+class UnsupportedEncodingError(ServerError):
+    """The request body's ``Content-Encoding`` is not one the server inflates."""
+
+    status = 415
+
+
 class ModelNotReadyError(ServerError):
     """The model exists but is not loaded (failed to load, unloaded, loading)."""
 

@@ -27,11 +27,13 @@ from google.protobuf.message import DecodeError
 
 from flowserve.clients import protos  # the one copy of the wire protocol
 from flowserve.clients.protos import health
+from .compression import DEFLATE_INLINE_BYTES, DEFLATE_MIN_BYTES, LEVELS, preferred_encoding
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .errors import InvalidRequestError, ServerError, UnauthorizedError
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_wire import (
+    ENCODED_RESPONSE_HEADERS,
     OK_TRAILERS,
     RESPONSE_HEADERS,
     Status,
@@ -59,6 +61,7 @@ GRPC_CODES = {
     500: Status.INTERNAL,
 }
 OPEN_METHODS = ("ServerLive", "ServerReady", "Check", "Watch")  # probes carry no token
+COMPRESSED_METHODS = ("ModelInfer", "ModelStreamInfer")  # --grpc-infer-response-compression-level
 WATCH_POLL_S = 1.0  # how often a health Watch looks at the server's state
 
 
@@ -190,6 +193,11 @@ class HealthServicer:
                 await asyncio.wait_for(self.closing.wait(), WATCH_POLL_S)
 
 
+def _headers(call: Call) -> bytes:
+    """The response headers of ``call``: with its grpc-encoding when it compresses."""
+    return ENCODED_RESPONSE_HEADERS[call.answer_encoding] if call.answer_encoding else RESPONSE_HEADERS
+
+
 def _message(exc: Exception) -> str:
     """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
     if isinstance(exc, (ServerError, WireError)):
@@ -238,6 +246,7 @@ class Call:
     timer: Optional[asyncio.TimerHandle] = None
     expired: bool = False
     requests: Optional[asyncio.Queue] = None
+    answer_encoding: Optional[str] = None  # how its answers are compressed (None: not)
 
 
 class GrpcApplication:
@@ -247,6 +256,7 @@ class GrpcApplication:
         self.max_bytes = plane.settings.max_request_bytes
         self.token = plane.settings.auth_token
         self.closing = asyncio.Event()  # set when the server starts to shut down
+        self.answer_level = LEVELS[plane.settings.grpc_infer_response_compression_level]
         servicer, checker = InferenceServicer(plane), HealthServicer(plane, self.closing)
         self.methods = {
             f"/{protos.SERVICE_NAME}/{name}": Method(name, getattr(servicer, name), request_cls,
@@ -271,6 +281,8 @@ class GrpcApplication:
                                 f"{protos.SERVICE_NAME} or {health.SERVICE_NAME}")
             self._authorize(headers, method.name)
             call = Call(method, check_encoding(headers), timeout_seconds(headers))
+            if self.answer_level and method.name in COMPRESSED_METHODS:
+                call.answer_encoding = preferred_encoding(headers.get("grpc-accept-encoding"))
         except Exception as exc:
             return stream.send_trailers(trailers_only(_code(exc), _message(exc)))
         stream.state = call
@@ -329,8 +341,7 @@ class GrpcApplication:
         try:
             request = _parse(call.method, message)
             response = await call.method.run(request)
-            stream.respond(RESPONSE_HEADERS, frame_message(response.SerializeToString()),
-                           OK_TRAILERS)
+            stream.respond(_headers(call), await self._framed(call, response), OK_TRAILERS)
         except asyncio.CancelledError:
             self._cancelled(stream, call, headers_sent=False)
         except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
@@ -341,15 +352,24 @@ class GrpcApplication:
         try:
             async for response in call.method.run(self._requests(call)):
                 if not headers_sent:
-                    stream.send_headers(RESPONSE_HEADERS)
+                    stream.send_headers(_headers(call))
                     headers_sent = True
-                stream.send_data(frame_message(response.SerializeToString()))
+                stream.send_data(await self._framed(call, response))
             stream.send_trailers(OK_TRAILERS if headers_sent else RESPONSE_HEADERS + OK_TRAILERS)
         except asyncio.CancelledError:
             self._cancelled(stream, call, headers_sent)
         except Exception as exc:
             stream.send_trailers(error_trailers(_code(exc), _message(exc)) if headers_sent
                                  else trailers_only(_code(exc), _message(exc)))
+
+    async def _framed(self, call: Call, response) -> bytes:
+        """``response`` as a message, compressed as ``call`` agreed when it is worth it."""
+        payload = response.SerializeToString()
+        if call.answer_encoding is None or len(payload) < DEFLATE_MIN_BYTES:
+            return frame_message(payload)
+        if len(payload) > DEFLATE_INLINE_BYTES:
+            return await asyncio.to_thread(frame_message, payload, call.answer_encoding, self.answer_level)
+        return frame_message(payload, call.answer_encoding, self.answer_level)
 
     async def _requests(self, call: Call):
         while True:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import enum
 import types
-import zlib
 from typing import Optional
 
 from flowserve.clients.http2_wire import GRPC_PREFIX
 
-ACCEPTED_ENCODINGS = ("identity", "deflate", "gzip")
-# read-only lookup tables: the zlib window of each request encoding, a grpc-timeout unit's seconds
-_WBITS = types.MappingProxyType({"deflate": zlib.MAX_WBITS, "gzip": 16 + zlib.MAX_WBITS})
+from .compression import ENCODINGS, InflateError, InflateLimitError, deflate, inflate
+
+ACCEPTED_ENCODINGS = ("identity", *ENCODINGS)
+# read-only lookup table: a grpc-timeout unit's seconds
 _TIMEOUT_UNITS = types.MappingProxyType({"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9})
 
 
@@ -80,6 +80,9 @@ def status_header(code: int) -> bytes:
 _CONTENT_TYPE = literal("content-type", "application/grpc")
 _ACCEPT = literal("grpc-accept-encoding", ",".join(ACCEPTED_ENCODINGS))
 RESPONSE_HEADERS = status_header(200) + _CONTENT_TYPE + _ACCEPT
+# read-only: the response headers of a call whose messages may come compressed, by encoding
+ENCODED_RESPONSE_HEADERS = types.MappingProxyType(
+    {name: RESPONSE_HEADERS + literal("grpc-encoding", name) for name in ENCODINGS})
 OK_TRAILERS = literal("grpc-status", "0")
 
 
@@ -106,9 +109,12 @@ def http_refusal(code: int, message: str) -> bytes:
             + literal("grpc-message", _percent_encoded(message)))
 
 
-def frame_message(payload: bytes) -> bytes:
-    """One length-prefixed message, uncompressed."""
-    return GRPC_PREFIX.pack(0, len(payload)) + payload
+def frame_message(payload: bytes, encoding: Optional[str] = None, level: int = 0) -> bytes:
+    """One length-prefixed message, compressed with ``encoding`` at zlib ``level`` if given."""
+    if encoding is None:
+        return GRPC_PREFIX.pack(0, len(payload)) + payload
+    payload = deflate(payload, encoding, level)
+    return GRPC_PREFIX.pack(1, len(payload)) + payload
 
 
 def _check_message_size(size: int, max_bytes: int) -> None:
@@ -144,19 +150,16 @@ def next_message(buffer: bytearray, max_bytes: int,
 
 
 def _decompress(payload: bytes, encoding: Optional[str], max_bytes: int) -> bytes:
-    if encoding not in _WBITS:
+    if encoding not in ENCODINGS:
         raise WireError(Status.INTERNAL, "a compressed message without a grpc-encoding "
                         f"this server knows (given {encoding!r})")
-    inflater = zlib.decompressobj(_WBITS[encoding])
     try:
-        data = inflater.decompress(payload, max_bytes + 1)
-    except zlib.error as exc:
-        raise WireError(Status.INTERNAL, f"a {encoding} message that does not inflate: "
-                        f"{exc}") from None
-    if len(data) > max_bytes or inflater.unconsumed_tail:
+        return inflate(payload, encoding, max_bytes)
+    except InflateLimitError:
         raise WireError(Status.RESOURCE_EXHAUSTED, f"a request message inflating past "
-                        f"{max_bytes} bytes (--max-request-bytes)")
-    return data
+                        f"{max_bytes} bytes (--max-request-bytes)") from None
+    except InflateError as exc:
+        raise WireError(Status.INTERNAL, f"a message of {exc}") from None
 
 
 def check_encoding(headers: dict) -> Optional[str]:

@@ -11,6 +11,7 @@ outer ASGI app, ``FrontDoor``::
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import logging
@@ -23,6 +24,17 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import http_schemas as schemas
+from .compression import (
+    DEFLATE_INLINE_BYTES,
+    DEFLATE_MIN_BYTES,
+    ENCODINGS,
+    LEVELS,
+    InflateError,
+    InflateLimitError,
+    deflate,
+    inflate,
+    preferred_encoding,
+)
 from .dataplane import DataPlane, server_version
 from .datatypes import OFFLOAD_BYTES
 from .errors import (
@@ -31,6 +43,7 @@ from .errors import (
     RequestTooLargeError,
     ServerError,
     UnauthorizedError,
+    UnsupportedEncodingError,
 )
 from .http_codec import (
     HEADER_LENGTH,
@@ -92,6 +105,7 @@ class FrontDoor:
         self.expected = f"Bearer {settings.auth_token}".encode() if settings.auth_token else None
         self.plans = PlanCache()
         self.limits = DecodeLimits(settings.max_bytes_elements, settings.max_json_elements)
+        self.answer_level = LEVELS[settings.http_infer_response_compression_level]
 
     @staticmethod
     def infer_route(scope) -> Optional[re.Match]:
@@ -161,20 +175,44 @@ class FrontDoor:
 
     async def _infer(self, body: bytes, headers: dict, model: str, version: str):
         header_length = headers.get(_HEADER_LENGTH_KEY)
-        args = (body, header_length.decode("latin-1") if header_length is not None else None,
+        args = (header_length.decode("latin-1") if header_length is not None else None,
                 model, version, self.plans, self.limits)
-        if len(body) > OFFLOAD_BYTES:
-            request, wishes = await asyncio.to_thread(decode_infer_request, *args)
+        coding = _content_coding(headers.get(b"content-encoding"))
+        if coding is not None:  # inflating takes long whatever the compressed size
+            request, wishes = await asyncio.to_thread(self._decode_inflated, body, coding, args)
+        elif len(body) > OFFLOAD_BYTES:
+            request, wishes = await asyncio.to_thread(decode_infer_request, body, *args)
         else:
-            request, wishes = decode_infer_request(*args)
+            request, wishes = decode_infer_request(body, *args)
         response = await self.plane.infer(request)
-        if _output_bytes(response) > OFFLOAD_BYTES:
-            payload, json_length = await asyncio.to_thread(encode_infer_response, response, wishes)
-        else:
-            payload, json_length = encode_infer_response(response, wishes)
-        if json_length is None:
-            return 200, _JSON_HEADERS, payload
-        return 200, _BINARY_HEADERS + [(_HEADER_LENGTH_KEY, str(json_length).encode())], payload
+        coding = preferred_encoding(headers.get(b"accept-encoding", b"").decode("latin-1")) \
+            if self.answer_level else None
+        encode = functools.partial(self._encode, response, wishes, coding)
+        big = _output_bytes(response) > (DEFLATE_INLINE_BYTES if coding else OFFLOAD_BYTES)
+        payload, json_length, coding = await asyncio.to_thread(encode) if big else encode()
+        response_headers = _JSON_HEADERS if json_length is None else (
+            _BINARY_HEADERS + [(_HEADER_LENGTH_KEY, str(json_length).encode())])
+        if coding is not None:
+            response_headers = response_headers + [(b"content-encoding", coding.encode())]
+        return 200, response_headers, payload
+
+    def _decode_inflated(self, body: bytes, coding: str, args: tuple):
+        try:
+            body = inflate(body, coding, self.max_bytes)
+        except InflateLimitError:
+            raise RequestTooLargeError(f"body: {coding} data inflating past the limit of "
+                                       f"{self.max_bytes} bytes") from None
+        except InflateError as exc:
+            raise InvalidRequestError(f"body: Content-Encoding {coding}, but {exc}") from None
+        return decode_infer_request(body, *args)
+
+    def _encode(self, response, wishes: dict, coding: Optional[str]):
+        """The answer's body, its JSON header's length (binary outputs) and its encoding:
+        deflated with ``coding`` when given and the body is worth it."""
+        payload, json_length = encode_infer_response(response, wishes)
+        if coding is None or len(payload) < DEFLATE_MIN_BYTES:
+            return payload, json_length, None
+        return deflate(payload, coding, self.answer_level), json_length, coding
 
     def _limited(self, receive):
         seen = 0
@@ -188,6 +226,17 @@ class FrontDoor:
             return message
 
         return limited_receive
+
+
+def _content_coding(value: Optional[bytes]) -> Optional[str]:
+    """The encoding a request's ``Content-Encoding`` names (None: identity)."""
+    coding = value.decode("latin-1").strip().lower() if value is not None else ""
+    if coding in ("", "identity"):
+        return None
+    if coding not in ENCODINGS:
+        raise UnsupportedEncodingError(f"Content-Encoding {coding!r}: this server inflates "
+                                       f"{' or '.join(ENCODINGS)} bodies (or takes identity)")
+    return coding
 
 
 def _output_bytes(response) -> int:

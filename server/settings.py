@@ -15,6 +15,8 @@ from typing import Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+CompressionLevel = Literal["none", "low", "medium", "high"]  # compression.LEVELS' names
+
 
 class ServerSettings(BaseSettings):
     """How ``flowserve serve`` listens, loads models and protects itself."""
@@ -80,6 +82,14 @@ class ServerSettings(BaseSettings):
     )
     max_json_elements: int = Field(
         1 << 24, ge=1, description="Most values a JSON request body may hold (413 beyond)."
+    )
+    http_infer_response_compression_level: CompressionLevel = Field(
+        "low", description="zlib level of infer answers of 1 KiB or more to HTTP clients whose "
+        "Accept-Encoding asks for gzip or deflate (none: never compress)."
+    )
+    grpc_infer_response_compression_level: CompressionLevel = Field(
+        "none", description="zlib level of ModelInfer answers to gRPC clients that accept gzip "
+        "or deflate (Triton's option; none: never compress)."
     )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."
