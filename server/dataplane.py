@@ -22,7 +22,7 @@ from typing import Optional
 
 
 from .datatypes import TRITON_TYPE_BY_DATATYPE
-from .errors import ModelControlDisabledError, ServerError
+from .errors import InvalidRequestError, ModelControlDisabledError, ServerError
 from .metrics import ServerMetrics
 from .model import ServedModel
 from .repository import ModelRepository
@@ -153,12 +153,27 @@ class DataPlane:
         rows = self.repository.index()
         return [dataclasses.asdict(r) for r in rows if not ready_only or r.state == "READY"]
 
-    async def load_model(self, name: str) -> None:
+    async def load_model(self, name: str, parameters: Optional[dict] = None) -> None:
+        """(Re)load ``name`` from the repository; ``parameters`` (Triton's ``config`` and
+        ``file:`` ones, which would load a model from the request) are refused."""
         self._check_model_control()
+        if parameters:
+            raise InvalidRequestError(
+                "parameters: refused; models load only from files in the repository")
         await self.repository.load(name)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, parameters: Optional[dict] = None) -> None:
+        """Unload ``name``. ``unload_dependents`` (tritonclient sends it on every unload) is
+        the one parameter: flowserve serves no ensembles, so no model has dependents."""
         self._check_model_control()
+        parameters = parameters or {}
+        unknown = sorted(set(parameters) - {"unload_dependents"})
+        if unknown:
+            raise InvalidRequestError(f"parameters: unknown {unknown}; unload takes only "
+                                      "unload_dependents (true or false)")
+        if not isinstance(parameters.get("unload_dependents", False), bool):
+            raise InvalidRequestError("parameters.unload_dependents: expected true or false, got "
+                                      f"{parameters['unload_dependents']!r}")
         await self.repository.unload(name)
 
     def _check_model_control(self) -> None:

@@ -30,7 +30,7 @@ from flowserve.clients.protos import health
 from .compression import DEFLATE_INLINE_BYTES, DEFLATE_MIN_BYTES, LEVELS, preferred_encoding
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
-from .errors import InvalidRequestError, ServerError, UnauthorizedError
+from .errors import ServerError, UnauthorizedError
 from .grpc_codec import decode_infer_request, encode_infer_response
 from .grpc_wire import (
     ENCODED_RESPONSE_HEADERS,
@@ -128,13 +128,11 @@ class InferenceServicer:
         return json_format.ParseDict({"models": rows}, protos.RepositoryIndexResponse())
 
     async def RepositoryModelLoad(self, request):
-        _refuse_parameters(request)
-        await self.plane.load_model(request.model_name)
+        await self.plane.load_model(request.model_name, _parameters(request))
         return protos.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request):
-        _refuse_parameters(request)
-        await self.plane.unload_model(request.model_name)
+        await self.plane.unload_model(request.model_name, _parameters(request))
         return protos.RepositoryModelUnloadResponse()
 
 
@@ -219,10 +217,13 @@ def _echo(request):
                                      model_version=request.model_version, id=request.id)
 
 
-def _refuse_parameters(request) -> None:
-    if len(request.parameters):
-        raise InvalidRequestError(
-            "parameters: refused; models load only from files in the repository")
+def _parameters(request) -> dict:
+    """A repository request's ``parameters`` as plain values (None where none is set)."""
+    values = {}
+    for name, value in request.parameters.items():
+        choice = value.WhichOneof("parameter_choice")
+        values[name] = getattr(value, choice) if choice else None
+    return values
 
 
 @dataclasses.dataclass(frozen=True)

@@ -403,25 +403,24 @@ def _repository_routes(plane: DataPlane) -> APIRouter:
             raise InvalidRequestError("ready: expected true or false")
         return _json(plane.repository_index(ready))
 
-    async def checked_load_body(request: Request) -> None:
-        if (await _optional_json(request)).get("parameters"):
-            raise InvalidRequestError(
-                "parameters: refused; models load only from files in the repository")
+    async def parameters_of(request: Request) -> dict:
+        parameters = (await _optional_json(request)).get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InvalidRequestError("parameters: expected a JSON object")
+        return parameters
 
     @router.post("/v2/repository/models/{model_name}/load", responses=schemas.ERRORS,
                  openapi_extra=schemas.body_schema(schemas.LoadRequestBody))
     async def load_model(request: Request, model_name: str):
         """(Re)load a model of the repository (needs --allow-model-control)."""
-        await checked_load_body(request)
-        await plane.load_model(model_name)
+        await plane.load_model(model_name, await parameters_of(request))
         return _json({})
 
     @router.post("/v2/repository/models/{model_name}/unload", responses=schemas.ERRORS,
                  openapi_extra=schemas.body_schema(schemas.LoadRequestBody))
     async def unload_model(request: Request, model_name: str):
         """Unload a model (needs --allow-model-control); queued requests finish."""
-        await checked_load_body(request)
-        await plane.unload_model(model_name)
+        await plane.unload_model(model_name, await parameters_of(request))
         return _json({})
 
     return router

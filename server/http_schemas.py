@@ -102,7 +102,8 @@ class RepositoryIndexEntry(BaseModel):
 
 
 class LoadRequestBody(BaseModel):
-    """Load/unload take no parameters: models load only from the repository."""
+    """Load takes no parameters (models load only from the repository); unload takes
+    ``unload_dependents`` (true or false), which tritonclient sends on every unload."""
 
     parameters: Optional[Parameters] = None
 

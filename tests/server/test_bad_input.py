@@ -12,6 +12,8 @@ import time
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 
 from .conftest import running_server
 
@@ -119,6 +121,29 @@ def test_model_control_load_unload_stays_inside_the_repository(repository, tmp_p
         assert http.post("/v2/models/types/infer", json={"inputs": []}).status_code == 400
         assert http.post("/v2/repository/models/mlp/load").status_code == 200
         assert http.post("/v2/models/mlp/infer", json=infer_body()).status_code == 200
+        http.close()
+
+
+def test_tritonclient_unloads_and_loads_models(repository, tmp_path):
+    """tritonclient sends ``unload_dependents`` on every unload, over HTTP and gRPC; any other
+    parameter, or one that is not a boolean, is named in the refusal."""
+    repo = shutil.copytree(repository, tmp_path / "repo")
+    with running_server(repo, allow_model_control=True) as server:
+        for client in (triton_http.InferenceServerClient(server.http_url.removeprefix("http://")),
+                       triton_grpc.InferenceServerClient(server.grpc_address)):
+            for dependents in (False, True):
+                client.unload_model("mlp", unload_dependents=dependents)
+                assert not client.is_model_ready("mlp")
+                client.load_model("mlp")
+                assert client.is_model_ready("mlp")
+            client.close()
+        http = httpx.Client(base_url=server.http_url, timeout=30)
+        for parameters, words in (({"unload_dependents": "yes"}, "expected true or false, got 'yes'"),
+                                  ({"purge": True}, "unknown ['purge']; unload takes only unload_dependents"),
+                                  ([1], "parameters: expected a JSON object")):
+            refused = http.post("/v2/repository/models/mlp/unload", json={"parameters": parameters})
+            assert refused.status_code == 400 and words in refused.json()["error"], refused.text
+        assert http.get("/v2/models/mlp/ready").status_code == 200  # nothing was unloaded
         http.close()
 
 
