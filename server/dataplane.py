@@ -21,6 +21,7 @@ import time
 from typing import Optional
 
 
+from .classification import check_classification, classify_outputs
 from .datatypes import TRITON_TYPE_BY_DATATYPE
 from .errors import InvalidRequestError, ModelControlDisabledError, ServerError
 from .metrics import ServerMetrics
@@ -30,7 +31,7 @@ from .settings import ServerSettings
 
 log = logging.getLogger("flowserve.server")
 
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository", "statistics"]
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
 
 
 def server_version() -> str:
@@ -51,6 +52,7 @@ class InferenceRequest:
     outputs: Optional[list] = None  # requested output names; None: all
     id: str = ""
     timeout_s: Optional[float] = None
+    classification: dict = dataclasses.field(default_factory=dict)  # output: top classes asked
 
 
 @dataclasses.dataclass
@@ -88,7 +90,7 @@ class DataPlane:
         return self.repository.ready
 
     def server_metadata(self) -> dict:
-        return {"name": "flowserve", "version": server_version(), "extensions": EXTENSIONS}
+        return {"name": "flowserve", "version": server_version(), "extensions": list(EXTENSIONS)}
 
     def model_names(self) -> list[str]:
         """Every model the repository holds, ready or not."""
@@ -127,6 +129,7 @@ class DataPlane:
         model = self.model(request.model_name, request.model_version)
         try:
             names = model.check_outputs(request.outputs)
+            check_classification(request.classification, model.output_datatypes)
             outputs = await model.infer(request.inputs, request.timeout_s)
         except ServerError as exc:
             self.metrics.request(model.name, model.version, False,
@@ -134,9 +137,12 @@ class DataPlane:
             log.info("infer failed", extra={"request_id": request_id, "model": model.name,
                                             "status": exc.status, "error": str(exc)})
             raise
+        outputs, datatypes = {n: outputs[n] for n in names}, model.output_datatypes
+        if request.classification:
+            outputs, datatypes = classify_outputs(outputs, request.classification, datatypes,
+                                                  batched=bool(model.max_batch_size))
         self.metrics.request(model.name, model.version, True, time.monotonic() - started)
-        return InferenceResponse(model.name, model.version, {n: outputs[n] for n in names},
-                                 request_id, model.output_datatypes)
+        return InferenceResponse(model.name, model.version, outputs, request_id, datatypes)
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""

@@ -60,7 +60,23 @@ def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> Infe
             inputs[tensor.name] = _from_contents(tensor, shape, where, limits)
     outputs = [o.name for o in message.outputs] or None
     return InferenceRequest(message.model_name, message.model_version, inputs, outputs,
-                            message.id, _timeout(message))
+                            message.id, _timeout(message), _classification(message))
+
+
+def _classification(message) -> dict:
+    """``{output: count}`` of the outputs asked for as top classes (an int64_param)."""
+    classes = {}
+    for tensor in message.outputs:
+        if "classification" not in tensor.parameters:
+            continue
+        parameter = tensor.parameters["classification"]
+        count = getattr(parameter, parameter.WhichOneof("parameter_choice") or "int64_param")
+        if parameter.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param") or count < 0:
+            raise InvalidRequestError(f"output {tensor.name!r}: parameters.classification: expected "
+                                      "a count of classes as int64_param")
+        if count:
+            classes[tensor.name] = count
+    return classes
 
 
 def _timeout(message):

@@ -138,7 +138,8 @@ class PlanCache:
             offset += size
         if len(self._plans) >= self.limit:
             self._plans.clear()
-        self._plans[key] = (specs, request.outputs, request.id, request.timeout_s, wishes)
+        self._plans[key] = (specs, request.outputs, request.id, request.timeout_s, wishes,
+                            request.classification)
 
 
 def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
@@ -159,13 +160,13 @@ def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
 
 
 def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limits: DecodeLimits):
-    specs, names, request_id, timeout_s, wishes = plan
+    specs, names, request_id, timeout_s, wishes, classes = plan
     inputs = {
         name: array_from_raw(bytes(binary[start:start + size]), datatype, shape, f"input {name!r}",
                              limits.max_bytes_elements)
         for name, datatype, shape, start, size in specs
     }
-    return InferenceRequest(model, version, inputs, names, request_id, timeout_s), wishes
+    return InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes), wishes
 
 
 def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
@@ -186,12 +187,12 @@ def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
             "input's binary_data_size"
         )
     default_binary = _flag(params, "binary_data_output", False, "parameters")
-    wishes, names = _decode_outputs(header.get("outputs"), default_binary)
+    wishes, names, classes = _decode_outputs(header.get("outputs"), default_binary)
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidRequestError("id: expected a string")
     timeout_s = _timeout(params)
-    request = InferenceRequest(model, version, inputs, names, request_id, timeout_s)
+    request = InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes)
     return request, {"*": default_binary, **wishes}, header
 
 
@@ -215,18 +216,26 @@ def _flag(params: dict, key: str, default: bool, where: str) -> bool:
     return value
 
 
-def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list]]:
+def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list], dict]:
+    """``{output: binary?}``, the names asked for (None: all) and ``{output: classes}``."""
     if items is None:
-        return {}, None
-    wishes = {}
+        return {}, None, {}
+    wishes, classes = {}, {}
     for index, item in enumerate(_as_list(items, "outputs")):
         item = _as_dict(item, f"outputs[{index}]")
         name = item.get("name")
         if not isinstance(name, str):
             raise InvalidRequestError(f"outputs[{index}].name: expected a string")
-        params = _as_dict(item.get("parameters"), f"outputs[{index}].parameters")
-        wishes[name] = _flag(params, "binary_data", default_binary, f"outputs[{index}].parameters")
-    return wishes, list(wishes) or None
+        where = f"outputs[{index}].parameters"
+        params = _as_dict(item.get("parameters"), where)
+        wishes[name] = _flag(params, "binary_data", default_binary, where)
+        count = params.get("classification", 0)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise InvalidRequestError(f"{where}.classification: expected a count of classes "
+                                      f"(a non-negative integer), got {count!r:.40}")
+        if count:
+            classes[name] = count
+    return wishes, list(wishes) or None, classes
 
 
 def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limits: DecodeLimits,
