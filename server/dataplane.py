@@ -66,6 +66,14 @@ class InferenceResponse:
     datatypes: dict = dataclasses.field(default_factory=dict)
 
 
+def refuse_sequence(sequence_id) -> None:
+    """Triton's ``sequence_id`` names a sequence of a stateful model; flowserve serves none,
+    so a request that names one is refused rather than answered as if it named none."""
+    if sequence_id not in (None, 0, ""):
+        raise InvalidRequestError(f"parameters.sequence_id {sequence_id!r:.40}: flowserve serves no "
+                                  "stateful (sequence-batched) models; send the request without one")
+
+
 class DataPlane:
     """Shared core of the HTTP and gRPC front ends."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.clients import protos  # the one copy of the wire protocol
-from .dataplane import InferenceRequest, InferenceResponse
+from .dataplane import InferenceRequest, InferenceResponse, refuse_sequence
 from .datatypes import (
     DecodeLimits,
     array_from_raw,
@@ -59,6 +59,7 @@ def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> Infe
         else:
             inputs[tensor.name] = _from_contents(tensor, shape, where, limits)
     outputs = [o.name for o in message.outputs] or None
+    refuse_sequence(_sequence_id(message))
     return InferenceRequest(message.model_name, message.model_version, inputs, outputs,
                             message.id, _timeout(message), _classification(message))
 
@@ -77,6 +78,14 @@ def _classification(message) -> dict:
         if count:
             classes[tensor.name] = count
     return classes
+
+
+def _sequence_id(message):
+    if "sequence_id" not in message.parameters:
+        return None
+    parameter = message.parameters["sequence_id"]
+    choice = parameter.WhichOneof("parameter_choice")
+    return getattr(parameter, choice) if choice else None
 
 
 def _timeout(message):

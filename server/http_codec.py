@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from .dataplane import InferenceRequest, InferenceResponse
+from .dataplane import InferenceRequest, InferenceResponse, refuse_sequence
 from .datatypes import (
     DecodeLimits,
     array_from_raw,
@@ -192,6 +192,7 @@ def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
     if not isinstance(request_id, str):
         raise InvalidRequestError("id: expected a string")
     timeout_s = _timeout(params)
+    refuse_sequence(params.get("sequence_id"))
     request = InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes)
     return request, {"*": default_binary, **wishes}, header
 

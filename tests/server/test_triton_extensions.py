@@ -1,6 +1,7 @@
-"""Triton's classification extension: outputs asked for as top classes (``classification``
-parameter; tritonclient's ``class_count``) over HTTP JSON, HTTP binary and gRPC, checked
-against numpy's ranking of the same scores, and refused where values have no order."""
+"""Triton's request features beyond the KServe protocol: the classification extension
+(outputs asked for as top classes, tritonclient's ``class_count``) over HTTP JSON, HTTP
+binary and gRPC, checked against numpy's ranking of the same scores and refused where
+values have no order; and sequence ids, refused since no served model is stateful."""
 
 from __future__ import annotations
 
@@ -124,4 +125,20 @@ def test_grpc_classification_must_be_an_integer(server):
     request.outputs.add(name="scores").parameters["classification"].string_param = "2"
     with pytest.raises(Exception, match="classification: expected a count of classes as int64_param"):
         client._client_stub.ModelInfer(request, timeout=30)
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_id_is_refused_not_ignored(server, protocol):
+    """Triton's sequence_id asks for a stateful model's sequence; flowserve serves none, and
+    answering as if the request named no sequence would be silently wrong."""
+    module = triton_http if protocol == "http" else triton_grpc
+    url = server.http_url.removeprefix("http://") if protocol == "http" else server.grpc_address
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("x", list(SCORES.shape), "FP32")
+    tensor.set_data_from_numpy(SCORES)
+    for sequence_id in (5, "session-7"):
+        with pytest.raises(Exception, match="sequence_id .*flowserve serves no stateful"):
+            client.infer("scores", [tensor], sequence_id=sequence_id, sequence_start=True)
+    assert client.infer("scores", [tensor], sequence_id=0).as_numpy("scores").shape == (3, 5)
     client.close()
