@@ -11,7 +11,6 @@ outer ASGI app, ``FrontDoor``::
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
 import json
 import logging
@@ -185,11 +184,12 @@ class FrontDoor:
         else:
             request, wishes = decode_infer_request(body, *args)
         response = await self.plane.infer(request)
-        coding = preferred_encoding(headers.get(b"accept-encoding", b"").decode("latin-1")) \
-            if self.answer_level else None
-        encode = functools.partial(self._encode, response, wishes, coding)
-        big = _output_bytes(response) > (DEFLATE_INLINE_BYTES if coding else OFFLOAD_BYTES)
-        payload, json_length, coding = await asyncio.to_thread(encode) if big else encode()
+        accepted = headers.get(b"accept-encoding")
+        coding = preferred_encoding(accepted.decode("latin-1")) if accepted and self.answer_level else None
+        if _output_bytes(response) > (DEFLATE_INLINE_BYTES if coding else OFFLOAD_BYTES):
+            payload, json_length, coding = await asyncio.to_thread(self._encode, response, wishes, coding)
+        else:
+            payload, json_length, coding = self._encode(response, wishes, coding)
         response_headers = _JSON_HEADERS if json_length is None else (
             _BINARY_HEADERS + [(_HEADER_LENGTH_KEY, str(json_length).encode())])
         if coding is not None:
