@@ -31,7 +31,7 @@ from .compression import DEFLATE_INLINE_BYTES, DEFLATE_MIN_BYTES, LEVELS, prefer
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .errors import ServerError, UnauthorizedError
-from .grpc_codec import decode_infer_request, encode_infer_response
+from .grpc_codec import decode_infer_request, encode_infer_response, parameter_value
 from .grpc_wire import (
     ENCODED_RESPONSE_HEADERS,
     OK_TRAILERS,
@@ -219,11 +219,7 @@ def _echo(request):
 
 def _parameters(request) -> dict:
     """A repository request's ``parameters`` as plain values (None where none is set)."""
-    values = {}
-    for name, value in request.parameters.items():
-        choice = value.WhichOneof("parameter_choice")
-        values[name] = getattr(value, choice) if choice else None
-    return values
+    return {name: parameter_value(value)[1] for name, value in request.parameters.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ tritonclient sends them) or as typed ``contents``; outputs always leave as
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import numpy as np
 
 from flowserve.clients import protos  # the one copy of the wire protocol
@@ -64,15 +66,24 @@ def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> Infe
                             message.id, _timeout(message), _classification(message))
 
 
+INTEGER_PARAMETERS = ("int64_param", "uint64_param")
+
+
+def parameter_value(parameter) -> tuple[Optional[str], Any]:
+    """Which field of a parameter message (``InferParameter``, ``ModelRepositoryParameter``)
+    is set, and its value; ``(None, None)`` when none is."""
+    choice = parameter.WhichOneof("parameter_choice")
+    return choice, getattr(parameter, choice) if choice else None
+
+
 def _classification(message) -> dict:
     """``{output: count}`` of the outputs asked for as top classes (an int64_param)."""
     classes = {}
     for tensor in message.outputs:
         if "classification" not in tensor.parameters:
             continue
-        parameter = tensor.parameters["classification"]
-        count = getattr(parameter, parameter.WhichOneof("parameter_choice") or "int64_param")
-        if parameter.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param") or count < 0:
+        choice, count = parameter_value(tensor.parameters["classification"])
+        if choice not in INTEGER_PARAMETERS or count < 0:
             raise InvalidRequestError(f"output {tensor.name!r}: parameters.classification: expected "
                                       "a count of classes as int64_param")
         if count:
@@ -83,18 +94,15 @@ def _classification(message) -> dict:
 def _sequence_id(message):
     if "sequence_id" not in message.parameters:
         return None
-    parameter = message.parameters["sequence_id"]
-    choice = parameter.WhichOneof("parameter_choice")
-    return getattr(parameter, choice) if choice else None
+    return parameter_value(message.parameters["sequence_id"])[1]
 
 
 def _timeout(message):
     if "timeout" not in message.parameters:
         return None
-    parameter = message.parameters["timeout"]
-    if parameter.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param"):
+    choice, micros = parameter_value(message.parameters["timeout"])
+    if choice not in INTEGER_PARAMETERS:
         raise InvalidRequestError("parameters.timeout: expected microseconds as int64_param")
-    micros = getattr(parameter, parameter.WhichOneof("parameter_choice"))
     if not 0 <= micros < 2**63:
         raise InvalidRequestError("parameters.timeout: expected non-negative microseconds")
     return micros / 1e6 or None
