@@ -31,7 +31,8 @@ from .settings import ServerSettings
 
 log = logging.getLogger("flowserve.server")
 
-EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository",
+              "statistics")
 
 
 def server_version() -> str:
