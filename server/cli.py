@@ -81,6 +81,10 @@ def serve(
     grpc_workers: Optional[int] = typer.Option(
         None, help="How many of the --workers processes also serve gRPC (default: all)."
     ),
+    allow_client_shm: bool = typer.Option(
+        False, help="Let clients on this machine register system shared-memory regions and pass "
+                    "tensors through them (Triton's extension; only for trusted local clients)."
+    ),
     ssl_certfile: Optional[str] = typer.Option(
         None, envvar="FLOWSERVE_SSL_CERTFILE",
         help="PEM certificate chain: serve HTTPS, and gRPC over TLS, on both ports.",
@@ -112,7 +116,8 @@ def serve(
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
             max_json_elements=max_json_elements, log_level=log_level, workers=workers,
-            grpc_workers=grpc_workers, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+            grpc_workers=grpc_workers, allow_client_shm=allow_client_shm,
+            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
             ssl_ca_certs=ssl_ca_certs,
             http_infer_response_compression_level=http_infer_response_compression_level,
             grpc_infer_response_compression_level=grpc_infer_response_compression_level,

@@ -12,6 +12,7 @@ carrying its HTTP status::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 import itertools
@@ -20,19 +21,22 @@ import logging
 import time
 from typing import Optional
 
+import numpy as np
 
 from .classification import check_classification, classify_outputs
-from .datatypes import TRITON_TYPE_BY_DATATYPE
+from .datatypes import OFFLOAD_BYTES, TRITON_TYPE_BY_DATATYPE, array_from_raw, array_to_raw
 from .errors import InvalidRequestError, ModelControlDisabledError, ServerError
 from .metrics import ServerMetrics
 from .model import ServedModel
 from .repository import ModelRepository
 from .settings import ServerSettings
+from .shared_memory import SharedInput, SharedMemoryRegistry
 
 log = logging.getLogger("flowserve.server")
 
 EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository",
               "statistics")
+SHARED_MEMORY_EXTENSION = "system_shared_memory"  # listed when --allow-client-shm is on
 
 
 def server_version() -> str:
@@ -49,11 +53,12 @@ class InferenceRequest:
 
     model_name: str
     model_version: str = ""
-    inputs: dict = dataclasses.field(default_factory=dict)
+    inputs: dict = dataclasses.field(default_factory=dict)  # name: array, or SharedInput
     outputs: Optional[list] = None  # requested output names; None: all
     id: str = ""
     timeout_s: Optional[float] = None
     classification: dict = dataclasses.field(default_factory=dict)  # output: top classes asked
+    shared_outputs: dict = dataclasses.field(default_factory=dict)  # output: SharedTensor to fill
 
 
 @dataclasses.dataclass
@@ -65,6 +70,7 @@ class InferenceResponse:
     outputs: dict
     id: str = ""
     datatypes: dict = dataclasses.field(default_factory=dict)
+    shared: dict = dataclasses.field(default_factory=dict)  # output: SharedTensor written
 
 
 def refuse_sequence(sequence_id) -> None:
@@ -82,6 +88,7 @@ class DataPlane:
         self.settings = settings
         self.metrics = ServerMetrics(settings.shared_metrics_dir)
         self.repository = ModelRepository(settings, on_batch=self.metrics.batch)
+        self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         self._request_ids = itertools.count(1)
 
     async def start(self) -> None:
@@ -91,6 +98,7 @@ class DataPlane:
     async def stop(self) -> None:
         """Let queued requests finish, then release every session."""
         await self.repository.close()
+        self.shared_memory.close()
 
     def live(self) -> bool:
         return True
@@ -99,7 +107,10 @@ class DataPlane:
         return self.repository.ready
 
     def server_metadata(self) -> dict:
-        return {"name": "flowserve", "version": server_version(), "extensions": list(EXTENSIONS)}
+        extensions = list(EXTENSIONS)
+        if self.shared_memory.enabled:
+            extensions.append(SHARED_MEMORY_EXTENSION)
+        return {"name": "flowserve", "version": server_version(), "extensions": extensions}
 
     def model_names(self) -> list[str]:
         """Every model the repository holds, ready or not."""
@@ -139,7 +150,10 @@ class DataPlane:
         try:
             names = model.check_outputs(request.outputs)
             check_classification(request.classification, model.output_datatypes)
-            outputs = await model.infer(request.inputs, request.timeout_s)
+            self._check_shared_outputs(request)
+            inputs = await self._read_shared_inputs(request.inputs)
+            outputs = await model.infer(inputs, request.timeout_s)
+            shared = await self._write_shared_outputs(outputs, request.shared_outputs)
         except ServerError as exc:
             self.metrics.request(model.name, model.version, False,
                                  time.monotonic() - started, type(exc).__name__)
@@ -151,7 +165,49 @@ class DataPlane:
             outputs, datatypes = classify_outputs(outputs, request.classification, datatypes,
                                                   batched=bool(model.max_batch_size))
         self.metrics.request(model.name, model.version, True, time.monotonic() - started)
-        return InferenceResponse(model.name, model.version, outputs, request_id, datatypes)
+        return InferenceResponse(model.name, model.version, outputs, request_id, datatypes, shared)
+
+    def _check_shared_outputs(self, request: InferenceRequest) -> None:
+        """Before the run: each output asked for in shared memory names a registered region
+        it fits in, and is not also asked for as top classes (as Triton refuses)."""
+        for name, tensor in request.shared_outputs.items():
+            where = f"output {name!r}"
+            if name in request.classification:
+                raise InvalidRequestError(f"{where}: parameters: shared_memory_region and "
+                                          "classification cannot both be set")
+            self.shared_memory.check(tensor, where)
+
+    async def _read_shared_inputs(self, inputs: dict) -> dict:
+        """``inputs`` with every ``SharedInput`` read from its region (off the event loop
+        when large, like a large body)."""
+        shared = {name: value for name, value in inputs.items() if isinstance(value, SharedInput)}
+        if not shared:
+            return inputs
+        if sum(s.tensor.byte_size for s in shared.values()) > OFFLOAD_BYTES:
+            return await asyncio.to_thread(self._read_inputs, inputs)
+        return self._read_inputs(inputs)
+
+    def _read_inputs(self, inputs: dict) -> dict:
+        limit = self.settings.max_bytes_elements
+        read = dict(inputs)
+        for name, value in inputs.items():
+            if isinstance(value, SharedInput):
+                where = f"input {name!r}"
+                raw = self.shared_memory.read(value.tensor, where)
+                read[name] = array_from_raw(raw, value.datatype, value.shape, where, limit)
+        return read
+
+    async def _write_shared_outputs(self, outputs: dict, places: dict) -> dict:
+        """Write the outputs asked for in shared memory; ``{output: SharedTensor written}``."""
+        if not places:
+            return {}
+        if sum(np.asarray(outputs[n]).nbytes for n in places if n in outputs) > OFFLOAD_BYTES:
+            return await asyncio.to_thread(self._write_outputs, outputs, places)
+        return self._write_outputs(outputs, places)
+
+    def _write_outputs(self, outputs: dict, places: dict) -> dict:
+        return {name: self.shared_memory.write(tensor, array_to_raw(outputs[name]), f"output {name!r}")
+                for name, tensor in places.items() if name in outputs}
 
     def statistics(self, name: str = "", version: str = "") -> dict:
         """Triton's statistics extension: counts and cumulative durations."""

@@ -31,7 +31,7 @@ from .compression import DEFLATE_INLINE_BYTES, DEFLATE_MIN_BYTES, LEVELS, prefer
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
 from .errors import ServerError, UnauthorizedError
-from .grpc_codec import decode_infer_request, encode_infer_response, parameter_value
+from .grpc_codec import decode_infer_request, encode_infer_response, plain_parameters
 from .grpc_wire import (
     ENCODED_RESPONSE_HEADERS,
     OK_TRAILERS,
@@ -128,12 +128,37 @@ class InferenceServicer:
         return json_format.ParseDict({"models": rows}, protos.RepositoryIndexResponse())
 
     async def RepositoryModelLoad(self, request):
-        await self.plane.load_model(request.model_name, _parameters(request))
+        await self.plane.load_model(request.model_name, plain_parameters(request.parameters))
         return protos.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request):
-        await self.plane.unload_model(request.model_name, _parameters(request))
+        await self.plane.unload_model(request.model_name, plain_parameters(request.parameters))
         return protos.RepositoryModelUnloadResponse()
+
+    async def SystemSharedMemoryStatus(self, request):
+        regions = self.plane.shared_memory.status(request.name)
+        return json_format.ParseDict({"regions": {r["name"]: r for r in regions}},
+                                     protos.SystemSharedMemoryStatusResponse())
+
+    async def SystemSharedMemoryRegister(self, request):
+        self.plane.shared_memory.register(request.name, request.key, request.offset,
+                                          request.byte_size)
+        return protos.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request):
+        self.plane.shared_memory.unregister(request.name)
+        return protos.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request):
+        self.plane.shared_memory.cuda_status(request.name)
+        return protos.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request):
+        self.plane.shared_memory.cuda_register(request.name)
+
+    async def CudaSharedMemoryUnregister(self, request):
+        self.plane.shared_memory.cuda_unregister(request.name)
+        return protos.CudaSharedMemoryUnregisterResponse()
 
 
 class HealthServicer:
@@ -215,11 +240,6 @@ def _echo(request):
     """A response naming the request a stream error belongs to (model, version, id)."""
     return protos.ModelInferResponse(model_name=request.model_name,
                                      model_version=request.model_version, id=request.id)
-
-
-def _parameters(request) -> dict:
-    """A repository request's ``parameters`` as plain values (None where none is set)."""
-    return {name: parameter_value(value)[1] for name, value in request.parameters.items()}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .datatypes import (
     numpy_dtype,
 )
 from .errors import InvalidRequestError
+from .shared_memory import SharedInput, shared_tensor
 
 CONTENTS_FIELD = {
     "BOOL": "bool_contents",
@@ -43,27 +44,42 @@ CONTENTS_FIELD = {
 
 
 def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> InferenceRequest:
-    """An ``InferenceRequest`` from a ``ModelInferRequest`` message."""
+    """An ``InferenceRequest`` from a ``ModelInferRequest`` message. ``raw_input_contents``
+    holds one blob per input whose data is not in shared memory, in order (as Triton reads it)."""
+    places = {tensor.name: shared_tensor(plain_parameters(tensor.parameters), f"input {tensor.name!r}")
+              for tensor in message.inputs}
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
+    in_message = sum(place is None for place in places.values())
+    if raw and len(raw) != in_message:
         raise InvalidRequestError(
-            f"raw_input_contents: {len(raw)} blobs for {len(message.inputs)} inputs"
+            f"raw_input_contents: {len(raw)} blobs for {in_message} inputs not in shared memory"
         )
-    inputs = {}
-    for index, tensor in enumerate(message.inputs):
+    inputs, blobs = {}, iter(raw)
+    for tensor in message.inputs:
         where = f"input {tensor.name!r}"
         if tensor.name in inputs:
             raise InvalidRequestError(f"{where}: given twice")
-        shape = list(tensor.shape)
-        if raw:
-            inputs[tensor.name] = array_from_raw(raw[index], tensor.datatype, shape, where,
+        shape, place = list(tensor.shape), places[tensor.name]
+        if place is not None:
+            if tensor.HasField("contents"):
+                raise InvalidRequestError(f"{where}: data in shared memory (shared_memory_region) "
+                                          "and in contents at once")
+            element_count(shape, where)
+            inputs[tensor.name] = SharedInput(place, tensor.datatype, shape)
+        elif raw:
+            inputs[tensor.name] = array_from_raw(next(blobs), tensor.datatype, shape, where,
                                                  limits.max_bytes_elements)
         else:
             inputs[tensor.name] = _from_contents(tensor, shape, where, limits)
     outputs = [o.name for o in message.outputs] or None
     refuse_sequence(_sequence_id(message))
+    shared = {}
+    for tensor in message.outputs:
+        place = shared_tensor(plain_parameters(tensor.parameters), f"output {tensor.name!r}")
+        if place is not None:
+            shared[tensor.name] = place
     return InferenceRequest(message.model_name, message.model_version, inputs, outputs,
-                            message.id, _timeout(message), _classification(message))
+                            message.id, _timeout(message), _classification(message), shared)
 
 
 INTEGER_PARAMETERS = ("int64_param", "uint64_param")
@@ -74,6 +90,11 @@ def parameter_value(parameter) -> tuple[Optional[str], Any]:
     is set, and its value; ``(None, None)`` when none is."""
     choice = parameter.WhichOneof("parameter_choice")
     return choice, getattr(parameter, choice) if choice else None
+
+
+def plain_parameters(parameters) -> dict:
+    """A parameter map as plain values (``{"shared_memory_byte_size": 64, ...}``)."""
+    return {name: parameter_value(value)[1] for name, value in parameters.items()}
 
 
 def _classification(message) -> dict:
@@ -136,7 +157,8 @@ def _from_contents(tensor, shape: list, where: str, limits: DecodeLimits) -> np.
 
 
 def encode_infer_response(response: InferenceResponse):
-    """A ``ModelInferResponse`` carrying the outputs as raw contents."""
+    """A ``ModelInferResponse`` carrying the outputs as raw contents; an output written to
+    shared memory has an empty blob (one blob per output, as Triton sends) and says where."""
     message = protos.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -145,5 +167,12 @@ def encode_infer_response(response: InferenceResponse):
         tensor.name = name
         tensor.datatype = response.datatypes[name]
         tensor.shape.extend(array.shape)
-        message.raw_output_contents.append(array_to_raw(array))
+        place = response.shared.get(name)
+        if place is None:
+            message.raw_output_contents.append(array_to_raw(array))
+            continue
+        message.raw_output_contents.append(b"")
+        tensor.parameters["shared_memory_region"].string_param = place.region
+        tensor.parameters["shared_memory_byte_size"].int64_param = place.byte_size
+        tensor.parameters["shared_memory_offset"].int64_param = place.offset
     return message

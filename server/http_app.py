@@ -253,6 +253,7 @@ def build_http_app(plane: DataPlane) -> FrontDoor:
     _install_error_handlers(app)
     app.include_router(_health_routes(plane))
     app.include_router(_repository_routes(plane))  # before /v2/models/{name}: owns .../stats
+    app.include_router(_shared_memory_routes(plane))
     app.include_router(_model_routes(plane))
     _document_infer(app)
     return FrontDoor(app, plane)
@@ -422,5 +423,59 @@ def _repository_routes(plane: DataPlane) -> APIRouter:
         """Unload a model (needs --allow-model-control); queued requests finish."""
         await plane.unload_model(model_name, await parameters_of(request))
         return _json({})
+
+    return router
+
+
+def _shared_memory_routes(plane: DataPlane) -> APIRouter:
+    """Triton's system shared-memory extension (needs ``--allow-client-shm``)."""
+    router = APIRouter(tags=["shared memory"])
+    regions = plane.shared_memory
+
+    async def status(region_name: str = ""):
+        """Registered regions (all, or the one named) as ``[{name, key, offset, byte_size}]``."""
+        return _json(regions.status(region_name))
+
+    async def unregister(region_name: str = ""):
+        """Forget a region (all regions without a name)."""
+        regions.unregister(region_name)
+        return _json({})
+
+    for prefix in ("/v2/systemsharedmemory", "/v2/systemsharedmemory/region/{region_name}"):
+        router.add_api_route(prefix + "/status", status, methods=["GET"], responses=schemas.ERRORS)
+        router.add_api_route(prefix + "/unregister", unregister, methods=["POST"],
+                             responses=schemas.ERRORS)
+
+    @router.post("/v2/systemsharedmemory/region/{region_name}/register", responses=schemas.ERRORS,
+                 openapi_extra=schemas.body_schema(schemas.SharedMemoryRegisterBody))
+    async def register(request: Request, region_name: str):
+        """Register ``byte_size`` bytes at ``offset`` into the shared-memory object ``key``."""
+        body = await _optional_json(request)
+        unknown = sorted(set(body) - {"key", "offset", "byte_size"})
+        if unknown or "key" not in body or "byte_size" not in body:
+            raise InvalidRequestError(f"body: expected {{\"key\", \"byte_size\", \"offset\" (optional)}}, "
+                                      f"got the fields {sorted(body)}")
+        regions.register(region_name, body["key"], body.get("offset", 0), body["byte_size"])
+        return _json({})
+
+    async def cuda_status(region_name: str = ""):
+        """CUDA shared-memory regions: always none (they are refused)."""
+        return _json(regions.cuda_status(region_name))
+
+    async def cuda_unregister(region_name: str = ""):
+        """Nothing to forget: no CUDA region is ever registered."""
+        regions.cuda_unregister(region_name)
+        return _json({})
+
+    async def cuda_register(region_name: str):
+        """Refused: tensors travel in system shared memory only."""
+        regions.cuda_register(region_name)
+
+    for prefix in ("/v2/cudasharedmemory", "/v2/cudasharedmemory/region/{region_name}"):
+        router.add_api_route(prefix + "/status", cuda_status, methods=["GET"], responses=schemas.ERRORS)
+        router.add_api_route(prefix + "/unregister", cuda_unregister, methods=["POST"],
+                             responses=schemas.ERRORS)
+    router.add_api_route("/v2/cudasharedmemory/region/{region_name}/register", cuda_register,
+                         methods=["POST"], responses=schemas.ERRORS)
 
     return router

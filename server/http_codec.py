@@ -30,6 +30,7 @@ from .datatypes import (
 )
 from .errors import InvalidRequestError, RequestTooLargeError
 from .json_arrays import LiftedArrays, lift_numeric_arrays
+from .shared_memory import SharedInput, shared_tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -139,7 +140,7 @@ class PlanCache:
         if len(self._plans) >= self.limit:
             self._plans.clear()
         self._plans[key] = (specs, request.outputs, request.id, request.timeout_s, wishes,
-                            request.classification)
+                            request.classification, request.shared_outputs)
 
 
 def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
@@ -160,13 +161,14 @@ def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
 
 
 def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limits: DecodeLimits):
-    specs, names, request_id, timeout_s, wishes, classes = plan
+    specs, names, request_id, timeout_s, wishes, classes, shared = plan
     inputs = {
         name: array_from_raw(bytes(binary[start:start + size]), datatype, shape, f"input {name!r}",
                              limits.max_bytes_elements)
         for name, datatype, shape, start, size in specs
     }
-    return InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes), wishes
+    return InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes,
+                            shared), wishes
 
 
 def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
@@ -187,13 +189,13 @@ def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
             "input's binary_data_size"
         )
     default_binary = _flag(params, "binary_data_output", False, "parameters")
-    wishes, names, classes = _decode_outputs(header.get("outputs"), default_binary)
+    wishes, names, classes, shared = _decode_outputs(header.get("outputs"), default_binary)
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidRequestError("id: expected a string")
     timeout_s = _timeout(params)
     refuse_sequence(params.get("sequence_id"))
-    request = InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes)
+    request = InferenceRequest(model, version, inputs, names, request_id, timeout_s, classes, shared)
     return request, {"*": default_binary, **wishes}, header
 
 
@@ -217,11 +219,12 @@ def _flag(params: dict, key: str, default: bool, where: str) -> bool:
     return value
 
 
-def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list], dict]:
-    """``{output: binary?}``, the names asked for (None: all) and ``{output: classes}``."""
+def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list], dict, dict]:
+    """``{output: binary?}``, the names asked for (None: all), ``{output: classes}`` and
+    ``{output: SharedTensor}`` (the outputs to write into shared memory)."""
     if items is None:
-        return {}, None, {}
-    wishes, classes = {}, {}
+        return {}, None, {}, {}
+    wishes, classes, shared = {}, {}, {}
     for index, item in enumerate(_as_list(items, "outputs")):
         item = _as_dict(item, f"outputs[{index}]")
         name = item.get("name")
@@ -236,7 +239,10 @@ def _decode_outputs(items, default_binary: bool) -> tuple[dict, Optional[list], 
                                       f"(a non-negative integer), got {count!r:.40}")
         if count:
             classes[name] = count
-    return wishes, list(wishes) or None, classes
+        place = shared_tensor(params, f"output {name!r}")
+        if place is not None:
+            shared[name] = place
+    return wishes, list(wishes) or None, classes, shared
 
 
 def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limits: DecodeLimits,
@@ -251,6 +257,12 @@ def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limit
     count = element_count(shape, where)
     params = _as_dict(item.get("parameters"), f"{where}: parameters")
     size = params.get("binary_data_size")
+    place = shared_tensor(params, where)
+    if place is not None:
+        if size is not None or "data" in item:
+            raise InvalidRequestError(f"{where}: data in shared memory (shared_memory_region) "
+                                      "and in the request at once")
+        return name, SharedInput(place, datatype, shape), 0
     if size is not None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidRequestError(f"{where}: binary_data_size must be a non-negative integer")
@@ -330,13 +342,15 @@ def encode_infer_response(response: InferenceResponse, wishes: dict) -> tuple[by
     for name, array in response.outputs.items():
         datatype = response.datatypes.get(name) or datatype_of(array)
         entry = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        outputs.append(entry)
+        if name in response.shared:  # its data is in shared memory; no parameters either, as
+            continue                 # Triton's C++ client reads them as binary_data_size
         if wishes.get(name, wishes.get("*", False)):
             raw = array_to_raw(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
             entry["data"] = json_data(array, datatype)
-        outputs.append(entry)
     body = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         body["id"] = response.id

@@ -108,6 +108,15 @@ class LoadRequestBody(BaseModel):
     parameters: Optional[Parameters] = None
 
 
+class SharedMemoryRegisterBody(BaseModel):
+    """A system shared-memory region: ``byte_size`` bytes at ``offset`` into the object
+    ``key`` (the name the client gave ``shm_open``)."""
+
+    key: str
+    offset: int = 0
+    byte_size: int
+
+
 def inline_schema(model: type[BaseModel]) -> dict:
     """JSON schema of ``model`` with every ``$ref`` replaced by its definition."""
     schema = model.model_json_schema()
@@ -129,7 +138,7 @@ def body_schema(model: type[BaseModel]) -> dict:
     """``openapi_extra`` documenting ``model`` as a JSON request body."""
     return {
         "requestBody": {
-            "required": model is InferenceRequestBody,
+            "required": model in (InferenceRequestBody, SharedMemoryRegisterBody),
             "content": {"application/json": {"schema": inline_schema(model)}},
         }
     }

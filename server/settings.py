@@ -103,6 +103,10 @@ class ServerSettings(BaseSettings):
     grpc_workers: Optional[int] = Field(
         None, ge=1, description="How many of the workers also serve gRPC (None: all)."
     )
+    allow_client_shm: bool = Field(
+        False, description="Let clients register system shared-memory regions and pass tensors "
+        "through them (Triton's option; trusted local clients only)."
+    )
     ssl_certfile: Optional[str] = Field(
         None, description="PEM certificate chain: serve HTTPS and gRPC over TLS on both ports."
     )
@@ -125,6 +129,14 @@ class ServerSettings(BaseSettings):
     def _with_certificate(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and not info.data.get("ssl_certfile"):
             raise ValueError("needs --ssl-certfile (the server's certificate)")
+        return value
+
+    @field_validator("allow_client_shm")
+    @classmethod
+    def _one_process(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("workers", 1) > 1:
+            raise ValueError("serves from one process: a region registered with one worker would "
+                             "be unknown to the others; use --workers 1")
         return value
 
     @field_validator("grpc_workers")
