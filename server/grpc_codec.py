@@ -46,20 +46,13 @@ CONTENTS_FIELD = {
 def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> InferenceRequest:
     """An ``InferenceRequest`` from a ``ModelInferRequest`` message. ``raw_input_contents``
     holds one blob per input whose data is not in shared memory, in order (as Triton reads it)."""
-    places = {tensor.name: shared_tensor(plain_parameters(tensor.parameters), f"input {tensor.name!r}")
-              for tensor in message.inputs}
     raw = message.raw_input_contents
-    in_message = sum(place is None for place in places.values())
-    if raw and len(raw) != in_message:
-        raise InvalidRequestError(
-            f"raw_input_contents: {len(raw)} blobs for {in_message} inputs not in shared memory"
-        )
-    inputs, blobs = {}, iter(raw)
+    inputs, used = {}, 0
     for tensor in message.inputs:
         where = f"input {tensor.name!r}"
         if tensor.name in inputs:
             raise InvalidRequestError(f"{where}: given twice")
-        shape, place = list(tensor.shape), places[tensor.name]
+        shape, place = list(tensor.shape), _shared(tensor, where)
         if place is not None:
             if tensor.HasField("contents"):
                 raise InvalidRequestError(f"{where}: data in shared memory (shared_memory_region) "
@@ -67,19 +60,35 @@ def decode_infer_request(message, limits: DecodeLimits = DecodeLimits()) -> Infe
             element_count(shape, where)
             inputs[tensor.name] = SharedInput(place, tensor.datatype, shape)
         elif raw:
-            inputs[tensor.name] = array_from_raw(next(blobs), tensor.datatype, shape, where,
+            if used == len(raw):
+                _refuse_blob_count(message)
+            inputs[tensor.name] = array_from_raw(raw[used], tensor.datatype, shape, where,
                                                  limits.max_bytes_elements)
+            used += 1
         else:
             inputs[tensor.name] = _from_contents(tensor, shape, where, limits)
+    if used != len(raw):
+        _refuse_blob_count(message)
     outputs = [o.name for o in message.outputs] or None
     refuse_sequence(_sequence_id(message))
     shared = {}
     for tensor in message.outputs:
-        place = shared_tensor(plain_parameters(tensor.parameters), f"output {tensor.name!r}")
+        place = _shared(tensor, f"output {tensor.name!r}")
         if place is not None:
             shared[tensor.name] = place
     return InferenceRequest(message.model_name, message.model_version, inputs, outputs,
                             message.id, _timeout(message), _classification(message), shared)
+
+
+def _shared(tensor, where: str):
+    """The shared-memory place a tensor's parameters name (None: its data is in the message)."""
+    return shared_tensor(plain_parameters(tensor.parameters), where) if tensor.parameters else None
+
+
+def _refuse_blob_count(message) -> None:
+    in_message = sum(_shared(t, "") is None for t in message.inputs)
+    raise InvalidRequestError(f"raw_input_contents: {len(message.raw_input_contents)} blobs for "
+                              f"{in_message} inputs not in shared memory")
 
 
 INTEGER_PARAMETERS = ("int64_param", "uint64_param")
