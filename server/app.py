@@ -28,6 +28,7 @@ try:
 except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's loop elsewhere
     uvloop = None
 
+from .allocator import keep_freed_memory
 from .dataplane import DataPlane
 from .grpc_app import GrpcServer
 from .http_app import FrontDoor, build_http_app, error_body
@@ -284,7 +285,9 @@ class InferenceServer(Listening):
         self._failure: Optional[BaseException] = None
 
     def run(self) -> None:
-        """Serve in the foreground until SIGINT/SIGTERM."""
+        """Serve in the foreground until SIGINT/SIGTERM (the process is the server's: its
+        allocator keeps freed buffers for the next request, ``allocator``)."""
+        keep_freed_memory()
         _run(self.serve(install_signal_handlers=True))
 
     async def serve(self, install_signal_handlers: bool = False) -> None:
