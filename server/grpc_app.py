@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import math
 import socket
 import ssl
 from typing import Any, Callable, Optional
@@ -97,8 +98,10 @@ class InferenceServicer:
 
     async def _decode(self, request):
         """Decode on the loop, or in a worker thread for a large message (BYTES elements
-        are parsed one by one), so health checks keep being answered."""
-        if request.ByteSize() > OFFLOAD_BYTES:
+        are parsed one by one), so health checks keep being answered. Large is judged by
+        the elements the inputs declare (4 bytes each): ``ByteSize()`` would serialize the
+        message to find out, 30 µs for a 588 KiB image."""
+        if 4 * sum(math.prod(tensor.shape) for tensor in request.inputs) > OFFLOAD_BYTES:
             return await asyncio.to_thread(decode_infer_request, request, self.limits)
         return decode_infer_request(request, self.limits)
 

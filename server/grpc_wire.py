@@ -142,7 +142,8 @@ def next_message(buffer: bytearray, max_bytes: int,
     _check_message_size(size, max_bytes)
     if len(buffer) < 5 + size:
         return None
-    payload = bytes(buffer[5:5 + size])
+    with memoryview(buffer) as view:  # one copy (a slice of the bytearray would be another)
+        payload = bytes(view[5:5 + size])
     del buffer[:5 + size]
     if compressed:
         return _decompress(payload, encoding, max_bytes)

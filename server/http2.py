@@ -133,7 +133,11 @@ class Http2Connection(asyncio.Protocol):
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = limits.max_header_list_bytes
         self._indexed_blocks: dict[bytes, dict] = {}
-        self._buffer, self._preface_seen = b"", False
+        self._preface_seen = False
+        # the reads holding an incomplete frame (or preface), joined once it is whole: a
+        # large DATA frame arrives in many reads, and joining at each would copy it over and over
+        self._partial: list[bytes] = []
+        self._partial_size = self._partial_need = 0
         self._streams: dict[int, Stream] = {}
         self._last_stream_id = 0
         self._block: Optional[list] = None  # [stream id, flags, fragments] until END_HEADERS
@@ -187,7 +191,14 @@ class Http2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._failed:
             return
-        buffer = self._buffer + data if self._buffer else data
+        if self._partial:
+            self._partial.append(data)
+            self._partial_size += len(data)
+            if self._partial_size < self._partial_need:
+                return
+            buffer, self._partial = b"".join(self._partial), []
+        else:
+            buffer = data
         try:
             if not self._preface_seen:
                 buffer = self._read_preface(buffer)
@@ -199,8 +210,20 @@ class Http2Connection(asyncio.Protocol):
         except Exception as exc:  # a fault of the server's own: this connection ends
             log.exception("error on an HTTP/2 connection")
             return self.close_with(wire.INTERNAL_ERROR, f"internal error ({type(exc).__name__})")
-        self._buffer = buffer[position:]
+        if position < len(buffer):
+            rest = buffer[position:]
+            self._partial, self._partial_size = [rest], len(rest)
+            self._partial_need = self._bytes_to_parse(rest)
         self.flush()
+
+    def _bytes_to_parse(self, rest: bytes) -> int:
+        """How many bytes the unparsed ``rest`` must grow to before parsing can go on: the
+        preface, a frame header, or the whole frame the header announces."""
+        if not self._preface_seen:
+            return len(wire.PREFACE)
+        if len(rest) < 9:
+            return 9
+        return 9 + int.from_bytes(rest[:3], "big")
 
     # -- reading --------------------------------------------------------------------------
 

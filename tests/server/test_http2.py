@@ -121,6 +121,41 @@ def test_a_message_whole_before_the_stream_ends_is_one_call(server):
     client.close()
 
 
+def test_frames_cut_anywhere_across_reads_make_the_same_call(server):
+    """The preface, a header block and one DATA frame of 640 KiB (under the 1 MiB frame
+    limit, as grpc-core sends a large message) written in pieces of uneven sizes, each its
+    own read on the server: the frames are put back together, and the answer is the input."""
+    x = np.random.default_rng(0).standard_normal((40, WIDE)).astype(np.float32)
+    client = RawH2(server.grpc_address, preface=False)
+    body = message(grpc_client.encode_infer("wide", {"x": x}, None, "", "").SerializeToString())
+    big = (1 << 31) - 1  # windows wide enough for the whole answer
+    client.until(wire.SETTINGS)  # acknowledged below: no byte follows the DATA frame
+    wire_bytes = (wire.PREFACE + wire.frame(wire.SETTINGS, 0, 0, struct.pack(
+                      ">HL", wire.SETTINGS_INITIAL_WINDOW_SIZE, big))
+                  + wire.frame(wire.SETTINGS, wire.ACK, 0)
+                  + wire.frame(wire.WINDOW_UPDATE, 0, 0, struct.pack(">L", big - 65535))
+                  + wire.frame(wire.HEADERS, wire.END_HEADERS, 1, client.encoder.encode(grpc_headers()))
+                  + wire.frame(wire.DATA, wire.END_STREAM, 1, body))
+    client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    position, sizes = 0, [1, 7, 16, 9, 3, 40, 5000, 1, 65536, 8, 100000]
+    while position < len(wire_bytes):
+        size = sizes[0] if sizes else 200000
+        sizes = sizes[1:]
+        client.sock.sendall(wire_bytes[position:position + size])
+        position += size
+        time.sleep(0.002)
+    data = b""
+    while (got := client.until(wire.DATA, 1)) is not None and not got[1] & wire.END_STREAM:
+        data += got[3]
+        if len(data) >= 5 and len(data) == 5 + struct.unpack(">L", data[1:5])[0]:
+            break
+    reply = protos.ModelInferResponse.FromString(data[5:])
+    assert reply.outputs[0].shape == [40, WIDE]
+    np.testing.assert_array_equal(np.frombuffer(reply.raw_output_contents[0], np.float32),
+                                  x.ravel())
+    client.close()
+
+
 def test_a_response_waits_for_the_clients_window(server):
     x = np.ones((1, WIDE), np.float32)
     client = RawH2(server.grpc_address, settings={wire.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
