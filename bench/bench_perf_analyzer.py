@@ -7,12 +7,19 @@ echo and the same echo behind uvicorn, flowserve's HTTP stack; over gRPC a ``grp
 echo and the same echo on flowserve's own HTTP/2 connections) back to back, and
 the table gives the throughput ratios (goal: flowserve >= 0.7x the echo server).
 
+``--shared-memory`` measures instead what Triton's system shared-memory extension saves:
+flowserve (``--allow-client-shm``) with the tensors in the request and answer bodies
+against the same runs with perf_analyzer's ``--shared-memory system``, alternating, on the
+MLP and on an image-sized input (3x224x224 FP32, 588 KiB, averaged to one number by the
+model so that moving the tensor is most of the work).
+
 perf_analyzer ships with ``tritonclient[all]``; its binary links ``libb64`` (Debian:
 ``libb64-0d``) and the CUDA runtime even on CPU-only machines: point ``--cudart-dir``
 at a folder with ``libcudart.so.12`` (for example the ``nvidia-cuda-runtime-cu12``
 wheel unpacked) when the system has none::
 
     python bench/bench_perf_analyzer.py --cudart-dir /tmp/cudart/nvidia/cuda_runtime/lib
+    python bench/bench_perf_analyzer.py --shared-memory --cudart-dir ...
 """
 
 from __future__ import annotations
@@ -27,19 +34,22 @@ import subprocess
 import sys
 import tempfile
 
+import onnx
+from onnx import TensorProto, helper
+
 from bench_serving import free_port, mlp_model, start, stop, write_repository_mlp
 
 HERE = pathlib.Path(__file__).resolve().parent
 
 
 def perf_analyzer(url: str, protocol: str, concurrency: int, interval_ms: int,
-                  env: dict) -> dict:
+                  env: dict, model: str = "mlp", extra: tuple = ()) -> dict:
     """perf_analyzer's figures for one run: infer/s, p50 and p99 latency in µs."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
-        command = ["perf_analyzer", "-m", "mlp", "-u", url, "-i", protocol, "-b", "1",
+        command = ["perf_analyzer", "-m", model, "-u", url, "-i", protocol, "-b", "1",
                    "--concurrency-range", str(concurrency), "--measurement-interval",
                    str(interval_ms), "--max-trials", "3", "--stability-percentage", "999",
-                   "--percentile", "50", "-f", report.name]
+                   "--percentile", "50", "-f", report.name, *extra]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"perf_analyzer failed:\n{done.stdout[-2000:]}{done.stderr}")
@@ -53,6 +63,8 @@ def main() -> None:
     parser.add_argument("--cudart-dir", help="folder holding libcudart.so.12")
     parser.add_argument("--interval-ms", type=int, default=2000,
                         help="perf_analyzer's measurement window")
+    parser.add_argument("--shared-memory", action="store_true",
+                        help="compare tensors in the bodies with tensors in system shared memory")
     args = parser.parse_args()
     if shutil.which("perf_analyzer") is None:
         sys.exit("perf_analyzer not found: pip install 'tritonclient[all]'")
@@ -60,6 +72,8 @@ def main() -> None:
     if args.cudart_dir:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (args.cudart_dir, env.get("LD_LIBRARY_PATH")) if p)
+    if args.shared_memory:
+        return shared_memory_comparison(args.interval_ms, env)
     ports = {name: free_port() for name in ("http", "grpc", "echo", "echo_grpc",
                                             "uvicorn_echo", "uvicorn_echo_grpc")}
     results = {}
@@ -102,6 +116,56 @@ def main() -> None:
             print(f"  {protocol} c={concurrency}: " + ", ".join(
                 f"/ {target} {ours / results[(protocol, concurrency, target)]['throughput']:.2f}"
                 for target in TARGETS[protocol][1:]))
+
+
+def image_mean_model() -> onnx.ModelProto:
+    """x [batch, 3, 224, 224] FP32 -> y [batch, 1]: its mean (moving x is the work)."""
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["flat"]),
+         helper.make_node("ReduceMean", ["flat"], ["y"], axes=[1], keepdims=1)], "image_mean",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 224, 224])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def shared_memory_comparison(interval_ms: int, env: dict, rounds: int = 2) -> None:
+    """Each model and protocol at concurrency 1, tensors in the bodies then in system shared
+    memory, alternating ``rounds`` times; the best run of each."""
+    ports = {"http": free_port(), "grpc": free_port()}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository_mlp(root, mlp_model())
+        (root / "image_mean" / "1").mkdir(parents=True)
+        onnx.save(image_mean_model(), root / "image_mean" / "1" / "model.onnx")
+        server = start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
+                        str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--log-level",
+                        "warning", "--allow-client-shm"], f"http://127.0.0.1:{ports['http']}")
+        modes = {"body": (), "shared memory": ("--shared-memory", "system",
+                                                "--output-shared-memory-size", "4096")}
+        best = {}
+        try:
+            for _ in range(rounds):
+                for model in ("mlp", "image_mean"):
+                    for protocol in ("http", "grpc"):
+                        for mode, extra in modes.items():
+                            figures = perf_analyzer(f"127.0.0.1:{ports[protocol]}", protocol, 1,
+                                                    interval_ms, env, model, extra)
+                            key = (model, protocol, mode)
+                            if figures["throughput"] > best.get(key, {"throughput": 0})["throughput"]:
+                                best[key] = figures
+        finally:
+            stop(server)
+    print(f"{'model':<12}{'protocol':<10}{'tensors in':<15}{'infer/s':>9}{'p50 us':>9}{'p99 us':>9}"
+          f"{'shm / body':>12}")
+    for model in ("mlp", "image_mean"):
+        for protocol in ("http", "grpc"):
+            body = best[(model, protocol, "body")]["throughput"]
+            for mode in modes:
+                f = best[(model, protocol, mode)]
+                ratio = f"{f['throughput'] / body:.2f}x" if mode != "body" else ""
+                print(f"{model:<12}{protocol:<10}{mode:<15}{f['throughput']:>9,.0f}{f['p50_us']:>9,.0f}"
+                      f"{f['p99_us']:>9,.0f}{ratio:>12}")
+    print(f"# load average {os.getloadavg()[0]:.2f}")
 
 
 # HTTP: the bare httptools echo and the same echo behind uvicorn (flowserve's HTTP stack);
