@@ -180,10 +180,10 @@ class DataPlane:
     async def _read_shared_inputs(self, inputs: dict) -> dict:
         """``inputs`` with every ``SharedInput`` read from its region (off the event loop
         when large, like a large body)."""
-        shared = {name: value for name, value in inputs.items() if isinstance(value, SharedInput)}
-        if not shared:
+        sizes = [v.tensor.byte_size for v in inputs.values() if isinstance(v, SharedInput)]
+        if not sizes:
             return inputs
-        if sum(s.tensor.byte_size for s in shared.values()) > OFFLOAD_BYTES:
+        if sum(sizes) > OFFLOAD_BYTES:
             return await asyncio.to_thread(self._read_inputs, inputs)
         return self._read_inputs(inputs)
 
