@@ -25,7 +25,7 @@ import numpy as np
 
 from .classification import check_classification, classify_outputs
 from .datatypes import OFFLOAD_BYTES, TRITON_TYPE_BY_DATATYPE, array_from_raw, array_to_raw
-from .errors import InvalidRequestError, ModelControlDisabledError, ServerError
+from .errors import InvalidRequestError, ModelControlDisabledError, RequestTooLargeError, ServerError
 from .metrics import ServerMetrics
 from .model import ServedModel
 from .repository import ModelRepository
@@ -183,6 +183,10 @@ class DataPlane:
         sizes = [v.tensor.byte_size for v in inputs.values() if isinstance(v, SharedInput)]
         if not sizes:
             return inputs
+        limit = self.settings.max_request_bytes
+        if sum(sizes) > limit:  # read into memory: bounded as a body is
+            raise RequestTooLargeError(f"inputs in shared memory: {sum(sizes)} bytes exceed the "
+                                       f"limit of {limit} (--max-request-bytes)")
         if sum(sizes) > OFFLOAD_BYTES:
             return await asyncio.to_thread(self._read_inputs, inputs)
         return self._read_inputs(inputs)

@@ -240,6 +240,17 @@ def test_infer_refuses_shared_memory_it_cannot_use(server, objects, regions):
     assert bytes(obj.buf[:256]) == before
 
 
+def test_inputs_in_shared_memory_are_bounded_like_a_body(server, objects, regions):
+    """A region of a large (sparse) object cannot make the server read more than
+    --max-request-bytes (64 MiB here) into memory for one request."""
+    obj = objects(4096)
+    os.truncate(f"/dev/shm/{obj.name}", 100 << 20)
+    assert register(server, "big", key=key(obj), byte_size=100 << 20).status_code == 200
+    answer = infer(server, [x_input(shared_memory_region="big", shared_memory_byte_size=100 << 20)])
+    assert answer.status_code == 413
+    assert "exceed the limit of 67108864 (--max-request-bytes)" in answer.json()["error"]
+
+
 def test_an_object_shrunk_after_registering_is_an_error_not_a_crash(server, objects, regions):
     obj = objects(4096)
     assert register(server, "r", key=key(obj), byte_size=4096).status_code == 200
