@@ -31,7 +31,7 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
 from .allocator import keep_freed_memory
 from .dataplane import DataPlane
 from .grpc_app import GrpcServer
-from .http_app import FrontDoor, build_http_app, error_body
+from .http_app import BodySink, FrontDoor, build_http_app, error_body
 from .settings import ServerSettings
 from .tls import server_context
 
@@ -123,7 +123,18 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
     def on_headers_complete(self) -> None:
         self._in_head, self._head_seen, self._head_tail = False, 0, b""
         self._disarm_head_timer()
+        previous = self.cycle
         super().on_headers_complete()
+        if self.cycle is not previous and isinstance(self.app, FrontDoor):  # a new request
+            self.cycle.body_sink = self.app.body_sink(self.cycle.scope)
+
+    def on_body(self, body: bytes) -> None:
+        """A large binary infer body goes into its ``BodySink``, waking no one per chunk
+        (``on_message_complete`` or a disconnect does); any other body, to uvicorn."""
+        sink = getattr(self.cycle, "body_sink", None)
+        if sink is None or self.parser.should_upgrade() or self.cycle.response_complete:
+            return super().on_body(body)
+        sink.write(body)
 
     def on_message_complete(self) -> None:
         self._in_head = True
@@ -178,8 +189,10 @@ async def _answer_infer(front: FrontDoor, cycle, route) -> None:
     ``FrontDoor.answer_infer``, and the response written as uvicorn's ``send`` would (its
     default headers, ``connection: close`` when the connection ends) in one write, without
     ASGI messages or the coalescing step."""
+    sink = getattr(cycle, "body_sink", None)
+    receive = cycle.receive if sink is None else functools.partial(_receive_sunk, cycle, sink)
     try:
-        status, headers, body = await front.answer_infer(cycle.scope, cycle.receive, route)
+        status, headers, body = await front.answer_infer(cycle.scope, receive, route)
         if cycle.flow.write_paused and not cycle.disconnected:
             await cycle.flow.drain()
         if cycle.disconnected:
@@ -201,6 +214,18 @@ async def _answer_infer(front: FrontDoor, cycle, route) -> None:
         cycle.transport.close()
     finally:
         cycle.on_response = lambda: None
+
+
+async def _receive_sunk(cycle, sink: BodySink) -> dict:
+    """ASGI ``receive`` of a body arriving in ``sink``: the whole body in one message once
+    the request is complete, through the cycle's own ``receive`` (``100 Continue``,
+    disconnects)."""
+    while True:
+        message = await cycle.receive()
+        if message["type"] == "http.disconnect":
+            return message
+        if not message["more_body"]:
+            return {"type": "http.request", "body": sink.body(), "more_body": False}
 
 
 @functools.lru_cache(maxsize=None)

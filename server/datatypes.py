@@ -126,9 +126,13 @@ def check_bytes_elements(count: int, limit: int, where: str) -> None:
                                   "(--max-bytes-elements)")
 
 
-def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "input",
+def array_from_raw(raw, datatype: str, shape: list[int], where: str = "input",
                    max_bytes_elements: int = DEFAULT_MAX_BYTES_ELEMENTS) -> np.ndarray:
-    """Array of ``shape`` from little-endian ``raw`` bytes (BYTES: length-prefixed)."""
+    """Array of ``shape`` from little-endian ``raw`` bytes (BYTES: length-prefixed).
+
+    ``raw`` is any bytes-like object; the array shares its memory (no copy) unless it
+    starts at an address that is no multiple of the element size, where it is copied:
+    kernels may assume aligned elements."""
     dtype = numpy_dtype(datatype, where)
     count = element_count(shape, where)
     if datatype == "BYTES":
@@ -140,7 +144,8 @@ def array_from_raw(raw: bytes, datatype: str, shape: list[int], where: str = "in
             f"{where}: got {len(raw)} bytes of data, expected {expected} "
             f"for shape {shape} of {datatype}"
         )
-    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+    array = np.frombuffer(raw, dtype=dtype)
+    return (array if array.flags.aligned else array.copy()).reshape(shape)
 
 
 def _bytes_array_from_raw(raw: bytes, count: int, where: str) -> np.ndarray:

@@ -79,8 +79,8 @@ def header_length_of(value: Optional[str], body_size: int) -> Optional[int]:
     return int(text)
 
 
-def split_body(body: bytes, header_length: Optional[str], limits: DecodeLimits = DecodeLimits()
-               ) -> tuple[dict, memoryview, LiftedArrays]:
+def split_body(body: bytes | memoryview, header_length: Optional[str],
+               limits: DecodeLimits = DecodeLimits()) -> tuple[dict, memoryview, LiftedArrays]:
     """The JSON header of ``body``, the binary part after it, and the large numeric
     ``data`` arrays of the header, parsed by numpy (``json_arrays``)."""
     view = memoryview(body)
@@ -88,7 +88,7 @@ def split_body(body: bytes, header_length: Optional[str], limits: DecodeLimits =
     if length is None:
         json_part, binary = body, view[len(view):]
     else:
-        json_part, binary = body[:length], view[length:]
+        json_part, binary = bytes(view[:length]), view[length:]
     json_part, lifted = lift_numeric_arrays(json_part)
     _check_json_size(json_part, limits)
     return _as_dict(parse_json(json_part), "body"), binary, lifted
@@ -121,10 +121,10 @@ class PlanCache:
         self.limit, self.header_limit = limit, header_limit
         self._plans: dict[tuple[bytes, int], tuple] = {}
 
-    def key(self, body: bytes, length: Optional[int]) -> Optional[tuple[bytes, int]]:
+    def key(self, body: bytes | memoryview, length: Optional[int]) -> Optional[tuple[bytes, int]]:
         if length is None or length > self.header_limit:
             return None
-        return body[:length], len(body) - length
+        return bytes(body[:length]), len(body) - length
 
     def get(self, key) -> Optional[tuple]:
         return self._plans.get(key) if key is not None else None
@@ -143,11 +143,12 @@ class PlanCache:
                             request.classification, request.shared_outputs)
 
 
-def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
+def decode_infer_request(body: bytes | memoryview, header_length: Optional[str], model: str,
                          version: str = "", plans: Optional[PlanCache] = None,
                          limits: DecodeLimits = DecodeLimits()) -> tuple[InferenceRequest, dict]:
     """Parse an infer body; returns the request and ``{output: binary?}`` wishes.
 
+    Binary tensors share the body's memory where their elements are aligned (no copy).
     ``plans`` (the app's ``PlanCache``) skips parsing a binary request's header seen before.
     """
     key = plans.key(body, header_length_of(header_length, len(body))) if plans else None
@@ -163,7 +164,7 @@ def decode_infer_request(body: bytes, header_length: Optional[str], model: str,
 def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limits: DecodeLimits):
     specs, names, request_id, timeout_s, wishes, classes, shared = plan
     inputs = {
-        name: array_from_raw(bytes(binary[start:start + size]), datatype, shape, f"input {name!r}",
+        name: array_from_raw(binary[start:start + size], datatype, shape, f"input {name!r}",
                              limits.max_bytes_elements)
         for name, datatype, shape, start, size in specs
     }
@@ -171,7 +172,7 @@ def _apply_plan(plan: tuple, binary: memoryview, model: str, version: str, limit
                             shared), wishes
 
 
-def _decode_infer_request(body: bytes, header_length: Optional[str], model: str,
+def _decode_infer_request(body: bytes | memoryview, header_length: Optional[str], model: str,
                           version: str, limits: DecodeLimits) -> tuple[InferenceRequest, dict, dict]:
     header, binary, lifted = split_body(body, header_length, limits)
     params = _as_dict(header.get("parameters"), "parameters")
@@ -271,7 +272,7 @@ def _decode_input(item: dict, binary: memoryview, offset: int, where: str, limit
                 f"{where}: binary_data_size {size} runs past the end of the body "
                 f"({len(binary) - offset} bytes left)"
             )
-        raw = bytes(binary[offset : offset + size])
+        raw = binary[offset : offset + size]
         return name, array_from_raw(raw, datatype, shape, where, limits.max_bytes_elements), size
     if "data" not in item:
         raise InvalidRequestError(f"{where}: neither data nor parameters.binary_data_size")
