@@ -8,7 +8,9 @@
   Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
   convolutions on small feature maps would otherwise be one tiny GEMM per image);
 * ``int8-dynamic``: ``quantize_dynamic``: int8 weights, activations quantized per call
-  (MatMul-heavy models such as transformers; needs no calibration);
+  (MatMul-heavy models such as transformers; needs no calibration), self-attention's Q, K
+  and V projections packed into one ``Attention`` first, which it makes ``QAttention``
+  (``exporter/packed_attention.py``);
 * ``fp16``: ``onnxruntime.transformers.float16.convert_float_to_float16``, inputs and
   outputs kept float32 (``keep_io_types``), so clients send and receive what they did;
 * ``bf16``: needs a CUDA GPU, where ONNX Runtime has bfloat16 kernels; refused elsewhere.
@@ -35,6 +37,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from flowserve.errors import ExportError
 from flowserve.exporter.batch_rows import fold_batch_into_rows
+from flowserve.exporter.packed_attention import drop_unused_initializers, pack_self_attention
 from flowserve.exporter.runtime import cuda_usable
 from flowserve.serialization.examples import ExampleSet
 
@@ -100,10 +103,7 @@ def plain_weight_matmuls(model: onnx.ModelProto) -> onnx.ModelProto:
         node.op_type, node.domain = "MatMul", ""
         del node.attribute[:]
     model.graph.initializer.extend(added.values())
-    used = {name for node in model.graph.node for name in node.input}
-    kept = [t for t in model.graph.initializer if t.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+    drop_unused_initializers(model.graph)
     return model
 
 
@@ -117,9 +117,13 @@ def base_target(precision: str, target: str) -> str:
 
 
 def prepare(model: onnx.ModelProto, precision: str) -> onnx.ModelProto:
-    """The float32 export made ready for ``precision``'s tool (see ``base_target``)."""
+    """The float32 export made ready for ``precision``'s tool (see ``base_target``); for
+    int8-dynamic, weight products as ``MatMul`` and self-attention as one packed
+    ``Attention``, the forms ``quantize_dynamic`` quantizes."""
     model = inline_functions(model)
-    return plain_weight_matmuls(model) if precision == "int8-dynamic" else model
+    if precision != "int8-dynamic":
+        return model
+    return pack_self_attention(plain_weight_matmuls(model))
 
 
 def reduce_precision(model: onnx.ModelProto, precision: str, calibration: ExampleSet | None) -> onnx.ModelProto:
