@@ -125,14 +125,17 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         self._disarm_head_timer()
         previous = self.cycle
         super().on_headers_complete()
-        if self.cycle is not previous and isinstance(self.app, FrontDoor):  # a new request
-            self.cycle.body_sink = self.app.body_sink(self.cycle.scope)
+        cycle = self.cycle
+        if cycle is not previous:  # a new request (not an upgrade)
+            cycle.body_sink = (self.app.body_sink(cycle.scope) if cycle.scope["method"] == "POST"
+                               and isinstance(self.app, FrontDoor) else None)
 
     def on_body(self, body: bytes) -> None:
         """A large binary infer body goes into its ``BodySink``, waking no one per chunk
         (``on_message_complete`` or a disconnect does); any other body, to uvicorn."""
-        sink = getattr(self.cycle, "body_sink", None)
-        if sink is None or self.parser.should_upgrade() or self.cycle.response_complete:
+        cycle = self.cycle
+        sink = cycle.body_sink if cycle is not None else None  # None: upgrading, no request
+        if sink is None or cycle.response_complete or self.parser.should_upgrade():
             return super().on_body(body)
         sink.write(body)
 
@@ -189,7 +192,7 @@ async def _answer_infer(front: FrontDoor, cycle, route) -> None:
     ``FrontDoor.answer_infer``, and the response written as uvicorn's ``send`` would (its
     default headers, ``connection: close`` when the connection ends) in one write, without
     ASGI messages or the coalescing step."""
-    sink = getattr(cycle, "body_sink", None)
+    sink = cycle.body_sink
     receive = cycle.receive if sink is None else functools.partial(_receive_sunk, cycle, sink)
     try:
         status, headers, body = await front.answer_infer(cycle.scope, receive, route)
