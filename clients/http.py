@@ -58,9 +58,10 @@ class HTTPClient:
             self._local.connection = connection
         return connection
 
-    def request(self, method: str, path: str, body: bytes = b"",
+    def request(self, method: str, path: str, body=b"",
                 headers: Optional[dict] = None) -> tuple[int, dict, bytes]:
-        """One raw request: ``(status, lower-cased headers, body)``."""
+        """One raw request (``body``: bytes or a list of bytes-like parts):
+        ``(status, lower-cased headers, body)``."""
         headers = {**self._auth, **headers} if headers else self._auth
         for attempt in (0, 1):
             try:
@@ -131,7 +132,7 @@ class HTTPClient:
               version: str = "", request_id: str = "",
               timeout_us: Optional[int] = None) -> dict:
         """Run ``model`` on ``{name: array}``; returns ``{output name: array}``."""
-        body, headers = rest.encode_infer(inputs, outputs, self.binary, request_id, timeout_us)
+        body, headers = rest.encode_infer_parts(inputs, outputs, self.binary, request_id, timeout_us)
         status, response_headers, data = self.request(
             "POST", rest.model_path(model, version, "/infer"), body, headers)
         return rest.decode_infer(status, response_headers.get("inference-header-content-length"),
@@ -157,9 +158,10 @@ class AsyncHTTPClient:
         self._auth = _auth(token)
         self._pool = ConnectionPool(host, port, timeout_s, context)
 
-    async def request(self, method: str, path: str, body: bytes = b"",
+    async def request(self, method: str, path: str, body=b"",
                       headers: Optional[dict] = None) -> tuple[int, dict, bytes]:
-        """One raw request: ``(status, lower-cased headers, body)``."""
+        """One raw request (``body``: bytes or a list of bytes-like parts):
+        ``(status, lower-cased headers, body)``."""
         return await self._pool.request(method, path, body, {**self._auth, **(headers or {})})
 
     async def _get(self, path: str):
@@ -192,7 +194,7 @@ class AsyncHTTPClient:
                     version: str = "", request_id: str = "",
                     timeout_us: Optional[int] = None) -> dict:
         """Run ``model`` on ``{name: array}``; returns ``{output name: array}``."""
-        body, headers = rest.encode_infer(inputs, outputs, self.binary, request_id, timeout_us)
+        body, headers = rest.encode_infer_parts(inputs, outputs, self.binary, request_id, timeout_us)
         status, response_headers, data = await self.request(
             "POST", rest.model_path(model, version, "/infer"), body, headers)
         return rest.decode_infer(status, response_headers.get("inference-header-content-length"),

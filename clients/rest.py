@@ -17,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .errors import InferenceServerError, ProtocolError
-from .tensors import array_from_json, array_from_raw, array_to_raw, datatype_of, json_list_text
+from .tensors import array_from_json, array_from_raw, datatype_of, json_list_text, raw_view
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -33,12 +33,21 @@ def model_path(model: str, version: str = "", suffix: str = "") -> str:
 def encode_infer(inputs: dict, outputs: Optional[list] = None, binary: bool = True,
                  request_id: str = "", timeout_us: Optional[int] = None) -> tuple[bytes, dict]:
     """Body and headers of an infer request for ``{name: array}`` inputs."""
+    parts, headers = encode_infer_parts(inputs, outputs, binary, request_id, timeout_us)
+    return b"".join(parts), headers
+
+
+def encode_infer_parts(inputs: dict, outputs: Optional[list] = None, binary: bool = True,
+                       request_id: str = "", timeout_us: Optional[int] = None) -> tuple[list, dict]:
+    """``encode_infer``'s body as parts: the JSON, then each binary tensor's bytes, a view of
+    the array's memory where it is contiguous (no copy; the array must not change until the
+    request is sent)."""
     tensors, blobs = [], []
     for name, value in inputs.items():
         array = np.asarray(value)
         entry = {"name": name, "shape": list(array.shape), "datatype": datatype_of(array)}
         if binary:
-            raw = array_to_raw(array)
+            raw = raw_view(array)
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
             tensors.append(_compact(entry))
@@ -58,9 +67,9 @@ def encode_infer(inputs: dict, outputs: Optional[list] = None, binary: bool = Tr
     text = ('{"inputs":[' + ",".join(tensors) + "]" + rest + "}").encode()
     headers = {"Content-Type": "application/json"}
     if not blobs:
-        return text, headers
+        return [text], headers
     headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(text))}
-    return b"".join([text, *blobs]), headers
+    return [text, *blobs], headers
 
 
 def _compact(value: dict) -> str:

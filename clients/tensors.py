@@ -60,6 +60,14 @@ def array_to_raw(array: np.ndarray) -> bytes:
     return np.ascontiguousarray(array).tobytes()
 
 
+def raw_view(array: np.ndarray):
+    """The raw bytes of ``array`` as ``array_to_raw`` gives them, but without a copy where
+    it is a contiguous numeric array: a flat byte view of its memory."""
+    if array.dtype.kind in "OSU" or not array.flags.c_contiguous:
+        return array_to_raw(array)
+    return memoryview(array.reshape(-1).view(np.uint8))
+
+
 def array_from_raw(raw, datatype: str, shape: list) -> np.ndarray:
     """Array of ``shape`` and ``datatype`` from raw bytes."""
     if datatype not in NUMPY_BY_DATATYPE:

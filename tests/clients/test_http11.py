@@ -6,10 +6,11 @@ import contextlib
 import socket
 import threading
 
+import numpy as np
 import pytest
 
-from flowserve.clients import HTTPClient, ProtocolError, ServerUnreachableError
-from flowserve.clients._http11 import BlockingConnection
+from flowserve.clients import HTTPClient, ProtocolError, ServerUnreachableError, rest
+from flowserve.clients._http11 import JOIN_BELOW, BlockingConnection, encode_request, send_buffers
 
 
 @contextlib.contextmanager
@@ -109,3 +110,36 @@ def test_server_that_closes_before_answering_is_unreachable():
     with scripted_server([b"<close>", b"<close>"]) as (port, _):
         with pytest.raises(ServerUnreachableError, match="closed the connection"):
             HTTPClient(f"http://127.0.0.1:{port}", timeout_s=10).request("GET", "/")
+
+
+def test_small_requests_are_one_buffer_and_large_tensors_stay_views():
+    small = np.ones((1, 64), np.float32)
+    parts, headers = rest.encode_infer_parts({"x": small})
+    (request,) = encode_request("POST", "/v2/models/m/infer", b"Host: h\r\n", parts, headers)
+    assert request.endswith(b"".join(parts)) and b"Content-Length: %d\r\n" % len(b"".join(parts)) in request
+    large = np.arange(JOIN_BELOW, dtype=np.float32).reshape(-1, 64)
+    parts, headers = rest.encode_infer_parts({"x": large})
+    head, tensor = encode_request("POST", "/v2/models/m/infer", b"Host: h\r\n", parts, headers)
+    assert head.endswith(parts[0]) and np.shares_memory(np.frombuffer(tensor, np.uint8), large)
+    assert b"Content-Length: %d\r\n" % (len(parts[0]) + large.nbytes) in head
+
+
+def test_buffers_larger_than_the_socket_takes_arrive_whole_and_in_order():
+    """``send_buffers`` picks up after partial ``sendmsg`` calls, mid-buffer included."""
+    sender, receiver = socket.socketpair()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sender.settimeout(10)  # as the clients' sockets: a send may then take part of the data
+    rng = np.random.default_rng(0)
+    buffers = [b"head", memoryview(rng.integers(0, 255, 300_001, np.uint8)), b"", bytes(rng.bytes(70_000))]
+    expected, received = b"".join(buffers), bytearray()
+
+    def read():
+        while len(received) < len(expected):
+            received.extend(receiver.recv(65536))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with sender, receiver:
+        send_buffers(sender, buffers)
+        reader.join(10)
+    assert bytes(received) == expected

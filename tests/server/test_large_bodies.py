@@ -7,6 +7,7 @@ pipelined requests, after ``Expect: 100-continue``, and cut off by a disconnect.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -16,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from flowserve.clients import AsyncHTTPClient, HTTPClient
 from flowserve.server.http_app import SINK_MIN_BYTES, BodySink
 from flowserve.server.http_codec import PlanCache, decode_infer_request
 
@@ -222,3 +224,20 @@ def test_tensors_decode_as_views_of_the_sink_where_aligned(plans):
             assert decoded.flags.aligned
             assert np.shares_memory(decoded, memory) == (list(inputs)[0] == "x")
             assert np.shares_memory(request_.inputs["tag"], memory)
+
+
+def test_the_clients_send_large_tensors_from_the_arrays_memory(server):
+    """``HTTPClient`` and ``AsyncHTTPClient`` send a large contiguous tensor as a view of its
+    array (and a non-contiguous one as its bytes): the server gets every value."""
+    x = images(3, seed=11)
+    url = f"http://127.0.0.1:{server.http_port}"
+    for array in (x, np.asfortranarray(x)):
+        inputs = {"tag": tags(3), "x": array}
+        with HTTPClient(url) as client:
+            check(client.infer("doubler", inputs), x)
+
+        async def infer(inputs=inputs):
+            async with AsyncHTTPClient(url) as client:
+                return await client.infer("doubler", inputs)
+
+        check(asyncio.run(infer()), x)

@@ -72,6 +72,23 @@ def test_every_client_speaks_tls_to_both_ports(tls_server, mlp_file, pki):
         np.testing.assert_allclose(answer, expected, rtol=1e-6)
 
 
+def test_large_tensors_go_out_as_parts_over_tls_too(mlp_file, pki):
+    """A body of 64 KiB or more leaves the clients as its parts (on a TLS socket, one
+    ``sendall`` each): the server gets every value."""
+    x = np.random.default_rng(3).standard_normal((20000, 4)).astype(np.float32)  # 312 KiB
+    expected, tls = mlp_reference(onnx.load(mlp_file), x), TLS(ca_file=pki["ca"])
+    with running_server(mlp_file, ssl_certfile=pki["cert"], ssl_keyfile=pki["key"],
+                        max_batch_size=0) as server:
+        with HTTPClient(_https(server), tls=tls) as http:
+            np.testing.assert_allclose(http.infer("tiny", {"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+
+        async def infer():
+            async with AsyncHTTPClient(_https(server), tls=tls) as http:
+                return (await http.infer("tiny", {"x": x}))["y"]
+
+        np.testing.assert_allclose(asyncio.run(infer()), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_third_party_clients_over_tls(tls_server, pki):
     ready = httpx.get(_https(tls_server) + "/v2/health/ready", verify=ssl.create_default_context(cafile=pki["ca"]),
                       timeout=10)
