@@ -92,10 +92,9 @@ class BodySink:
     uvicorn gathers a body in a bytearray, pausing the socket and waking the request's
     task every 64 KiB, and copies it at each hand-over; with the join of the pieces and the
     tensor's own copy, a body was copied four times after the parser. Here each chunk the
-    parser yields is copied once, into a buffer of the
-    declared ``Content-Length``, placed so that the binary part after the
-    ``header_length``-byte JSON header starts at a 64-byte boundary: the tensors decode
-    as views of it, without another copy."""
+    parser yields is copied once, into a buffer of the declared ``Content-Length``, placed
+    so that the binary part after the ``header_length``-byte JSON header starts at a
+    64-byte boundary: the tensors decode as views of it, without another copy."""
 
     __slots__ = ("_view", "_written")
 
