@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from flowserve.exporter.versions import MS_DOMAIN
 
-ATTRIBUTES = {"num_heads", "scale", "mask_filter_value", "unidirectional"}  # shared by both ops
+ATTRIBUTES = frozenset({"num_heads", "scale", "mask_filter_value", "unidirectional"})  # both ops take them
 Projection = collections.namedtuple("Projection", "source weight bias nodes")
 
 
