@@ -1,13 +1,14 @@
 """Reduced-precision variants of an exported model, made with ONNX Runtime's own tools.
 
 * ``int8``: ``onnxruntime.quantization.quantize_static`` in QDQ format, weights int8 per
-  channel, activations uint8 (the U8S8 kernels x86 CPUs run fastest), calibrated (min-max)
+  channel in 7 bits (``reduce_range``, see ``REDUCE_RANGE``), activations uint8 (the U8S8
+  kernels x86 CPUs run fastest), calibrated (min-max)
   on the stored example inputs through a ``CalibrationDataReader``, after ONNX Runtime's
   ``quant_pre_process`` (shape inference and graph optimisation), with the batch laid out
   as one image around the pointwise convolutions (``exporter/batch_rows.py``: ONNX
   Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
   convolutions on small feature maps would otherwise be one tiny GEMM per image);
-* ``int8-dynamic``: ``quantize_dynamic``: int8 weights, activations quantized per call
+* ``int8-dynamic``: ``quantize_dynamic``: int8 weights (7 bits, as above), activations quantized per call
   (MatMul-heavy models such as transformers; needs no calibration), self-attention's Q, K
   and V projections packed into one ``Attention`` first, which it makes ``QAttention``
   (``exporter/packed_attention.py``);
@@ -42,6 +43,12 @@ from flowserve.exporter.runtime import cuda_usable
 from flowserve.serialization.examples import ExampleSet
 
 PRECISIONS = ("fp32", "int8", "int8-dynamic", "fp16", "bf16")
+# Weights in 7 bits: x86 CPUs without VNNI (AVX2 and AVX-512F, e.g. AMD EPYC before Zen 4)
+# multiply uint8 activations by int8 weights with vpmaddubsw, whose pairwise int16 sums
+# saturate for 8-bit weights (2 * 255 * 127 > 32767): a deployment exported anywhere must
+# compute the same numbers wherever it is served. Measured on an AVX2 EPYC: MobileNetV2's
+# top-1 agreement 81% -> 100%, ResNet-18's max relative error 0.045 -> 0.003.
+REDUCE_RANGE = True
 DESCRIPTIONS = {
     "fp32": "float32 (as trained)",
     "int8": "int8 static: QDQ, per-channel int8 weights, uint8 activations calibrated on the examples",
@@ -151,9 +158,11 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
                 quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
                 quantize_static(str(prepared), str(output), ExampleCalibrationReader(calibration),
                                 quant_format=QuantFormat.QDQ, per_channel=True,
-                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                                reduce_range=REDUCE_RANGE)
             else:  # the model may hold com.microsoft ops, which shape inference does not type
                 quantize_dynamic(str(source), str(output), per_channel=True, weight_type=QuantType.QInt8,
+                                 reduce_range=REDUCE_RANGE,
                                  extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         finally:
             root.removeFilter(_drop_preprocessing_advice)

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 import pytest
 from typer.testing import CliRunner
 
@@ -70,6 +71,10 @@ def test_written_models_are_what_the_precision_says(deployments, name):
         if precision == "int8":  # per-channel weights: a scale per output channel
             scales = [t for t in model.graph.initializer if t.name.endswith("_scale") and len(t.dims) == 1]
             assert any(t.dims[0] > 1 for t in scales)
+        if precision.startswith("int8"):  # 7-bit weights: no U8S8 saturation on CPUs without VNNI
+            weights = [numpy_helper.to_array(t) for t in model.graph.initializer
+                       if t.data_type == onnx.TensorProto.INT8 and len(t.dims) > 1]
+            assert weights and max(int(np.abs(w.astype(np.int16)).max()) for w in weights) <= 64, precision
 
 
 @pytest.mark.parametrize("precision", ["int8", "int8-dynamic", "fp16"])
