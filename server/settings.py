@@ -103,6 +103,10 @@ class ServerSettings(BaseSettings):
     grpc_workers: Optional[int] = Field(
         None, ge=1, description="How many of the workers also serve gRPC (None: all)."
     )
+    worker_restarts_per_minute: int = Field(
+        5, ge=0, description="Dead workers restarted within any minute; one more death stops "
+        "the server with exit status 1 (0: the first death does)."
+    )
     allow_client_shm: bool = Field(
         False, description="Let clients register system shared-memory regions and pass tensors "
         "through them (Triton's option; trusted local clients only)."
