@@ -42,6 +42,10 @@ def serve(
         False, "--skip-verify",
         help="UNSAFE: serve models without checking that they reproduce their reference examples.",
     ),
+    require_verified: bool = typer.Option(
+        False, "--require-verified",
+        help="Refuse (UNAVAILABLE) models without reference examples to verify them on.",
+    ),
     allow_model_control: bool = typer.Option(
         False, help="Accept repository load/unload requests (only models inside PATH)."
     ),
@@ -115,7 +119,7 @@ def serve(
             provider=provider,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
-            worker_restarts_per_minute=worker_restarts_per_minute,
+            require_verified=require_verified, worker_restarts_per_minute=worker_restarts_per_minute,
             intra_op_threads=intra_op_threads,
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,

@@ -57,6 +57,9 @@ class ServerSettings(BaseSettings):
     skip_verify: bool = Field(
         False, description="Serve models without verifying them on their reference examples (unsafe)."
     )
+    require_verified: bool = Field(
+        False, description="Refuse (UNAVAILABLE) models that have no reference examples to verify."
+    )
     intra_op_threads: int = Field(
         0, ge=0, description="ONNX Runtime threads per session (0: cores divided by instances, "
         "or one for a model whose runs are short, measured at load; config.json can override)."
@@ -133,6 +136,13 @@ class ServerSettings(BaseSettings):
     def _with_certificate(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and not info.data.get("ssl_certfile"):
             raise ValueError("needs --ssl-certfile (the server's certificate)")
+        return value
+
+    @field_validator("require_verified")
+    @classmethod
+    def _not_skipped(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("skip_verify"):
+            raise ValueError("contradicts --skip-verify (verification is required and skipped)")
         return value
 
     @field_validator("allow_client_shm")
