@@ -8,6 +8,7 @@ while the others go on answering, and a crash loop stops the server with status 
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
@@ -27,7 +28,7 @@ import onnx
 import pytest
 
 from flowserve.clients import GRPCClient
-from flowserve.server import ServerSettings, WorkerPool
+from flowserve.server import InferenceServer, ServerSettings, WorkerPool
 
 from .models import mlp_reference
 
@@ -286,3 +287,40 @@ def test_a_crash_loop_stops_the_server_with_one_line_and_status_1(mlp_file, tmp_
 def test_worker_restarts_per_minute_is_not_negative():
     with pytest.raises(ValueError, match="worker_restarts_per_minute"):
         ServerSettings(model_path="m.onnx", worker_restarts_per_minute=-1)
+
+
+def test_a_worker_takes_connections_only_once_its_models_are_loaded(mlp_file, monkeypatch):
+    """A restarted worker joins the port when it can answer: until then its peers get
+    every new connection (none waits in, or is reset with, the backlog of a loading one)."""
+    from flowserve.server.dataplane import DataPlane
+
+    loading, loaded, stop, served = (threading.Event() for _ in range(4))
+    load = DataPlane.start
+
+    async def slow_start(plane):
+        loading.set()
+        await asyncio.to_thread(loaded.wait, 60)
+        await load(plane)
+
+    monkeypatch.setattr(DataPlane, "start", slow_start)
+    server = InferenceServer(ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=None,
+                                            log_level="warning", reuse_port=True))
+
+    def serve():
+        with server.background():
+            served.set()
+            stop.wait(60)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert loading.wait(60) and server.http_port
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", server.http_port), timeout=10).close()
+        loaded.set()
+        assert served.wait(60)
+        assert http_infer(server.http_url, np.ones((1, 4), np.float32)).shape == (1, 3)
+    finally:
+        loaded.set()
+        stop.set()
+        thread.join(60)
