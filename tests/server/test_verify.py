@@ -240,6 +240,7 @@ def _set_rtol(directory, rtol: float) -> None:
 
 @pytest.fixture(scope="module")
 def tampered_repo(tmp_path_factory):
+    from flowserve.exporter.verified import export_verified
     from flowserve.server.verify import MAX_STORED_RTOL
 
     from .models import mlp as onnx_mlp
@@ -251,6 +252,9 @@ def tampered_repo(tmp_path_factory):
     _set_rtol(_saved(repo / "loose" / "1"), 1.0)
     _set_rtol(_saved(repo / "loose_nested" / "1" / "saved"), 0.5)
     _saved(repo / "at_cap" / "1", tolerance=MAX_STORED_RTOL)
+    export_verified(_saved(tmp_path_factory.mktemp("source")), repo / "loose_onnx" / "1" / "model.onnx")
+    spec = repo / "loose_onnx" / "1" / "model.examples" / "verify.json"
+    spec.write_text(spec.read_text().replace('"rtol": 0.0001', '"rtol": 1.0'))
     (repo / "bare_onnx" / "1").mkdir(parents=True)
     onnx.save(onnx_mlp((4, 8, 3), seed=7), repo / "bare_onnx" / "1" / "model.onnx")
     return repo
@@ -264,6 +268,7 @@ def test_a_stored_tolerance_above_the_loosest_export_writes_is_refused(tampered_
     with running_server(tampered_repo) as server:
         index = _index(server)
         for name, rtol, where in (("loose", "1", "loose/1/examples/examples.json"),
+                                  ("loose_onnx", "1", "loose_onnx/1/model.examples/verify.json"),
                                   ("loose_nested", "0.5", "loose_nested/1/saved/examples/examples.json")):
             assert index[name]["state"] == "UNAVAILABLE", index[name]
             reason = index[name]["reason"]
