@@ -88,6 +88,8 @@ class WorkerPool(Listening):
                 supervisor.join()
 
     def stop(self) -> None:
+        """Stop supervising (no worker is restarted after this); ``run`` then stops the
+        workers and returns, ``background`` at the end of its block."""
         self._stop.set()
 
     def _supervise(self) -> int:
