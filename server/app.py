@@ -324,10 +324,14 @@ class InferenceServer(Listening):
         if install_signal_handlers:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(sig, self._stop.set)
-        http_socket = _bind(self.settings.host, self.settings.http_port,
-                            self.settings.reuse_port)
+        # bound now (a taken port fails before the models load), listening once they are
+        # loaded: a restarted worker of --workers N takes no connection it cannot answer
+        # yet, and while it loads its peers on the port answer every new connection
+        http_socket = reserve_port(self.settings.host, self.settings.http_port,
+                                   self.settings.reuse_port)
         self.http_port = http_socket.getsockname()[1]
         await self.plane.start()
+        _listen(http_socket)
         grpc_server = await self._start_grpc()
         protocol = functools.partial(
             NoDelayHTTPProtocol, max_header_bytes=self.settings.max_header_bytes,
@@ -412,7 +416,10 @@ def _run(coroutine) -> None:
 
 
 def _bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    sock = reserve_port(host, port, reuse_port)
+    return _listen(reserve_port(host, port, reuse_port))
+
+
+def _listen(sock: socket.socket) -> socket.socket:
     sock.listen(2048)
     sock.setblocking(False)
     return sock

@@ -42,6 +42,10 @@ def serve(
         False, "--skip-verify",
         help="UNSAFE: serve models without checking that they reproduce their reference examples.",
     ),
+    require_verified: bool = typer.Option(
+        False, "--require-verified",
+        help="Refuse (UNAVAILABLE) models without reference examples to verify them on.",
+    ),
     allow_model_control: bool = typer.Option(
         False, help="Accept repository load/unload requests (only models inside PATH)."
     ),
@@ -81,6 +85,10 @@ def serve(
     grpc_workers: Optional[int] = typer.Option(
         None, help="How many of the --workers processes also serve gRPC (default: all)."
     ),
+    worker_restarts_per_minute: int = typer.Option(
+        5, help="Dead --workers processes restarted per minute; one more death stops the server "
+                "(exit status 1; 0: the first death does)."
+    ),
     allow_client_shm: bool = typer.Option(
         False, help="Let clients on this machine register system shared-memory regions and pass "
                     "tensors through them (Triton's extension; only for trusted local clients)."
@@ -111,6 +119,7 @@ def serve(
             provider=provider,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
+            require_verified=require_verified, worker_restarts_per_minute=worker_restarts_per_minute,
             intra_op_threads=intra_op_threads,
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,

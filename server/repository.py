@@ -162,7 +162,8 @@ class ModelRepository:
         for version, source in sources.items():
             proto = load_model_proto(source, root)
             model = ServedModel(name, version, proto, config, self._on_batch)
-            model.parameters = verify_before_ready(model, source, self.settings.skip_verify)
+            model.parameters = verify_before_ready(model, source, self.settings.skip_verify,
+                                                   self.settings.require_verified)
             versions[version] = model
         return versions
 

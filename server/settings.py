@@ -57,6 +57,9 @@ class ServerSettings(BaseSettings):
     skip_verify: bool = Field(
         False, description="Serve models without verifying them on their reference examples (unsafe)."
     )
+    require_verified: bool = Field(
+        False, description="Refuse (UNAVAILABLE) models that have no reference examples to verify."
+    )
     intra_op_threads: int = Field(
         0, ge=0, description="ONNX Runtime threads per session (0: cores divided by instances, "
         "or one for a model whose runs are short, measured at load; config.json can override)."
@@ -103,6 +106,10 @@ class ServerSettings(BaseSettings):
     grpc_workers: Optional[int] = Field(
         None, ge=1, description="How many of the workers also serve gRPC (None: all)."
     )
+    worker_restarts_per_minute: int = Field(
+        5, ge=0, description="Dead workers restarted within any minute; one more death stops "
+        "the server with exit status 1 (0: the first death does)."
+    )
     allow_client_shm: bool = Field(
         False, description="Let clients register system shared-memory regions and pass tensors "
         "through them (Triton's option; trusted local clients only)."
@@ -129,6 +136,13 @@ class ServerSettings(BaseSettings):
     def _with_certificate(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and not info.data.get("ssl_certfile"):
             raise ValueError("needs --ssl-certfile (the server's certificate)")
+        return value
+
+    @field_validator("require_verified")
+    @classmethod
+    def _not_skipped(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("skip_verify"):
+            raise ValueError("contradicts --skip-verify (verification is required and skipped)")
         return value
 
     @field_validator("allow_client_shm")

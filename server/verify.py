@@ -10,7 +10,10 @@ The examples come with the model source:
 Every instance (ONNX Runtime session) runs every example batch, and the same rows at a
 second batch size where the batch axis is dynamic: that is the model's warmup too, unless
 ``config.json`` sets one. A model that does not match stays ``UNAVAILABLE`` with the
-report as its reason; ``--skip-verify`` serves it unchecked, and says so loudly::
+report as its reason; ``--skip-verify`` serves it unchecked, and says so loudly. A model
+without examples loads unverified, unless ``--require-verified`` refuses it. A stored
+tolerance looser than any export writes (``MAX_STORED_RTOL``) is refused: it would let a
+tampered model pass::
 
     verification = verify_before_ready(model, source, skip=False)   # raises ModelLoadError
 """
@@ -21,42 +24,63 @@ import logging
 import pathlib
 
 from flowserve.errors import FlowserveError
+from flowserve.exporter.parity import TOLERANCES
 from flowserve.exporter.proof import Criteria, prove
-from flowserve.exporter.verified import read_sidecar, sidecar_path
+from flowserve.exporter.verified import VERIFY_FILE, read_sidecar, sidecar_path
 from flowserve.serialization import MANIFEST, read_examples
+from flowserve.serialization.examples import INDEX_FILE
+from flowserve.serialization.manifest import EXAMPLES_DIR
 
 from .errors import ModelLoadError
-from .loading import check_contained
+from .loading import check_contained, nested_saved_directory
 from .model import ServedModel
 
 log = logging.getLogger("flowserve.server")
 
 ONNX_FILE = "model.onnx"
+# the loosest tolerance export ever holds a model to (its lowest precision's parity
+# tolerance); flowserve never writes a looser one, so a looser stored one was edited
+LOOSEST_DTYPE, MAX_STORED_RTOL = max(TOLERANCES.items(), key=lambda item: item[1])
 
 
-def reference_for(source: pathlib.Path):
-    """(precision, criteria, examples) stored with model ``source``, or None without any."""
+def reference_for(source: pathlib.Path, require: bool = False):
+    """(precision, criteria, examples) stored with model ``source``, or None without any
+    (a ``ModelLoadError`` when ``require``); a stored tolerance beyond ``MAX_STORED_RTOL``
+    is a ``ModelLoadError`` naming its file."""
+    source = nested_saved_directory(source) or source
     try:
         if source.is_dir() and (source / MANIFEST).is_file():
             examples = read_examples(source)
-            return None if examples is None else ("fp32", Criteria(rtol=examples.rtol), examples)
-        model_file = source / ONNX_FILE if source.is_dir() else source
-        if sidecar_path(model_file).exists():
-            check_contained(sidecar_path(model_file), model_file.parent)
-        found = read_sidecar(model_file)
+            where = source / (MANIFEST if examples is None else f"{EXAMPLES_DIR}/{INDEX_FILE}")
+            found = None if examples is None else ("fp32", Criteria(rtol=examples.rtol), examples)
+        else:
+            model_file = source / ONNX_FILE if source.is_dir() else source
+            where = sidecar_path(model_file) / VERIFY_FILE
+            if sidecar_path(model_file).exists():
+                check_contained(sidecar_path(model_file), model_file.parent)
+            sidecar = read_sidecar(model_file)
+            found = None if sidecar is None else (sidecar[0].precision, sidecar[0].criteria, sidecar[1])
     except FlowserveError as exc:
         raise ModelLoadError(f"{source}: reference examples unusable: {exc}") from None
-    if found is None:
-        return None
-    spec, examples = found
-    return spec.precision, spec.criteria, examples
+    if found is None and require:
+        missing = "lists no reference examples" if where.name == MANIFEST else "missing"
+        raise ModelLoadError(f"{where}: {missing}: --require-verified refuses a model it cannot "
+                             "verify (save it with flow.save(graph, dir, examples=...), or export it "
+                             "with flowserve export)")
+    if found is not None and (found[1].rtol or 0) > MAX_STORED_RTOL:
+        raise ModelLoadError(f"{where}: stored tolerance rtol {found[1].rtol:g} refused: expected at "
+                             f"most {MAX_STORED_RTOL:g}, the loosest export holds a model to (for "
+                             f"{LOOSEST_DTYPE}); a looser one would let a wrong model verify")
+    return found
 
 
-def verify_before_ready(model: ServedModel, source: pathlib.Path, skip: bool = False) -> dict:
+def verify_before_ready(model: ServedModel, source: pathlib.Path, skip: bool = False,
+                        require: bool = False) -> dict:
     """Verify every instance of ``model`` on the examples of ``source`` and warm it up;
     returns the ``parameters`` its metadata shows. Raises ``ModelLoadError`` (with the
-    report) when an instance does not reproduce the examples."""
-    reference = None if skip else reference_for(source)
+    report) when an instance does not reproduce the examples, or (``require``) when
+    ``source`` has none."""
+    reference = None if skip else reference_for(source, require)
     if skip:
         log.warning("VERIFICATION SKIPPED (--skip-verify): model %s version %s is served without checking "
                     "that it reproduces its reference examples", model.name, model.version)

@@ -202,3 +202,103 @@ def test_examples_linked_from_outside_the_model_folder_are_refused(deployments, 
     with running_server(tmp_path / "repo") as server:
         (row,) = HTTPClient(server.http_url).repository_index()
         assert row["state"] == "UNAVAILABLE" and "outside the model folder" in row["reason"]
+
+
+def _saved(directory, tolerance=None):
+    """A small saved graph with its last calls as examples, in ``directory``."""
+    import flowserve as flow
+    from tests.exporter.helpers import called_graph, mlp
+
+    flow.save(called_graph(mlp(), 2, 6), directory, tolerance=tolerance)
+    return directory
+
+
+def _rewrite_manifest(directory, change) -> None:
+    manifest = json.loads((directory / "flowserve.json").read_text())
+    change(manifest)
+    (directory / "flowserve.json").write_text(json.dumps(manifest))
+
+
+def _strip_examples(directory) -> None:
+    """What a tamperer does to skip verification: no examples folder, none listed."""
+    shutil.rmtree(directory / "examples")
+    _rewrite_manifest(directory, lambda manifest: manifest.update(examples={}))
+
+
+def _set_rtol(directory, rtol: float) -> None:
+    """The stored tolerance changed, and its checksum in the manifest with it."""
+    import hashlib
+
+    index = directory / "examples" / "examples.json"
+    data = json.loads(index.read_text())
+    data["rtol"] = rtol
+    index.write_text(json.dumps(data))
+    digest = hashlib.sha256(index.read_bytes()).hexdigest()
+    _rewrite_manifest(directory, lambda manifest: manifest["examples"].update(
+        {"examples/examples.json": digest}))
+
+
+@pytest.fixture(scope="module")
+def tampered_repo(tmp_path_factory):
+    from flowserve.exporter.verified import export_verified
+    from flowserve.server.verify import MAX_STORED_RTOL
+
+    from .models import mlp as onnx_mlp
+
+    repo = tmp_path_factory.mktemp("tampered")
+    _saved(repo / "healthy" / "1")
+    _saved(repo / "nested" / "1" / "saved")  # a saved directory inside a version folder
+    _strip_examples(_saved(repo / "stripped" / "1"))
+    _set_rtol(_saved(repo / "loose" / "1"), 1.0)
+    _set_rtol(_saved(repo / "loose_nested" / "1" / "saved"), 0.5)
+    _saved(repo / "at_cap" / "1", tolerance=MAX_STORED_RTOL)
+    export_verified(_saved(tmp_path_factory.mktemp("source")), repo / "loose_onnx" / "1" / "model.onnx")
+    spec = repo / "loose_onnx" / "1" / "model.examples" / "verify.json"
+    spec.write_text(spec.read_text().replace('"rtol": 0.0001', '"rtol": 1.0'))
+    (repo / "bare_onnx" / "1").mkdir(parents=True)
+    onnx.save(onnx_mlp((4, 8, 3), seed=7), repo / "bare_onnx" / "1" / "model.onnx")
+    return repo
+
+
+def _index(server) -> dict:
+    return {row["name"]: row for row in HTTPClient(server.http_url).repository_index()}
+
+
+def test_a_stored_tolerance_above_the_loosest_export_writes_is_refused(tampered_repo):
+    with running_server(tampered_repo) as server:
+        index = _index(server)
+        for name, rtol, where in (("loose", "1", "loose/1/examples/examples.json"),
+                                  ("loose_onnx", "1", "loose_onnx/1/model.examples/verify.json"),
+                                  ("loose_nested", "0.5", "loose_nested/1/saved/examples/examples.json")):
+            assert index[name]["state"] == "UNAVAILABLE", index[name]
+            reason = index[name]["reason"]
+            assert where in reason and f"rtol {rtol} refused" in reason, reason
+            assert "expected at most 0.02" in reason and "bfloat16" in reason, reason
+        for name in ("healthy", "nested", "at_cap"):
+            assert index[name]["state"] == "READY", index[name]
+            assert HTTPClient(server.http_url).model_metadata(name)["parameters"]["verified"] is True
+        # without --require-verified a model without examples still loads, flagged
+        assert index["stripped"]["state"] == "READY"
+        assert HTTPClient(server.http_url).model_metadata("stripped")["parameters"] == {
+            "verified": False, "verification": "no reference examples stored with the model"}
+
+
+def test_require_verified_refuses_models_without_examples_naming_the_file(tampered_repo):
+    with running_server(tampered_repo, require_verified=True) as server:
+        index = _index(server)
+        stripped, bare = index["stripped"], index["bare_onnx"]
+        assert stripped["state"] == "UNAVAILABLE" and bare["state"] == "UNAVAILABLE"
+        assert "stripped/1/flowserve.json: lists no reference examples" in stripped["reason"]
+        assert "bare_onnx/1/model.examples/verify.json: missing" in bare["reason"]
+        assert "--require-verified" in stripped["reason"] and "--require-verified" in bare["reason"]
+        for name in ("healthy", "nested", "at_cap"):
+            assert index[name]["state"] == "READY", index[name]
+        with pytest.raises(InferenceServerError, match="503.*--require-verified"):
+            HTTPClient(server.http_url).infer("stripped", {"x": np.zeros((1, 6), np.float32)})
+
+
+def test_require_verified_and_skip_verify_contradict():
+    from flowserve.server.settings import ServerSettings
+
+    with pytest.raises(ValueError, match="contradicts --skip-verify"):
+        ServerSettings(model_path="m", skip_verify=True, require_verified=True)

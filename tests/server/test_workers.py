@@ -2,19 +2,24 @@
 
 Behaviour only: every worker answers (connections spread over them), the metrics
 of any worker add up every worker's requests, a stop lets every worker finish the
-requests it holds, and each exits cleanly.
+requests it holds, and each exits cleanly; a worker killed with SIGKILL is replaced
+while the others go on answering, and a crash loop stops the server with status 1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
 import pathlib
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -23,7 +28,7 @@ import onnx
 import pytest
 
 from flowserve.clients import GRPCClient
-from flowserve.server import ServerSettings, WorkerPool
+from flowserve.server import InferenceServer, ServerSettings, WorkerPool
 
 from .models import mlp_reference
 
@@ -124,7 +129,10 @@ def test_every_worker_serves_and_publishes_its_final_counts(mlp_file, tmp_path):
         for _ in range(40):  # 40 connections: all on one worker has odds 2**-39
             http_infer(pool.http_url, x)
         counts_dir = pathlib.Path(pool.metrics_dir)
-        # read the final snapshots while the folder still exists: stop the workers first
+        # read the final snapshots while the folder still exists: stop the workers first,
+        # once the supervisor no longer replaces workers that exit
+        pool.stop()
+        assert wait_until(lambda: pool.exit_status == 0, 30)
         for process in pool.processes:
             process.terminate()
         for process in pool.processes:
@@ -175,3 +183,144 @@ def test_metrics_add_the_other_workers_snapshots(tmp_path):
     assert 'flowserve_request_duration_seconds_count{model="m",version="1"} 3.0' in text
     own.publish()  # its own file is not counted twice
     assert 'flowserve_request_success_total{model="m",version="1"} 2.0' in own.render().decode()
+
+
+def answer_or_none(connection: socket.socket):
+    """The answer on ``connection``, or None when it was closed without one (its worker died)."""
+    try:
+        with connection:
+            data = b"".join(iter(lambda: connection.recv(65536), b""))
+    except ConnectionResetError:
+        return None
+    if not data:
+        return None
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), data
+    output = json.loads(body)["outputs"][0]
+    return np.asarray(output["data"], np.float32).reshape(output["shape"])
+
+
+def wait_until(condition, timeout_s: float = 120.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_killed_worker_is_restarted_while_the_other_keeps_answering(mlp_file):
+    model = onnx.load(mlp_file)
+    settings = ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=None,
+                              log_level="warning", workers=2, max_queue_delay_us=500_000)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 4)).astype(np.float32) for _ in range(16)]
+    pool = WorkerPool(settings)
+    with pool.background(), concurrent.futures.ThreadPoolExecutor(8) as threads:
+        victim = pool.processes[0]
+        in_flight = [send_infer(pool.http_port, x) for x in xs]
+        time.sleep(0.2)  # read by the workers, waiting in their queues (0.5 s)
+        os.kill(victim.pid, signal.SIGKILL)
+        answers = [answer_or_none(connection) for connection in in_flight]
+        # the other worker's in-flight requests are answered, and right
+        assert any(y is not None for y in answers)
+        for x, y in zip(xs, answers):
+            if y is not None:
+                np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+        # new connections are answered at once, whether the restart is done or not
+        for x, y in zip(xs, threads.map(lambda x: http_infer(pool.http_url, x), xs)):
+            np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-5)
+        assert wait_until(lambda: pool.processes[0].pid != victim.pid and pool.is_ready(0))
+        restarted = pool.processes[0].pid
+        snapshot = pathlib.Path(pool.metrics_dir) / f"worker-{restarted}.json"
+
+        def restarted_worker_answered() -> bool:
+            list(threads.map(lambda x: http_infer(pool.http_url, x), xs))
+            rows = json.loads(snapshot.read_text()) if snapshot.exists() else []
+            return sum(values["success"] for _, _, values in rows) > 0
+
+        assert wait_until(restarted_worker_answered)  # it binds the same port (SO_REUSEPORT)
+        assert pool.exit_status is None and pool.processes[1].is_alive()
+    assert victim.exitcode == -signal.SIGKILL
+    assert pool.exit_status == 0
+    assert [process.exitcode for process in pool.processes] == [0, 0]
+
+
+def test_a_crash_loop_stops_the_server_with_one_line_and_status_1(mlp_file, tmp_path, caplog):
+    """Restarts beyond --worker-restarts-per-minute: the model file is gone, so the worker
+    restarted after a SIGKILL dies while it starts; its death is one too many."""
+    model_path = tmp_path / "tiny.onnx"
+    shutil.copy(mlp_file, model_path)
+    settings = ServerSettings(model_path=str(model_path), http_port=0, grpc_port=None,
+                              log_level="warning", workers=2, worker_restarts_per_minute=1)
+    pool = WorkerPool(settings)
+    first_pids = []
+
+    def break_a_worker():
+        if not wait_until(lambda: len(pool.processes) == 2 and pool.is_ready(1) and pool.is_ready(0)):
+            pool.stop()
+            return
+        first_pids.extend(p.pid for p in pool.processes)
+        model_path.unlink()
+        os.kill(first_pids[0], signal.SIGKILL)
+        if not wait_until(lambda: pool.exit_status is not None, 180):
+            pool.stop()
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    breaker = threading.Thread(target=break_a_worker, daemon=True)
+    breaker.start()
+    try:
+        with caplog.at_level("WARNING", logger="flowserve.server"):
+            status = pool.run()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        breaker.join(5)
+    assert status == 1 and pool.exit_status == 1
+    assert pool.processes[0].pid not in first_pids  # it was restarted once
+    assert not any(process.is_alive() for process in pool.processes)
+    lines = [r.getMessage() for r in caplog.records if "worker-restarts-per-minute" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "flowserve-worker-0" in lines[0] and "1 restart(s) in the last 60 s" in lines[0]
+
+
+def test_worker_restarts_per_minute_is_not_negative():
+    with pytest.raises(ValueError, match="worker_restarts_per_minute"):
+        ServerSettings(model_path="m.onnx", worker_restarts_per_minute=-1)
+
+
+def test_a_worker_takes_connections_only_once_its_models_are_loaded(mlp_file, monkeypatch):
+    """A restarted worker joins the port when it can answer: until then its peers get
+    every new connection (none waits in, or is reset with, the backlog of a loading one)."""
+    from flowserve.server.dataplane import DataPlane
+
+    loading, loaded, stop, served = (threading.Event() for _ in range(4))
+    load = DataPlane.start
+
+    async def slow_start(plane):
+        loading.set()
+        await asyncio.to_thread(loaded.wait, 60)
+        await load(plane)
+
+    monkeypatch.setattr(DataPlane, "start", slow_start)
+    server = InferenceServer(ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=None,
+                                            log_level="warning", reuse_port=True))
+
+    def serve():
+        with server.background():
+            served.set()
+            stop.wait(60)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert loading.wait(60) and server.http_port
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", server.http_port), timeout=10).close()
+        loaded.set()
+        assert served.wait(60)
+        assert http_infer(server.http_url, np.ones((1, 4), np.float32)).shape == (1, 3)
+    finally:
+        loaded.set()
+        stop.set()
+        thread.join(60)
