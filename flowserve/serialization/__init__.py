@@ -61,7 +61,7 @@ def _structure_array(tree):
     return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
 
 
-def load(path, map_location=None, weights_only: bool = True, **kwargs):
+def load(path, map_location=None, weights_only: bool = True, *, max_bytes: int | None = None, **kwargs):
     """Load what ``save`` wrote (a runnable graph from a saved graph directory, or a state
     dict), a ``*.safetensors`` file, or a PyTorch checkpoint (``torch.save``'s zip format).
 
@@ -69,7 +69,10 @@ def load(path, map_location=None, weights_only: bool = True, **kwargs):
     reader that only rebuilds tensors, storages, OrderedDicts and plain containers: any
     other global is refused by name and nothing in the file runs. ``map_location`` and
     ``weights_only`` are accepted for PyTorch compatibility (tensors load on the CPU; loading
-    is always weights-only).
+    is always weights-only). ``max_bytes`` bounds what a PyTorch checkpoint may make the
+    reader decompress and hold (default: twice the file's size plus 64 MiB); a file that
+    needs more, or nests containers over 100 deep, is refused with one ``CheckpointError``
+    line. Storages are read once: tensors saved as views of one storage share memory.
     """
     path = Path(path)
     if path.is_dir():
@@ -85,7 +88,7 @@ def load(path, map_location=None, weights_only: bool = True, **kwargs):
     if not path.exists():
         raise SavedGraphError(f"{path}: no such file or directory")
     if is_torch_zip(path):
-        return read_torch_checkpoint(path)
+        return read_torch_checkpoint(path, max_bytes)
     if is_pickle(path):
         raise SavedGraphError(f"{path}: a raw pickle (PyTorch's legacy format, or pickle.dump); flowserve does "
                               "not unpickle files. Re-save it with torch.save (zip format) or as safetensors")
