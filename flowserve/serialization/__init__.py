@@ -82,8 +82,8 @@ def load(path, map_location=None, weights_only: bool = True, *, max_bytes: int |
             raise SavedGraphError(f"{path}: neither a saved graph ({MANIFEST}) nor a saved state ({STATE_JSON})")
         try:
             tree = json.loads((path / STATE_JSON).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SavedGraphError(f"{path / STATE_JSON}: not valid JSON ({exc})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise SavedGraphError(f"{path / STATE_JSON}: not valid JSON ({type(exc).__name__})") from None
         return decode_state(tree, read_tensors(path / STATE_TENSORS), str(path))
     if not path.exists():
         raise SavedGraphError(f"{path}: no such file or directory")
@@ -98,6 +98,6 @@ def load(path, map_location=None, weights_only: bool = True, *, max_bytes: int |
         return {k: from_numpy(v.copy()) for k, v in arrays.items()}
     try:
         tree = json.loads(structure.tobytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SavedGraphError(f"{path}: damaged structure record ({exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise SavedGraphError(f"{path}: damaged structure record ({type(exc).__name__})") from None
     return decode_state(tree, arrays, str(path))
