@@ -88,10 +88,6 @@ class _Storage:
         self.array, self.limit = array, limit
 
 
-def _is_int(x) -> bool:
-    return type(x) is int
-
-
 def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
     t = from_numpy(_strided(storage, offset, size, stride))
     if requires_grad is True and t.dtype.is_floating_point:
@@ -104,25 +100,31 @@ def _strided(storage, offset, size, stride) -> np.ndarray:
     if not isinstance(storage, _Storage):
         raise CheckpointError(f"a tensor was rebuilt from a {type(storage).__name__}, not a storage")
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) <= MAX_DIMS
-            and _is_int(offset) and all(_is_int(n) for n in size + stride)):
+            and type(offset) is int and all(type(n) is int for n in size + stride)):
         raise CheckpointError("invalid tensor layout: size, stride and offset must be integers, "
                               f"as many strides as dims (at most {MAX_DIMS})")
-    data, layout = storage.array, _shown(f"size {size}, stride {stride}, offset {offset}", 160)
+    data = storage.array
     if offset < 0 or any(n < 0 for n in size + stride):
-        raise CheckpointError(f"invalid tensor layout: negative size, stride or offset ({layout})")
+        raise CheckpointError(f"invalid tensor layout: negative size, stride or offset "
+                              f"({_layout(size, stride, offset)})")
     numel = math.prod(size)
     if max((numel, *size), default=1) * data.itemsize > storage.limit:
-        raise CheckpointError(f"a tensor ({layout}) is larger than the limit of {storage.limit} bytes "
-                              "(max_bytes), whatever its storage")
+        raise CheckpointError(f"a tensor ({_layout(size, stride, offset)}) is larger than the limit of "
+                              f"{storage.limit} bytes (max_bytes), whatever its storage")
     if numel == 0:
         return np.empty(size, data.dtype)
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= data.size:
-        raise CheckpointError(f"tensor ({layout}) reaches past its storage of {data.size} elements")
+        raise CheckpointError(f"tensor ({_layout(size, stride, offset)}) reaches past its storage of "
+                              f"{data.size} elements")
     if _contiguous(size, stride):
         return data[offset:offset + numel].reshape(size)
     return np.lib.stride_tricks.as_strided(data[offset:], shape=size,
                                            strides=tuple(s * data.itemsize for s in stride))
+
+
+def _layout(size, stride, offset) -> str:
+    return _shown(f"size {size}, stride {stride}, offset {offset}", 160)
 
 
 def _contiguous(size, stride) -> bool:
@@ -359,14 +361,19 @@ class _Interpreter:
         self.persistent_load, self.charge = reader.load_storage, reader.charge
 
     def _take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
+        start, end = self.pos, self.pos + n
+        if end > len(self.data):
             raise CheckpointError(f"{self.where}: truncated pickle")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return chunk
+        self.pos = end
+        return self.data[start:end]
 
     def _unpack(self, fmt: str):
-        return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
+        layout = _STRUCTS[fmt]
+        start = self.pos
+        self.pos = start + layout.size
+        if self.pos > len(self.data):
+            raise CheckpointError(f"{self.where}: truncated pickle")
+        return layout.unpack_from(self.data, start)[0]
 
     def _pop_mark(self) -> list:
         if not self.marks:
@@ -386,16 +393,18 @@ class _Interpreter:
         return found
 
     def run(self):
-        op, count = b"", 0
+        op, count, data, ops = b"", 0, self.data, _OPS
         try:
             while True:
                 count += 1
                 if not count % _OPS_PER_CHARGE:  # what the objects opcodes make may hold
                     self.charge(_OPS_PER_CHARGE * _BYTES_PER_OP, "pickle's objects")
-                op = self._take(1)
-                handler = _OPS.get(op)
+                op = data[self.pos:self.pos + 1]
+                self.pos += 1
+                handler = ops.get(op)
                 if handler is None:
-                    raise CheckpointError(f"{self.where}: unsupported pickle opcode {op!r} at byte {self.pos - 1}")
+                    raise CheckpointError(f"{self.where}: unsupported pickle opcode {op!r} at byte {self.pos - 1}"
+                                          if op else f"{self.where}: truncated pickle")
                 if handler is _stop:
                     return self.stack.pop()
                 handler(self)
@@ -533,6 +542,8 @@ def _bytes(fmt):
 def _long(fmt):
     return _push(lambda vm: int.from_bytes(vm._take(vm._unpack(fmt)), "little", signed=True))
 
+
+_STRUCTS = {fmt: struct.Struct(fmt) for fmt in ("<B", "<H", "<i", "<I", "<Q", ">d")}
 
 _OPS = {
     b"\x80": lambda vm: vm._take(1),  # PROTO
