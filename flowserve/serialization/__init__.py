@@ -70,9 +70,10 @@ def load(path, map_location=None, weights_only: bool = True, *, max_bytes: int |
     other global is refused by name and nothing in the file runs. ``map_location`` and
     ``weights_only`` are accepted for PyTorch compatibility (tensors load on the CPU; loading
     is always weights-only). ``max_bytes`` bounds what a PyTorch checkpoint may make the
-    reader decompress and hold (default: twice the file's size plus 64 MiB); a file that
-    needs more, or nests containers over 100 deep, is refused with one ``CheckpointError``
-    line. Storages are read once: tensors saved as views of one storage share memory.
+    reader decompress and hold (default: twice the file's size plus 64 MiB, plus 32 bytes per
+    byte of its pickle as stored); a file that needs more, or nests containers over 100
+    deep, is refused with one ``CheckpointError`` line. Storages are read once: tensors
+    saved as views of one storage share memory.
     """
     path = Path(path)
     if path.is_dir():

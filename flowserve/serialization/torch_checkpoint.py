@@ -12,8 +12,9 @@ before anything is called; nothing is imported.
 The work a file can cause is bounded as well as its code:
 
 - every byte read from the zip (the pickle and each storage, decompressed) is counted
-  against ``max_bytes`` (default :func:`default_max_bytes`: twice the file's size plus
-  64 MiB; ``torch.save`` stores its members uncompressed), before it is read;
+  against ``max_bytes`` before it is read, and so are the Python objects the pickle's
+  opcodes make (default :func:`default_max_bytes`: twice the file's size plus 64 MiB, plus
+  32 bytes per byte of pickle as stored; ``torch.save`` stores its members uncompressed);
 - each storage is read once, and every tensor is a numpy view of it (as in PyTorch,
   tensors saved as views of one storage still share memory), so a storage referenced a
   hundred times costs its size once; a tensor larger than ``max_bytes`` (a stride-0
@@ -48,6 +49,7 @@ ZIP_MAGIC = b"PK\x03\x04"
 MAX_DEPTH = 100  # containers inside containers; real checkpoints nest under 10
 MAX_DIMS = 64  # numpy's limit
 _BUDGET_FLOOR = 64 << 20
+_OBJECT_BYTES_PER_PICKLE_BYTE = 32
 _BYTES_PER_OP = 80  # the most one pickle opcode makes Python hold (an empty dict and its stack slot)
 _OPS_PER_CHARGE = 4096
 
@@ -63,10 +65,12 @@ class CheckpointError(SavedGraphError):
     or one that asks for more memory than its budget)."""
 
 
-def default_max_bytes(file_size: int) -> int:
-    """The default budget of bytes a checkpoint of ``file_size`` bytes may make the reader
-    decompress and hold: twice its size plus 64 MiB."""
-    return 2 * file_size + _BUDGET_FLOOR
+def default_max_bytes(file_size: int, pickle_stored: int = 0) -> int:
+    """The default budget of bytes a checkpoint may make the reader decompress and hold:
+    twice the file's size plus 64 MiB, plus 32 bytes per byte its pickle takes in the file
+    (a pickle of 20,000 small tensors makes 30 bytes of Python objects per byte; a
+    compressed pickle, which real checkpoints never are, gets no more than its stored size)."""
+    return 2 * file_size + _BUDGET_FLOOR + _OBJECT_BYTES_PER_PICKLE_BYTE * pickle_stored
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -221,7 +225,7 @@ class _ZipReader:
 
     def __init__(self, path: Path, max_bytes: int | None):
         self.where = str(path)
-        self.limit = default_max_bytes(path.stat().st_size) if max_bytes is None else int(max_bytes)
+        self.max_bytes, self.file_size = max_bytes, path.stat().st_size
         self.used = 0
         self.storages: dict = {}
         try:
@@ -242,15 +246,17 @@ class _ZipReader:
         if len(pickles) != 1:
             raise CheckpointError(f"{self.where}: expected one <name>/data.pkl in the zip, found {len(pickles)}")
         self.prefix = pickles[0][: -len("data.pkl")]
+        pickle_info = self.archive.getinfo(pickles[0])
+        self.limit = default_max_bytes(self.file_size, pickle_info.compress_size) if self.max_bytes is None \
+            else int(self.max_bytes)
         self.byteorder = "little"
         info = self.archive.NameToInfo.get(self.prefix + "byteorder")
         if info is not None:
             self.byteorder = self._read_bytes(info, "byteorder record").decode("ascii", "replace")
             if self.byteorder not in ("little", "big"):
                 raise CheckpointError(f"{self.where}: unknown byteorder {_shown(self.byteorder)}")
-        info = self.archive.getinfo(pickles[0])
-        self.charge(info.file_size, "pickle's strings and bytes")  # the objects its opcodes make
-        return self._read_bytes(info, "pickle")
+        self.charge(pickle_info.file_size, "pickle's strings and bytes")  # the objects its opcodes make
+        return self._read_bytes(pickle_info, "pickle")
 
     def _read_bytes(self, info: zipfile.ZipInfo, what: str) -> bytes:
         self.charge(info.file_size, what)
