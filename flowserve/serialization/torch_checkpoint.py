@@ -232,7 +232,11 @@ class _ZipReader:
             self.archive = zipfile.ZipFile(path)
         except zipfile.BadZipFile as exc:
             raise CheckpointError(f"{path}: not a PyTorch checkpoint zip ({exc})") from None
-        self.file = open(path, "rb")
+        try:
+            self.file = open(path, "rb")
+        except OSError:
+            self.archive.close()
+            raise
 
     def __enter__(self):
         return self
@@ -296,7 +300,7 @@ class _ZipReader:
         return self.file.readinto(into)
 
     def load_storage(self, pid) -> _Storage:
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+        if not (type(pid) is tuple and len(pid) == 5 and type(pid[0]) is str and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str)):
             raise CheckpointError(f"{self.where}: a persistent id is a {type(pid).__name__}, not a storage "
                                   "record ('storage', type, key, location, size)")

@@ -257,6 +257,8 @@ def _compare_with_torch(path: Path) -> None:
     for key, t in ref.items():
         np.testing.assert_array_equal(got[key].float().numpy(), t.float().numpy(), err_msg=key)
         assert got[key].shape == tuple(t.shape), key
+        strides = zip(t.shape, got[key].numpy().strides, t.stride())  # the same layout as torch's tensor
+        assert all(mine == theirs * t.element_size() for n, mine, theirs in strides if n > 1), key
 
 
 def test_torch_save_views_load_as_views_sharing_memory(tmp_path):
