@@ -129,3 +129,9 @@ def test_nested_state_round_trips(tmp_path):
         np.testing.assert_array_equal(got["model"]["w"].numpy(), w.numpy())
         assert got["steps"] == [1, (2, 3)] and got["dtype"] is flow.bfloat16
     assert read_tensors(tmp_path / "state_dir" / "state.safetensors").keys() == {"model.w", "model.tied", "arr"}
+
+
+def test_deep_header_is_one_saved_graph_error(tmp_path):
+    raw = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    (tmp_path / "deep.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    _refused(tmp_path / "deep.safetensors", "not a valid safetensors file")
