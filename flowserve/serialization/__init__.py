@@ -61,7 +61,7 @@ def _structure_array(tree):
     return np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8).copy()
 
 
-def load(path, map_location=None, weights_only: bool = True, **kwargs):
+def load(path, map_location=None, weights_only: bool = True, *, max_bytes: int | None = None, **kwargs):
     """Load what ``save`` wrote (a runnable graph from a saved graph directory, or a state
     dict), a ``*.safetensors`` file, or a PyTorch checkpoint (``torch.save``'s zip format).
 
@@ -69,7 +69,11 @@ def load(path, map_location=None, weights_only: bool = True, **kwargs):
     reader that only rebuilds tensors, storages, OrderedDicts and plain containers: any
     other global is refused by name and nothing in the file runs. ``map_location`` and
     ``weights_only`` are accepted for PyTorch compatibility (tensors load on the CPU; loading
-    is always weights-only).
+    is always weights-only). ``max_bytes`` bounds what a PyTorch checkpoint may make the
+    reader decompress and hold (default: twice the file's size plus 64 MiB, plus 32 bytes per
+    byte of its pickle as stored); a file that needs more, or nests containers over 100
+    deep, is refused with one ``CheckpointError`` line. Storages are read once: tensors
+    saved as views of one storage share memory.
     """
     path = Path(path)
     if path.is_dir():
@@ -79,13 +83,13 @@ def load(path, map_location=None, weights_only: bool = True, **kwargs):
             raise SavedGraphError(f"{path}: neither a saved graph ({MANIFEST}) nor a saved state ({STATE_JSON})")
         try:
             tree = json.loads((path / STATE_JSON).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SavedGraphError(f"{path / STATE_JSON}: not valid JSON ({exc})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise SavedGraphError(f"{path / STATE_JSON}: not valid JSON ({type(exc).__name__})") from None
         return decode_state(tree, read_tensors(path / STATE_TENSORS), str(path))
     if not path.exists():
         raise SavedGraphError(f"{path}: no such file or directory")
     if is_torch_zip(path):
-        return read_torch_checkpoint(path)
+        return read_torch_checkpoint(path, max_bytes)
     if is_pickle(path):
         raise SavedGraphError(f"{path}: a raw pickle (PyTorch's legacy format, or pickle.dump); flowserve does "
                               "not unpickle files. Re-save it with torch.save (zip format) or as safetensors")
@@ -95,6 +99,6 @@ def load(path, map_location=None, weights_only: bool = True, **kwargs):
         return {k: from_numpy(v.copy()) for k, v in arrays.items()}
     try:
         tree = json.loads(structure.tobytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SavedGraphError(f"{path}: damaged structure record ({exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise SavedGraphError(f"{path}: damaged structure record ({type(exc).__name__})") from None
     return decode_state(tree, arrays, str(path))

@@ -7,6 +7,7 @@ numpy and recording the dtype in the file's metadata.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -42,22 +43,33 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def read_tensors(path: Path) -> dict:
-    """name -> numpy array from a safetensors file; a damaged file is a SavedGraphError."""
+    """name -> numpy array from a safetensors file; a damaged file is a SavedGraphError.
+
+    The header is checked as the safetensors library checks it (offsets contiguous from 0,
+    non-overlapping, ending at the end of the file, each one dtype x shape long), for the
+    files it reads and for those holding BF16 tensors, which flowserve reads itself."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise SavedGraphError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        arrays = st_load(data) if not _has_bf16(data) else _load_with_bf16(data, path)
-        meta = _metadata(data)
-    except (SafetensorError, ValueError, json.JSONDecodeError, KeyError, TypeError, AttributeError,
-            RecursionError) as exc:
+        header = _header(data)
+        meta = _metadata(header)
+        arrays = st_load(data) if not _has_bf16(header) else _load_with_bf16(data, header)
+    except (SafetensorError, ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError,
+            MemoryError) as exc:
         raise SavedGraphError(f"{path}: not a valid safetensors file ({type(exc).__name__}: "
-                              f"{str(exc)[:200]})") from None
+                              f"{shown(str(exc), 200)})") from None
     for name, kind in _stored_kinds(meta, path).items():
         if kind == "bfloat16" and name in arrays:
             arrays[name] = arrays[name].view(dtypes.bfloat16.np)
     return arrays
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """Text from a file, as it may appear in an error: printable, one line, short."""
+    text = text.encode("ascii", "backslashreplace").decode("ascii").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _stored_kinds(meta: dict, path: Path) -> dict:
@@ -74,41 +86,64 @@ def _stored_kinds(meta: dict, path: Path) -> dict:
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": dtypes.bfloat16.np,
               "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_MAX_HEADER = 100_000_000  # the safetensors library's limit
 
 
 def _header(data: bytes) -> dict:
+    if len(data) < 8:
+        raise ValueError("the file is shorter than its 8-byte header length")
     n = int.from_bytes(data[:8], "little")
-    return json.loads(data[8:8 + n])
+    if n > _MAX_HEADER or 8 + n > len(data):
+        raise ValueError(f"header length {n} is past the file's end or the {_MAX_HEADER}-byte limit")
+    header = json.loads(data[8:8 + n])
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    return header
 
 
-def _has_bf16(data: bytes) -> bool:
+def _has_bf16(header: dict) -> bool:
     """A BF16 tensor written by another tool (torch's safetensors): numpy's loader lacks BF16."""
-    header = _header(data)
     return _DTYPES_KEY not in (header.get("__metadata__") or {}) and any(
         isinstance(v, dict) and v.get("dtype") == "BF16" for k, v in header.items() if k != "__metadata__")
 
 
-def _load_with_bf16(data: bytes, path) -> dict:
-    """The tensors of a safetensors file holding BF16 ones, read from the header's offsets
-    (each checked against the buffer and the shape)."""
-    n = int.from_bytes(data[:8], "little")
-    body = memoryview(data)[8 + n:]
-    arrays = {}
-    for name, entry in _header(data).items():
-        if name == "__metadata__":
-            continue
-        dtype = np.dtype(_ST_DTYPES[entry["dtype"]])
-        begin, end = (int(v) for v in entry["data_offsets"])
-        shape = tuple(int(d) for d in entry["shape"])
-        if not 0 <= begin <= end <= len(body) or end - begin != int(np.prod(shape)) * dtype.itemsize:
-            raise ValueError(f"tensor {name!r}: offsets {begin}..{end} do not hold {shape} {entry['dtype']}")
+def _load_with_bf16(data: bytes, header: dict) -> dict:
+    """The tensors of a safetensors file holding BF16 ones, each copied once from the
+    offsets, which the safetensors library's checks hold for."""
+    body = memoryview(data)[8 + int.from_bytes(data[:8], "little"):]
+    entries = sorted((_entry(name, entry) for name, entry in header.items() if name != "__metadata__"),
+                     key=lambda e: e[3])
+    arrays, expected = {}, 0
+    for name, dtype, shape, begin, end in entries:
+        if begin != expected:
+            raise ValueError(f"tensor {shown(name)} starts at byte {begin}, not at {expected} where the previous "
+                             "one ends (offsets must be contiguous and must not overlap)")
+        if end - begin != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"tensor {shown(name)}: offsets {begin}..{end} do not hold "
+                             f"{shown(str(shape))} of {dtype.itemsize}-byte elements")
+        if end > len(body):
+            raise ValueError(f"tensor {shown(name)} ends at byte {end}, past the data's {len(body)}")
+        expected = end
         arrays[name] = np.frombuffer(body[begin:end], dtype=dtype).reshape(shape).copy()
+    if expected != len(body):
+        raise ValueError(f"the tensors hold {expected} bytes of the data's {len(body)}")
     return arrays
 
 
-def _metadata(data: bytes) -> dict:
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
+def _entry(name: str, entry) -> tuple:
+    """(name, dtype, shape, begin, end) of one header entry, every field's type checked."""
+    if not (isinstance(entry, dict) and entry.get("dtype") in _ST_DTYPES and isinstance(entry.get("shape"), list)
+            and all(type(d) is int and d >= 0 for d in entry["shape"])
+            and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2
+            and all(type(v) is int and v >= 0 for v in entry["data_offsets"])):
+        raise ValueError(f"tensor {shown(name)}: expected dtype, shape (sizes) and data_offsets (two integers)")
+    begin, end = entry["data_offsets"]
+    if end < begin:
+        raise ValueError(f"tensor {shown(name)}: data_offsets end before they begin")
+    return name, np.dtype(_ST_DTYPES[entry["dtype"]]), tuple(entry["shape"]), begin, end
+
+
+def _metadata(header: dict) -> dict:
     meta = header.get("__metadata__", {}) or {}
     if not isinstance(meta, dict):
         raise ValueError("__metadata__ is not an object")
@@ -146,26 +181,40 @@ def encode_state(obj) -> tuple[object, dict]:
     return walk(obj, ""), arrays
 
 
+MAX_DEPTH = 100  # containers inside containers in a structure record
+
+
 def decode_state(tree, arrays: dict, where: str):
-    def walk(x):
+    """The object ``encode_state`` described, its tensors from ``arrays``: one tensor per
+    stored array however often the record names it, containers at most MAX_DEPTH deep."""
+    tensors: dict = {}
+
+    def tensor_of(key):
+        if key not in tensors:
+            tensors[key] = from_numpy(arrays[key].copy())
+        return tensors[key]
+
+    def walk(x, depth: int):
+        if depth > MAX_DEPTH:
+            raise SavedGraphError(f"{where}: the structure nests more than {MAX_DEPTH} deep")
         if isinstance(x, list):
-            return [walk(v) for v in x]
+            return [walk(v, depth + 1) for v in x]
         if not isinstance(x, dict):
             return x
         if "__tensor__" in x or "__ndarray__" in x:
             key = x.get("__tensor__", x.get("__ndarray__"))
-            if key not in arrays:
-                raise SavedGraphError(f"{where}: tensor {key!r} is missing from the tensor file")
-            return from_numpy(arrays[key].copy()) if "__tensor__" in x else arrays[key]
+            if not isinstance(key, str) or key not in arrays:
+                raise SavedGraphError(f"{where}: tensor {shown(str(key))} is missing from the tensor file")
+            return tensor_of(key) if "__tensor__" in x else arrays[key]
         if "__dict__" in x:
-            return {k: walk(v) for k, v in x["__dict__"]}
+            return {k: walk(v, depth + 1) for k, v in x["__dict__"]}
         if "__tuple__" in x:
-            return tuple(walk(v) for v in x["__tuple__"])
+            return tuple(walk(v, depth + 1) for v in x["__tuple__"])
         if "__dtype__" in x:
             return dtypes.from_name(x["__dtype__"])
-        raise SavedGraphError(f"{where}: unknown entry {sorted(x)!r}")
+        raise SavedGraphError(f"{where}: unknown entry {shown(str(sorted(x)))}")
 
     try:
-        return walk(tree)
+        return walk(tree, 0)
     except (TypeError, ValueError) as exc:
-        raise SavedGraphError(f"{where}: malformed state ({exc})") from None
+        raise SavedGraphError(f"{where}: malformed state ({type(exc).__name__}: {shown(str(exc), 200)})") from None
