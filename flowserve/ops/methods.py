@@ -245,6 +245,7 @@ METHODS.update({
     "contiguous": lambda self, memory_format=None: self,
     "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
     "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
+    "divide": F.divide, "diff": F.diff,
     "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
     "index_add": FI.index_add, "index_copy": FI.index_copy, "index_fill": FI.index_fill,
     "any": FM.any_, "all": FM.all_, "tril": FI.tril, "triu": FI.triu, "argwhere": FI.argwhere,
