@@ -1,7 +1,8 @@
 """``flow._C``: OneFlow's functional namespace (``oneflow._C``), over the one op registry.
 
-OneFlow's own model code calls these by name (its ResNet-50 label-smoothing loss is
-``flow._C.softmax_cross_entropy(logits, flow._C.one_hot(label, 1000, 0.9, 1e-4))``). Each name
+OneFlow's own model code calls these by name (its ResNet-50 training smooths labels with
+``flow._C.one_hot(label, num_classes, on_value, off_value)`` and
+``flow._C.softmax_cross_entropy``). Each name
 is the flowserve function of the same meaning: most are ``flow.nn.functional``'s or ``flow``'s
 own function, unchanged; the few whose OneFlow signature differs (``one_hot``'s on/off values,
 ``matmul``'s transposes, the softmax cross entropies, ``bias_add``) are short composites of
