@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from flowserve.nn.functional_more import pairwise_distance
+from flowserve.nn.functional_more import celu, pairwise_distance, selu, threshold
+from flowserve.ops import functional_math as FM
 from flowserve.ops import functional as F
 from flowserve.ops import pool
 from flowserve.ops.activation import logsigmoid
@@ -25,7 +26,7 @@ _MACHINE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** 
 
 __all__ = [
     "adaptive_avg_pool1d", "avg_pool1d", "channel_shuffle", "cosine_embedding_loss", "gaussian_nll_loss",
-    "hardshrink", "hinge_embedding_loss", "lp_pool1d", "lp_pool2d", "margin_ranking_loss",
+    "bilinear", "celu_", "hardshrink", "hinge_embedding_loss", "prelu", "selu_", "threshold_", "lp_pool1d", "lp_pool2d", "margin_ranking_loss",
     "multilabel_soft_margin_loss", "poisson_nll_loss",
     "rms_norm", "soft_margin_loss", "softmin", "softshrink", "tanhshrink", "triplet_margin_loss",
     "upsample_bilinear", "upsample_nearest",
@@ -63,6 +64,31 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     dims = list(range(input.ndim - len(shape), input.ndim))
     out = input * F.rsqrt(F.mean(input * input, dims, keepdim=True) + eps)
     return out * weight if weight is not None else out
+
+
+def prelu(input, weight):  # noqa: A002
+    """``x`` where positive, ``weight * x`` elsewhere; ``weight`` one slope or one per channel (dim 1)."""
+    if weight.numel() > 1:
+        weight = F.reshape(weight, (-1,) + (1,) * (input.ndim - 2))
+    return F.where(F.gt(input, 0), input, input * weight)
+
+
+def selu_(input):  # noqa: A002
+    return selu(input, inplace=True)
+
+
+def celu_(input, alpha: float = 1.0):  # noqa: A002
+    return celu(input, alpha, inplace=True)
+
+
+def threshold_(input, threshold_value: float, value: float):  # noqa: A002
+    return threshold(input, threshold_value, value, inplace=True)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y[..., o] = x1 @ weight[o] @ x2 + bias[o]`` (``torch.nn.functional.bilinear``)."""
+    out = FM.einsum("...i,oij,...j->...o", input1, weight, input2)
+    return out + bias if bias is not None else out
 
 
 # -- pooling -------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ CASES = [
     ("gaussian_nll_loss_var", lambda lib, F, x, y, v: F.gaussian_nll_loss(x, y, v), [X, Y, POS[:, 0]]),
     ("multilabel_soft_margin_loss", lambda lib, F, x, y: F.multilabel_soft_margin_loss(x, y),
      [X, (COUNTS > 2).astype(np.float32)]),
+    ("prelu", lambda lib, F, x, w: (F.prelu(x, w), F.prelu(x, w[:1])), [IMG, POS[0]]),
+    ("inplace", lambda lib, F, x: (F.selu_(x * 1), F.celu_(x * 1, 0.5), F.threshold_(x * 1, 0.1, -2.0)), [X]),
+    ("bilinear", lambda lib, F, a, b, w, c: F.bilinear(a, b, w, c), [X[:, :4], Y[:, :5], normal(3, 4, 5), normal(3)]),
     ("RMSNorm", lambda lib, F, x: lib.nn.RMSNorm(6)(x), [X]),
     ("Softmin", lambda lib, F, x: lib.nn.Softmin(0)(x), [X]),
     ("AvgPool1d", lambda lib, F, x: lib.nn.AvgPool1d(2)(x), [SEQ]),
@@ -138,3 +141,14 @@ def test_predicates_and_attributes_match_torch():
         assert (x.ndimension(), x.itemsize, x.nbytes) == (2, 4, 96)
         assert str(x.byte().dtype).split(".")[-1] == "uint8" and str(x.short().dtype).split(".")[-1] == "int16"
     assert flow.get_default_dtype() == flow.float32
+
+
+def test_bilinear_layer_has_torchs_parameters():
+    mine, theirs = flow.nn.Bilinear(4, 5, 3), torch.nn.Bilinear(4, 5, 3)
+    assert {k: tuple(v.shape) for k, v in mine.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    assert float(mine.weight.abs().max()) <= 0.5  # uniform(-1/sqrt(in1), 1/sqrt(in1))
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in mine.state_dict().items()})
+    a, b = normal(2, 4), normal(2, 5)
+    np.testing.assert_allclose(mine(flow.tensor(a), flow.tensor(b)).numpy(),
+                               theirs(torch.tensor(a), torch.tensor(b)).detach().numpy(), rtol=1e-5, atol=1e-6)

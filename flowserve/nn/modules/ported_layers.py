@@ -4,7 +4,10 @@ parameter names and ``extra_repr``)."""
 
 from __future__ import annotations
 
+import math
+
 from flowserve.nn import functional_ported as FP
+from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.modules.loss import _Loss
 from flowserve.nn.modules.more_layers import _Pad2d
@@ -101,6 +104,31 @@ class RMSNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class Bilinear(Module):
+    """``y = x1^T W x2 + b`` (``torch.nn.Bilinear``: weight ``(out, in1, in2)``, PyTorch's init)."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        self.weight = Parameter(creation.empty(out_features, in1_features, in2_features, device=device, dtype=dtype))
+        self.bias = Parameter(creation.empty(out_features, device=device, dtype=dtype)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = 1 / math.sqrt(self.weight.shape[1])
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return FP.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
 class _Pad1d(_Pad2d):
