@@ -186,3 +186,47 @@ def test_summary_writer_without_tensorboard_fails_only_when_used(monkeypatch, tm
 
     with pytest.raises(ImportError, match="pip install tensorboard"):
         SummaryWriter(tmp_path)
+
+
+def test_torchvision_style_model_file_runs_with_only_the_import_changed():
+    """The calls torchvision's model files make (``_log_api_usage_once`` in ``__init__``,
+    ``fx.wrap`` at import, ``jit.is_scripting``/``is_tracing``, stochastic depth built on
+    ``empty(size).bernoulli_()``), written here with ``flowserve`` imported as ``torch``."""
+    import flowserve as torch_
+
+    torch_.fx.wrap("stochastic_depth")
+
+    def stochastic_depth(input, p, mode, training=True):  # noqa: A002
+        if not torch_.jit.is_scripting() and not torch_.jit.is_tracing():
+            torch_._C._log_api_usage_once("stochastic_depth")
+        if not training or p == 0.0:
+            return input
+        size = [input.shape[0]] + [1] * (input.ndim - 1) if mode == "row" else [1] * input.ndim
+        noise = torch_.empty(size, dtype=input.dtype, device=input.device).bernoulli_(1.0 - p)
+        return input * noise.div_(1.0 - p)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch_._C._log_api_usage_once(self)
+            self.linear = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return x + stochastic_depth(self.linear(x), 0.5, "row", self.training)
+
+    block = Block()
+    x = flow.randn(64, 4)
+    noisy = block(x) - x
+    dropped = (noisy.abs().sum(1) == 0).float().mean().item()
+    assert 0.2 < dropped < 0.8  # whole rows dropped, the rest scaled by 2
+    block.eval()
+
+    class Infer(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+
+        def build(self, v):
+            return self.block(v)
+
+    np.testing.assert_allclose(Infer()(x).numpy(), block(x).numpy(), rtol=1e-6, atol=1e-6)
