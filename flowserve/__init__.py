@@ -19,8 +19,8 @@ import types
 __version__ = "0.1.0"
 
 _SUBPACKAGES = frozenset({
-    "amp", "api", "autograd", "backends", "cli", "clients", "dispatch", "distributed", "dtypes", "env", "errors",
-    "exporter", "ir", "models", "nn", "ops", "optim", "serialization", "server", "utils",
+    "_C", "amp", "api", "autograd", "backends", "cli", "clients", "dispatch", "distributed", "dtypes", "env", "errors",
+    "exporter", "fx", "ir", "jit", "models", "nn", "ops", "optim", "serialization", "server", "utils",
 })  # not "tensor" and "device": flow.tensor and flow.device are the public function and class
 
 

@@ -13,7 +13,6 @@ import importlib.util
 
 ADVICE = {
     "flowserve": {
-        "jit": "torch.jit: use nn.Graph (a traced static graph; flow.save(graph, dir) writes it)",
         "onnx": "torch.onnx.export: use flow.save(graph, dir) then `flowserve export dir`",
         "hub": "torch.hub: build the model from its code and load weights with flow.load('weights.pth')",
         "fft": "torch.fft is not in flowserve",
@@ -23,8 +22,13 @@ ADVICE = {
         "func": "torch.func is not in flowserve; use flow.autograd.grad",
         "set_default_dtype": "flowserve's default float dtype is float32; pass dtype= where another is needed",
     },
+    "flowserve.jit": {
+        "script": "torch.jit.script: use nn.Graph (a traced static graph; flow.save(graph, dir) writes it)",
+        "trace": "torch.jit.trace: use nn.Graph (a traced static graph; flow.save(graph, dir) writes it)",
+        "save": "torch.jit.save: flow.save(graph, dir) saves a traced nn.Graph",
+        "load": "torch.jit.load: flow.load(dir) loads a saved nn.Graph",
+    },
     "flowserve.optim": {
-        "LBFGS": "L-BFGS is not in flowserve; use Adam or SGD",
         "SparseAdam": "use Adam (flowserve has no sparse gradients)",
         "ASGD": "ASGD is not in flowserve; use SGD",
         "Rprop": "Rprop is not in flowserve; use Adam or RMSprop",

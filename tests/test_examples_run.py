@@ -68,3 +68,10 @@ def test_ctc_example_trains_decodes_and_exports(tmp_path):
     assert right >= 28, done.stdout
     manifest = (tmp_path / "labeller" / "flowserve.json").read_text()
     assert '"batch_note": null' in manifest and (tmp_path / "labeller.onnx").is_file()
+
+
+def test_lbfgs_time_sequence_example_learns(tmp_path):
+    done = subprocess.run([sys.executable, str(EXAMPLES / "lbfgs_time_sequence.py"), "--steps", "2"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "10 steps ahead" in done.stdout and done.stdout.strip().endswith("True")

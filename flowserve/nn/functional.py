@@ -146,6 +146,16 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _F.squeeze(out, 2)
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
+                            return_indices: bool = True):
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
+                            return_indices: bool = True):
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
+
+
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,  # noqa: A002
                count_include_pad: bool = True, divisor_override=None):
     kernel, stride, pads, _ = _pool_args(kernel_size, stride, padding, 1, "avg_pool2d")
@@ -211,6 +221,7 @@ __all__ = [name for name in dir() if not name.startswith("_") and name not in ("
 from flowserve.nn.functional_more import *  # noqa: E402,F401,F403 - activations with inplace=, im2col, ...
 from flowserve.nn.functional_3d import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d
 from flowserve.nn.functional_seq import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
+from flowserve.nn.functional_ported import *  # noqa: E402,F401,F403 - shrinks, rms_norm, 1-d pools, more losses
 
 from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
 

@@ -33,6 +33,8 @@ from flowserve.ops.functional_math import (  # noqa: F401  (math beyond arithmet
     equal, is_tensor, numel,
 )
 from flowserve.ops.functional_math import all_, any_, max_, min_  # noqa: F401  (flow.all, ...)
+from flowserve.ops.functional_compose import *  # noqa: F401,F403  (composites; an explicit __all__)
+from flowserve.ops.functional_compose import __all__ as _compose_names
 
 __all__ = [
     "cast", "add", "sub", "mul", "pow", "neg", "maximum", "minimum", "clamp", "clip", "exp",
@@ -50,4 +52,4 @@ __all__ = [
     "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "var",
     "std", "var_mean", "std_mean", "prod", "logsumexp", "norm", "bmm", "dot", "outer", "einsum",
     "isclose", "allclose", "equal", "is_tensor", "numel",
-]
+] + _compose_names

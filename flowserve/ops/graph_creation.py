@@ -26,6 +26,15 @@ def _device(device):
     return as_device(device) if device is not None else CPU
 
 
+def _size_arg(args: tuple, size) -> tuple:
+    """The size given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as ``size=`` (PyTorch's keyword)."""
+    if size is None:
+        return args
+    if args:
+        raise TypeError(f"got the size both positionally {args} and as size={size}")
+    return (size,)
+
+
 def _batch_sized(size: tuple) -> bool:
     """Inside a trace, a size that holds the symbolic batch (``zeros(x.shape[0], 4)``)."""
     return current_trace() is not None and any(isinstance(d, BatchDim) for d in size)
@@ -36,19 +45,22 @@ def _traced_full(size: tuple, value, dtype, device):
     return F.expand(F.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device)), list(size))
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
+def zeros(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    size = _size_arg(size_args, size)
     if _batch_sized(C._size(size)):
         return _traced_full(C._size(size), 0, C._float_dtype(dtype), device)
     return C.zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
+def ones(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    size = _size_arg(size_args, size)
     if _batch_sized(C._size(size)):
         return _traced_full(C._size(size), 1, C._float_dtype(dtype), device)
     return C.ones(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False):
+def empty(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    size = _size_arg(size_args, size)
     return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
@@ -68,13 +80,15 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return C.arange(start, end, step, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
+def randn(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    size = _size_arg(size_args, size)
     if current_trace() is not None:  # a graph draws fresh values per call
         return R.traced_normal(C._size(size), C._float_dtype(dtype), _device(device), generator=generator)
     return C.randn(*size, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
+def rand(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    size = _size_arg(size_args, size)
     if current_trace() is not None:
         return R.traced_uniform(C._size(size), C._float_dtype(dtype), _device(device), generator=generator)
     return C.rand(*size, dtype=dtype, device=device, requires_grad=requires_grad, generator=generator)

@@ -245,6 +245,19 @@ METHODS.update({
     "contiguous": lambda self, memory_format=None: self,
     "argmax": F.argmax, "argmin": F.argmin, "clamp_min": lambda s, m: F.clamp(s, min=m),
     "clamp_max": lambda s, m: F.clamp(s, max=m), "true_divide": F.div, "floor_divide": FM.floor_divide,
+    "divide": F.divide, "diff": F.diff, "absolute": F.absolute, "multiply": F.multiply, "subtract": F.subtract,
+    "negative": F.negative, "greater": F.greater, "greater_equal": F.greater_equal, "less": F.less,
+    "less_equal": F.less_equal, "not_equal": F.not_equal, "swapaxes": F.swapaxes, "swapdims": F.swapdims,
+    "positive": F.positive, "movedim": F.movedim, "moveaxis": F.moveaxis, "ravel": F.ravel,
+    "unflatten": F.unflatten, "fliplr": F.fliplr, "flipud": F.flipud, "addmm": F.addmm, "baddbmm": F.baddbmm,
+    "addmv": F.addmv, "addcmul": F.addcmul, "addcdiv": F.addcdiv, "lerp": F.lerp, "mv": F.mv, "inner": F.inner,
+    "vdot": F.vdot, "trace": F.trace, "sinh": F.sinh, "cosh": F.cosh, "deg2rad": F.deg2rad, "rad2deg": F.rad2deg,
+    "logaddexp": F.logaddexp, "logaddexp2": F.logaddexp2, "hypot": F.hypot, "logit": F.logit, "xlogy": F.xlogy,
+    "nan_to_num": F.nan_to_num, "nansum": F.nansum, "nanmean": F.nanmean, "count_nonzero": F.count_nonzero,
+    "is_complex": F.is_complex, "is_nonzero": F.is_nonzero, "broadcast_to": F.broadcast_to,
+    "tensor_split": FI.tensor_split, "msort": FI.msort, "ndimension": lambda self: self.ndim,
+    "byte": lambda self: F.cast(self, dtypes.uint8), "char": lambda self: F.cast(self, dtypes.int8),
+    "short": lambda self: F.cast(self, dtypes.int16),
     "remainder": FM.remainder, "fmod": FM.fmod, "reciprocal": FM.reciprocal,
     "index_add": FI.index_add, "index_copy": FI.index_copy, "index_fill": FI.index_fill,
     "any": FM.any_, "all": FM.all_, "tril": FI.tril, "triu": FI.triu, "argwhere": FI.argwhere,
@@ -314,6 +327,8 @@ PROPERTIES = {
     "mT": lambda self: F.transpose(self, -2, -1),
     "is_xpu": lambda self: False,  # OneFlow's other accelerators: flowserve runs on CPU and CUDA
     "is_global": lambda self: False,  # flowserve tensors are local (OneFlow's global tensors span ranks)
+    "itemsize": lambda self: self.dtype.itemsize,
+    "nbytes": lambda self: self.dtype.itemsize * self.numel(),
 }
 
 

@@ -28,10 +28,10 @@ def _matmul_vjp(ctx, g):
     a2 = a if a.ndim > 1 else a.unsqueeze(0)
     b2 = b if b.ndim > 1 else b.unsqueeze(-1)
     g2 = g
+    if b.ndim == 1:  # (..., rows) -> (..., rows, 1); a vector-vector product's 0-d g -> (1,)
+        g2 = g2.unsqueeze(-1)
     if a.ndim == 1:
         g2 = g2.unsqueeze(-2)
-    if b.ndim == 1:
-        g2 = g2.unsqueeze(-1)
     ga = (g2 @ b2.mT).sum_to(a2.shape).reshape(a.shape) if ctx.needs(0) else None
     gb = (a2.mT @ g2).sum_to(b2.shape).reshape(b.shape) if ctx.needs(1) else None
     return ga, gb

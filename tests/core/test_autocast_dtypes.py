@@ -5,6 +5,8 @@ numbers, trains like eager, saves and exports."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -15,12 +17,13 @@ import flowserve as flow
 import flowserve.nn as nn
 import flowserve.nn.functional as F
 from flowserve.exporter import export
+from tests.precision import EPS, assert_close_in_format
 
 RNG = np.random.default_rng(0)
 X, W, B = (RNG.standard_normal(s).astype(np.float32) for s in ((4, 8), (6, 8), (6,)))
 IMG, K = RNG.standard_normal((2, 3, 8, 8)).astype(np.float32), RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
 Y = RNG.integers(0, 6, 4)
-ULP = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
+ULP = EPS  # one unit in the last place of each format (tests/precision.py)
 
 
 def _ops(lib, fn, make):
@@ -50,14 +53,18 @@ def test_autocast_dtypes_and_values_match_torch(dtype):
         got = _ops(flow, F, flow.tensor)
     with torch.autocast("cpu", dtype=getattr(torch, dtype)):
         ref = _ops(torch, TF, torch.tensor)
-    exact = ("linear", "matmul", "bmm", "conv2d", "conv_transpose2d", "embedding", "matmul(float64)")
+    # products accumulate over this many terms: PyTorch's kernel may sum them in another order or
+    # width (oneDNN differs between Intel and AMD CPUs), so allow the rounding the format allows
+    terms = {"linear": 8, "matmul": 8, "bmm": 8, "conv2d": 27, "conv_transpose2d": 27}
     for name, r in ref.items():
         g = got[name]
         assert g.dtype.name == str(r.dtype).split(".")[-1], (name, g.dtype, r.dtype)
         gv, rv = g.float().numpy(), r.float().detach().numpy()
-        scale = max(1.0, float(np.abs(rv).max()))
-        tol = 0.0 if name in exact else 2 * ULP[dtype] * scale  # composites may round once more than PyTorch
-        np.testing.assert_allclose(gv, rv, rtol=0, atol=tol + 1e-6 * scale, err_msg=name)
+        if name in ("embedding", "matmul(float64)"):  # a lookup, and a float64 product: no low-precision rounding
+            np.testing.assert_allclose(gv, rv, rtol=0, atol=1e-12, err_msg=name)
+            continue
+        # composites may round once more than PyTorch
+        assert_close_in_format(gv, rv, dtype, roundings=2, terms=terms.get(name, 1), err_msg=name)
     assert F.linear(flow.tensor(X), flow.tensor(W)).dtype == flow.float32  # leaving the context restores float32
     with flow.autocast("cpu"), flow.autocast("cpu", enabled=False):
         assert (flow.tensor(X) @ flow.tensor(W).T).dtype == flow.float32
@@ -67,6 +74,23 @@ def _layers(lib):
     n = lib.nn
     return [n.LSTM(4, 8, num_layers=2), n.GRU(4, 8), n.PReLU(3), n.MultiheadAttention(8, 2),
             n.TransformerEncoderLayer(8, 2, 16, dropout=0.0)]
+
+
+def _torch_autocast_call(module, *args):
+    """``module(*args)`` under torch.autocast; where oneDNN has no bfloat16 kernel for this CPU
+    (its LSTM on AMD EPYC: "could not create a primitive descriptor"), what that kernel computes:
+    bfloat16 inputs and weights, float32 arithmetic, a bfloat16 result."""
+    try:
+        return module(*args)
+    except RuntimeError as e:
+        if "primitive descriptor" not in str(e):
+            raise
+    rounded = copy.deepcopy(module)
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for p in rounded.parameters():
+            p.copy_(p.bfloat16().float())
+        out = rounded(*[a.bfloat16().float() for a in args])
+    return tuple(o.bfloat16() if isinstance(o, torch.Tensor) else o for o in out)
 
 
 def test_autocast_layers_match_torch():
@@ -82,7 +106,7 @@ def test_autocast_layers_match_torch():
         got = [m(*[flow.tensor(v) for v in x]) for m, x in zip(mine, args)]
         got.append(flow.einsum("ij,jk->ik", flow.tensor(a), flow.tensor(b)))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ref = [m(*[torch.tensor(v) for v in x]) for m, x in zip(theirs, args)]
+        ref = [_torch_autocast_call(m, *[torch.tensor(v) for v in x]) for m, x in zip(theirs, args)]
         ref.append(torch.einsum("ij,jk->ik", torch.tensor(a), torch.tensor(b)))
     for i, (g, r) in enumerate(zip(got, ref)):
         g, r = (g[0], r[0]) if isinstance(r, tuple) else (g, r)  # LSTM's and GRU's output, MHA's

@@ -16,6 +16,7 @@ import flowserve as flow
 import flowserve.nn as nn
 import flowserve.nn.functional as F
 from flowserve.exporter import export
+from tests.precision import assert_close_in_format
 
 RNG = np.random.default_rng(0)
 X4 = RNG.standard_normal((2, 6, 7, 5)).astype(np.float32)
@@ -217,10 +218,10 @@ def test_compile_inference_training_and_fallback():
 
 
 def test_missing_names_say_what_to_use():
-    with pytest.raises(AttributeError, match=r"torch\.optim\.LBFGS.*use Adam or SGD"):
-        flow.optim.LBFGS
-    with pytest.raises(AttributeError, match=r"torch\.jit.*nn\.Graph"):
-        flow.jit
+    with pytest.raises(AttributeError, match=r"torch\.optim\.SparseAdam.*use Adam"):
+        flow.optim.SparseAdam
+    with pytest.raises(AttributeError, match=r"torch\.jit\.script.*nn\.Graph"):
+        flow.jit.script
     with pytest.raises(AttributeError, match=r"'Tensor' object has no attribute 'storage'.*numpy\(\)"):
         flow.randn(2).storage
     assert not hasattr(flow.randn(2), "storage")
@@ -357,8 +358,7 @@ def test_autocast_rounds_compute_ops_like_torch_eager_and_in_graphs():
         assert flow.amp.is_autocast_enabled()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ref = twin(torch.tensor(x)).float()
-    ulp = 2.0**-7 * float(ref.abs().max())  # one bfloat16 step at the outputs' scale
-    np.testing.assert_allclose(got.numpy(), ref.detach().numpy(), atol=2 * ulp)
+    assert_close_in_format(got.numpy(), ref.detach().numpy(), "bfloat16", roundings=2)
     plain = model(flow.tensor(x)).numpy()
     assert np.abs(plain - got.numpy()).max() > 1e-4  # the rounding really happened
     assert not flow.amp.is_autocast_enabled()

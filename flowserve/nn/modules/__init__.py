@@ -34,3 +34,9 @@ from flowserve.nn.modules.more_layers import (  # noqa: F401
 from flowserve.nn.modules.ported import (  # noqa: F401
     AdaptiveAvgPool3d, AdaptiveMaxPool3d, ConvTranspose3d, CTCLoss, EmbeddingBag,
 )
+from flowserve.nn.modules.ported_layers import (  # noqa: F401
+    AdaptiveAvgPool1d, AvgPool1d, Bilinear, ChannelShuffle, ConstantPad1d, CosineEmbeddingLoss, GaussianNLLLoss,
+    HingeEmbeddingLoss, Hardshrink, LPPool1d, LPPool2d, MarginRankingLoss, MultiLabelSoftMarginLoss, PoissonNLLLoss,
+    ReflectionPad1d, ReplicationPad1d, RMSNorm, Softmin, Softshrink, SoftMarginLoss, Tanhshrink, TripletMarginLoss,
+    ZeroPad1d,
+)
