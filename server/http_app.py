@@ -22,6 +22,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import http_schemas as schemas
 from .compression import (
@@ -372,6 +373,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         return _error(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect):  # or timed out: no one to tell
+        return _error("body: the client disconnected", 400)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):
