@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import threading
 from multiprocessing import shared_memory
 
+import httpx
+import numpy as np
+import onnx
 import pytest
 
 from flowserve.server.errors import InvalidRequestError
 from flowserve.server import shared_memory as shm
 from flowserve.server.shared_memory import SharedMemoryRegistry, SharedTensor
+
+from .conftest import running_server
+from .test_large_bodies import WIDTH, doubler
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs POSIX shared memory")
 
@@ -142,3 +149,39 @@ def test_an_io_error_is_a_400_naming_the_region(monkeypatch, objects):
     assert caught.value.status == 400
     monkeypatch.undo()
     registry.close()
+
+
+def test_an_infer_reading_a_region_another_client_replaces(monkeypatch, objects, tmp_path):
+    """End to end: an infer's input (over 1 MiB: read in a worker thread) is being read when
+    another client unregisters the region and registers another object under its name; the
+    answer is computed from the bytes that were registered when the infer began."""
+    (tmp_path / "doubler" / "1").mkdir(parents=True)
+    onnx.save(doubler(), tmp_path / "doubler" / "1" / "model.onnx")
+    (tmp_path / "doubler" / "config.json").write_text(json.dumps({"max_batch_size": 16}))
+    rows = 9
+    size = rows * WIDTH * 4
+    first, second = objects(b"\x01", size), objects(b"\x02", size)  # 0x01010101: a tiny float
+    expected = 2 * np.frombuffer(b"\x01" * size, np.float32)
+    body = {"inputs": [
+        {"name": "tag", "datatype": "UINT8", "shape": [rows, 3], "data": [0] * (3 * rows)},
+        {"name": "x", "datatype": "FP32", "shape": [rows, WIDTH],
+         "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": size}}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}
+    with running_server(tmp_path, allow_client_shm=True, max_request_bytes=1 << 23) as server:
+        with httpx.Client(base_url=server.http_url, timeout=20) as client:
+            client.post("/v2/systemsharedmemory/region/in/register",
+                        json={"key": first, "offset": 0, "byte_size": size}).raise_for_status()
+            paused = Paused(monkeypatch, "preadv")
+            answer = in_thread(lambda: httpx.post(f"{server.http_url}/v2/models/doubler/infer",
+                                                  json=body, timeout=20))
+            assert paused.entered.wait(10)
+            client.post("/v2/systemsharedmemory/region/in/unregister").raise_for_status()
+            client.post("/v2/systemsharedmemory/region/in/register",
+                        json={"key": second, "offset": 0, "byte_size": size}).raise_for_status()
+            paused.proceed.set()
+            answer["thread"].join(20)
+    response = answer["result"]
+    assert response.status_code == 200, response.text[:300]
+    length = int(response.headers["inference-header-content-length"])
+    y = np.frombuffer(response.content[length:], np.float32)
+    np.testing.assert_array_equal(y, expected)
