@@ -21,7 +21,7 @@ import threading
 from typing import Iterator, Optional
 
 import uvicorn
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 try:
     import uvloop
@@ -79,20 +79,31 @@ class CoalescingTransport:
 _HEAD_END = b"\r\n\r\n"
 
 
-class NoDelayHTTPProtocol(AutoHTTPProtocol):
+class NoDelayHTTPProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol with TCP_NODELAY and coalesced writes on every socket, and
-    bounded request heads: a request line plus headers over ``max_header_bytes`` is
-    answered 431 and the connection closed before the parser buffers more; a connection
-    that has not sent a complete head within ``header_timeout_s`` of opening (or of its
-    first byte after a response) is answered 408 and closed (closed quietly when it sent
-    nothing at all)."""
+    bounded request heads and bodies: a request line plus headers over
+    ``max_header_bytes`` is answered 431 and the connection closed before the parser
+    buffers more; a connection that has not sent a complete head within
+    ``header_timeout_s`` of opening (or of its first byte after a response) is answered 408
+    and closed (closed quietly when it sent nothing at all); a body that goes
+    ``body_idle_timeout_s`` without a byte, or is not complete ``body_timeout_s`` after
+    its head, is answered 408 and the connection closed (time the server itself holds the
+    body back, pipelined or before ``100 Continue``, does not count).
 
-    def __init__(self, *args, max_header_bytes: int = 64 * 1024,
-                 header_timeout_s: float = 10.0, **kwargs):
+    It overrides uvicorn's private request-cycle hooks (``on_headers_complete``,
+    ``on_body``, ``_start_asgi_task``…): ``pyproject.toml`` pins the uvicorn versions it
+    is tested with, and ``tests/server/test_uvicorn_hooks.py`` fails when they change."""
+
+    def __init__(self, *args, max_header_bytes: int = 64 * 1024, header_timeout_s: float = 10.0,
+                 body_idle_timeout_s: float = 10.0, body_timeout_s: float = 60.0, **kwargs):
         super().__init__(*args, **kwargs)
         self._max_head, self._head_timeout_s = max_header_bytes, header_timeout_s
         self._in_head, self._head_seen, self._head_tail = True, 0, b""
         self._head_timer: Optional[asyncio.TimerHandle] = None
+        self._body_timeouts = (body_idle_timeout_s, body_timeout_s)
+        self._body_pending = self._body_progress = False
+        self._body_timer: Optional[asyncio.TimerHandle] = None
+        self._body_checked = self._body_deadline = 0.0
 
     def connection_made(self, transport) -> None:
         sock = transport.get_extra_info("socket")
@@ -104,6 +115,7 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
 
     def connection_lost(self, exc) -> None:
         self._disarm_head_timer()
+        self._body_done()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -119,6 +131,8 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
                 return self._refuse(431, "request line and headers exceed "
                                          f"{self._max_head} bytes (--max-header-bytes)")
         super().data_received(data)
+        if self._body_pending and self._body_timer is None:
+            self._arm_body_timer()
 
     def on_headers_complete(self) -> None:
         self._in_head, self._head_seen, self._head_tail = False, 0, b""
@@ -127,12 +141,15 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not previous:  # a new request (not an upgrade)
-            cycle.body_sink = (self.app.body_sink(cycle.scope) if cycle.scope["method"] == "POST"
-                               and isinstance(self.app, FrontDoor) else None)
+            self._body_pending, self._body_progress = True, False  # until on_message_complete
+            cycle.body_sink = None  # set before anything can fail: the request's task reads it
+            if cycle.scope["method"] == "POST" and isinstance(self.app, FrontDoor):
+                cycle.body_sink = self.app.body_sink(cycle.scope)
 
     def on_body(self, body: bytes) -> None:
         """A large binary infer body goes into its ``BodySink``, waking no one per chunk
         (``on_message_complete`` or a disconnect does); any other body, to uvicorn."""
+        self._body_progress = True
         cycle = self.cycle
         sink = cycle.body_sink if cycle is not None else None  # None: upgrading, no request
         if sink is None or cycle.response_complete or self.parser.should_upgrade():
@@ -141,6 +158,7 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        self._body_done()
         super().on_message_complete()
 
     def _start_asgi_task(self, cycle, app) -> None:
@@ -171,6 +189,48 @@ class NoDelayHTTPProtocol(AutoHTTPProtocol):
             return
         self._refuse(408, f"no complete request head within {self._head_timeout_s:g} s "
                           "(--header-timeout)")
+
+    def _arm_body_timer(self) -> None:
+        idle, total = self._body_timeouts
+        now = self.loop.time()
+        self._body_checked, self._body_deadline = now, now + total
+        self._body_timer = self.loop.call_later(min(idle, total), self._check_body)
+
+    def _check_body(self) -> None:
+        """Every ``body_idle_timeout_s`` while a body is incomplete: 408 unless bytes came
+        (or the server held them back) and the body's deadline has not passed."""
+        self._body_timer = None
+        if not self._body_pending or self.transport.is_closing():
+            return
+        idle, total = self._body_timeouts
+        now, cycle = self.loop.time(), self.cycle
+        held_back = self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue)
+        if held_back:
+            self._body_deadline += now - self._body_checked
+        self._body_checked = now
+        if (held_back or self._body_progress) and now < self._body_deadline:
+            self._body_progress = False
+            self._body_timer = self.loop.call_later(min(idle, self._body_deadline - now),
+                                                    self._check_body)
+            return
+        self._body_done()
+        if cycle is not None and cycle.response_started:  # answered already: just close
+            self.transport.close()
+        elif now >= self._body_deadline:
+            self._refuse(408, f"request body not complete within {total:g} s (--body-timeout)")
+        else:
+            self._refuse(408, f"no request body bytes for {idle:g} s (--body-idle-timeout)")
+
+    def _body_done(self) -> None:
+        """The body is complete or will never be: no timer, and its sink's buffer no
+        longer counts as allocated ahead of its data."""
+        self._body_pending = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        sink = getattr(self.cycle, "body_sink", None)
+        if sink is not None:
+            sink.filled()
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` with a JSON error and close, whatever the parser holds."""
@@ -305,6 +365,7 @@ class InferenceServer(Listening):
         # built now, so that a certificate that is not one fails before anything listens
         self.tls = {"http": server_context(settings, "http/1.1"), "grpc": server_context(settings, "h2")}
         self.plane = DataPlane(settings)
+        self.http_app: Optional[FrontDoor] = None  # built by serve()
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None
         self._stop: Optional[asyncio.Event] = None
@@ -333,11 +394,14 @@ class InferenceServer(Listening):
         await self.plane.start()
         _listen(http_socket)
         grpc_server = await self._start_grpc()
+        settings = self.settings
         protocol = functools.partial(
-            NoDelayHTTPProtocol, max_header_bytes=self.settings.max_header_bytes,
-            header_timeout_s=self.settings.header_timeout_s)
+            NoDelayHTTPProtocol, max_header_bytes=settings.max_header_bytes,
+            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+            body_idle_timeout_s=settings.body_idle_timeout_s)
+        self.http_app = build_http_app(self.plane)
         http_server = _Uvicorn(_Config(
-            build_http_app(self.plane), http=protocol, ssl_context=self.tls["http"], log_config=None,
+            self.http_app, http=protocol, ssl_context=self.tls["http"], log_config=None,
             access_log=False, lifespan="off", proxy_headers=False, server_header=False,
             timeout_graceful_shutdown=self.settings.graceful_timeout_s, timeout_keep_alive=30),
             handshake_timeout_s=self.settings.header_timeout_s)

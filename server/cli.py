@@ -63,6 +63,16 @@ def serve(
         10.0, help="Seconds a connection may take to send a request's headers, or to finish a TLS "
         "handshake (then closed)."
     ),
+    body_idle_timeout: float = typer.Option(
+        10.0, help="Seconds a request body may go without a byte (408, then closed)."
+    ),
+    body_timeout: float = typer.Option(
+        60.0, help="Seconds a request body may take after its headers (408, then closed)."
+    ),
+    max_preallocated_body_bytes: int = typer.Option(
+        256 * 1024 * 1024, help="Most bytes allocated ahead of their data for large binary "
+        "infer bodies, all connections together (beyond it, bodies grow as they arrive)."
+    ),
     max_bytes_elements: int = typer.Option(
         1 << 20, help="Most BYTES elements one request may carry (400 / INVALID_ARGUMENT beyond)."
     ),
@@ -123,7 +133,9 @@ def serve(
             intra_op_threads=intra_op_threads,
             allow_model_control=allow_model_control, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
-            header_timeout_s=header_timeout, max_bytes_elements=max_bytes_elements,
+            header_timeout_s=header_timeout, body_idle_timeout_s=body_idle_timeout,
+            body_timeout_s=body_timeout, max_preallocated_body_bytes=max_preallocated_body_bytes,
+            max_bytes_elements=max_bytes_elements,
             max_json_elements=max_json_elements, log_level=log_level, workers=workers,
             grpc_workers=grpc_workers, allow_client_shm=allow_client_shm,
             ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,

@@ -22,6 +22,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import http_schemas as schemas
 from .compression import (
@@ -86,6 +87,24 @@ _ALIGN = 64
 _LENGTH_DIGITS = 19
 
 
+class BodyBudget:
+    """The bytes of ``BodySink`` buffers allocated ahead of their data, across the
+    connections of one server, and the most there may be (``--max-preallocated-body-bytes``);
+    a body beyond it grows as its data arrives instead. Used on the event loop only."""
+
+    def __init__(self, limit: int):
+        self.limit, self.reserved = limit, 0
+
+    def reserve(self, size: int) -> bool:
+        if self.reserved + size > self.limit:
+            return False
+        self.reserved += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.reserved -= size
+
+
 class BodySink:
     """One large binary infer body, received straight into a buffer allocated once.
 
@@ -94,14 +113,16 @@ class BodySink:
     tensor's own copy, a body was copied four times after the parser. Here each chunk the
     parser yields is copied once, into a buffer of the declared ``Content-Length``, placed
     so that the binary part after the ``header_length``-byte JSON header starts at a
-    64-byte boundary: the tensors decode as views of it, without another copy."""
+    64-byte boundary: the tensors decode as views of it, without another copy. The buffer
+    counts in ``budget`` until ``filled()`` (the body complete, or never to be)."""
 
-    __slots__ = ("_view", "_written")
+    __slots__ = ("_view", "_written", "_budget", "_reserved")
 
-    def __init__(self, size: int, header_length: int):
+    def __init__(self, size: int, header_length: int, budget: Optional[BodyBudget] = None):
         buffer = np.empty(size + _ALIGN, np.uint8)  # not zeroed: every byte is written
         start = -(buffer.ctypes.data + header_length) % _ALIGN
         self._view, self._written = memoryview(buffer)[start:start + size], 0
+        self._budget, self._reserved = budget, size if budget is not None else 0
 
     def write(self, chunk: bytes) -> None:
         """Append ``chunk``; the HTTP parser never yields more than ``Content-Length``."""
@@ -112,6 +133,12 @@ class BodySink:
     def body(self) -> memoryview:
         """The bytes written so far (all of them once the message is complete)."""
         return self._view[:self._written]
+
+    def filled(self) -> None:
+        """No more bytes will come: the buffer no longer counts in the budget (once)."""
+        if self._reserved:
+            self._budget.release(self._reserved)
+            self._reserved = 0
 
 
 def _header(headers: list, name: bytes) -> Optional[bytes]:
@@ -148,6 +175,7 @@ class FrontDoor:
         self.max_bytes = settings.max_request_bytes
         self.expected = f"Bearer {settings.auth_token}".encode() if settings.auth_token else None
         self.plans = PlanCache()
+        self.body_budget = BodyBudget(settings.max_preallocated_body_bytes)
         self.limits = DecodeLimits(settings.max_bytes_elements, settings.max_json_elements)
         self.answer_level = LEVELS[settings.http_infer_response_compression_level]
 
@@ -159,7 +187,8 @@ class FrontDoor:
     def body_sink(self, scope) -> Optional[BodySink]:
         """A ``BodySink`` for a request whose head was just parsed, when it is an infer
         that may go on (authorized, within ``--max-request-bytes``) with a binary body of
-        ``SINK_MIN_BYTES`` or more, not compressed; else None (uvicorn gathers the body)."""
+        ``SINK_MIN_BYTES`` or more, not compressed, within ``body_budget``; else None
+        (uvicorn gathers the body as it arrives)."""
         headers = scope["headers"]
         size = _small_count(_header(headers, b"content-length"))
         if size is None or not SINK_MIN_BYTES <= size <= self.max_bytes:
@@ -172,7 +201,15 @@ class FrontDoor:
             self._guard(scope["path"], dict(headers))
         except ServerError:  # answered by answer_infer, the body unread
             return None
-        return BodySink(size, head)
+        if not self.body_budget.reserve(size):
+            return None
+        try:
+            return BodySink(size, head, self.body_budget)
+        except MemoryError:  # as if over the budget: nothing else was made
+            self.body_budget.release(size)
+            log.warning("body: %d bytes could not be allocated ahead of the data; receiving "
+                        "it as it arrives", size)
+            return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -336,6 +373,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         return _error(str(exc.detail), exc.status_code)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, exc: ClientDisconnect):  # or timed out: no one to tell
+        return _error("body: the client disconnected", 400)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):

@@ -80,6 +80,16 @@ class ServerSettings(BaseSettings):
         10.0, gt=0,
         description="Seconds a connection may take to send a request's headers, or to finish a TLS handshake."
     )
+    body_idle_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a request body may go without a byte (408, then closed)."
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds a request body may take after its headers (408, then closed)."
+    )
+    max_preallocated_body_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="Most bytes allocated ahead of their data for large "
+        "binary infer bodies, all connections together; beyond it a body grows as it arrives."
+    )
     max_bytes_elements: int = Field(
         1 << 20, ge=1, description="Most BYTES elements one request may carry (400 beyond)."
     )

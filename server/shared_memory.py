@@ -12,7 +12,10 @@ client read and overwrite a shared-memory object of the server's user.
 The server never maps a client's object: it reads inputs with ``pread`` and writes outputs
 with ``pwrite`` on the descriptor it opened at registration, and checks the object's size
 before each, so a client that shrinks or removes its object gets an error, never a
-``SIGBUS``. Keys name objects under ``/dev/shm`` only (one path component, no links)::
+``SIGBUS``. A request reading or writing a region holds a lease on it: ``unregister``
+forgets the name at once, but the descriptor stays open until the last lease ends, so its
+number is never reused under a request still using it. Keys name objects under
+``/dev/shm`` only (one path component, no links)::
 
     registry = SharedMemoryRegistry(enabled=True)
     registry.register("input0", "/my_shm", offset=0, byte_size=4096)
@@ -23,11 +26,13 @@ before each, so a client that shrinks or removes its object gets an error, never
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import stat
-from typing import Mapping, Optional
+import threading
+from typing import Iterator, Mapping, Optional
 
 from .errors import InvalidRequestError, ServerError
 
@@ -92,13 +97,17 @@ def shared_tensor(params: Mapping, where: str) -> Optional[SharedTensor]:
 
 @dataclasses.dataclass
 class Region:
-    """A registered region: ``byte_size`` bytes at ``offset`` into the object ``key``."""
+    """A registered region: ``byte_size`` bytes at ``offset`` into the object ``key``;
+    ``users`` requests hold a lease on its descriptor, closed once it is unregistered and
+    the last of them is done."""
 
     name: str
     key: str
     offset: int
     byte_size: int
     fd: int
+    users: int = 0
+    registered: bool = True
 
     def status(self) -> dict:
         return {"name": self.name, "key": self.key, "offset": self.offset,
@@ -111,6 +120,7 @@ class SharedMemoryRegistry:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self._regions: dict[str, Region] = {}
+        self._lock = threading.Lock()  # regions are used from worker threads too
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -155,17 +165,44 @@ class SharedMemoryRegistry:
         except BaseException:
             os.close(fd)
             raise
-        self._regions[name] = Region(name, key, offset, byte_size, fd)
+        with self._lock:
+            if name in self._regions:  # registered meanwhile by another request
+                os.close(fd)
+                raise InvalidRequestError(f"{where}: already registered (unregister it first)")
+            self._regions[name] = Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str = "") -> None:
         """Forget region ``name`` (every region when ``name`` is empty); a name that is not
-        registered is no error, as in Triton."""
+        registered is no error, as in Triton. A region still in use by a request keeps its
+        descriptor until that request is done."""
         self._check_enabled()
-        names = [name] if name else list(self._regions)
-        for each in names:
-            region = self._regions.pop(each, None)
-            if region is not None:
-                os.close(region.fd)
+        with self._lock:
+            names = [name] if name else list(self._regions)
+            for each in names:
+                region = self._regions.pop(each, None)
+                if region is not None:
+                    self._retire(region)
+
+    def _retire(self, region: Region) -> None:
+        """Mark ``region`` unregistered; close its descriptor when no lease holds it (under
+        ``_lock``)."""
+        region.registered = False
+        if region.users == 0:
+            os.close(region.fd)
+
+    @contextlib.contextmanager
+    def _lease(self, name: str, where: str) -> Iterator[Region]:
+        """Region ``name``, its descriptor kept open until the ``with`` block ends."""
+        with self._lock:
+            region = self._region(name, where)
+            region.users += 1
+        try:
+            yield region
+        finally:
+            with self._lock:
+                region.users -= 1
+                if not region.registered and region.users == 0:
+                    os.close(region.fd)
 
     def status(self, name: str = "") -> list[dict]:
         """Every region (or region ``name``) as ``{name, key, offset, byte_size}``."""
@@ -196,10 +233,11 @@ class SharedMemoryRegistry:
         self._check_enabled()
 
     def close(self) -> None:
-        """Release every region (at shutdown)."""
-        for region in self._regions.values():
-            os.close(region.fd)
-        self._regions.clear()
+        """Release every region (at shutdown; those in use when their request is done)."""
+        with self._lock:
+            for region in self._regions.values():
+                self._retire(region)
+            self._regions.clear()
 
     def _region(self, name: str, where: str) -> Region:
         region = self._regions.get(name)
@@ -212,12 +250,30 @@ class SharedMemoryRegistry:
         """The region ``tensor`` lies in, after checking that it lies within it."""
         self._check_enabled()
         region = self._region(tensor.region, where)
+        self._check_fits(region, tensor, where)
+        return region
+
+    @staticmethod
+    def _check_fits(region: Region, tensor: SharedTensor, where: str) -> None:
         if tensor.offset + tensor.byte_size > region.byte_size:
             raise InvalidRequestError(
                 f"{where}: shared_memory_offset {tensor.offset} + shared_memory_byte_size "
                 f"{tensor.byte_size} runs past the end of region {region.name!r} "
                 f"({region.byte_size} bytes)")
-        return region
+
+    @contextlib.contextmanager
+    def _using(self, tensor: SharedTensor, where: str, doing: str) -> Iterator[Region]:
+        """A lease on the region ``tensor`` lies in, checked; an ``OSError`` while the
+        block reads or writes it is a 400 naming the region and the object."""
+        self._check_enabled()
+        with self._lease(tensor.region, where) as region:
+            self._check_fits(region, tensor, where)
+            try:
+                yield region
+            except OSError as exc:
+                raise InvalidRequestError(
+                    f"{where}: {doing} region {region.name!r} (object {region.key!r}) failed: "
+                    f"{exc.strerror or exc}") from None
 
     def _position(self, region: Region, tensor: SharedTensor, where: str, size: int) -> int:
         """The object offset of ``tensor``'s bytes, after checking that the object still
@@ -232,29 +288,29 @@ class SharedMemoryRegistry:
 
     def read(self, tensor: SharedTensor, where: str) -> bytearray:
         """The ``byte_size`` bytes ``tensor`` names."""
-        region = self.check(tensor, where)
-        start = self._position(region, tensor, where, tensor.byte_size)
-        data = bytearray(tensor.byte_size)
-        done = 0
-        view = memoryview(data)
-        while done < len(data):
-            count = os.preadv(region.fd, [view[done:]], start + done)
-            if count == 0:
-                raise InvalidRequestError(f"{where}: the object {region.key!r} ended while its "
-                                          "data was read")
-            done += count
+        with self._using(tensor, where, "reading") as region:
+            start = self._position(region, tensor, where, tensor.byte_size)
+            data = bytearray(tensor.byte_size)
+            done = 0
+            view = memoryview(data)
+            while done < len(data):
+                count = os.preadv(region.fd, [view[done:]], start + done)
+                if count == 0:
+                    raise InvalidRequestError(f"{where}: the object {region.key!r} ended while "
+                                              "its data was read")
+                done += count
         return data
 
     def write(self, tensor: SharedTensor, data: bytes, where: str) -> SharedTensor:
         """Write ``data`` where ``tensor`` names (it must fit in ``byte_size``); returns the
         place with the byte count written."""
-        region = self.check(tensor, where)
-        if len(data) > tensor.byte_size:
-            raise InvalidRequestError(
-                f"{where}: shared_memory_byte_size {tensor.byte_size} is too small for the "
-                f"output's {len(data)} bytes")
-        start = self._position(region, tensor, where, len(data))
-        view, done = memoryview(data), 0
-        while done < len(data):
-            done += os.pwrite(region.fd, view[done:], start + done)
+        with self._using(tensor, where, "writing") as region:
+            if len(data) > tensor.byte_size:
+                raise InvalidRequestError(
+                    f"{where}: shared_memory_byte_size {tensor.byte_size} is too small for the "
+                    f"output's {len(data)} bytes")
+            start = self._position(region, tensor, where, len(data))
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += os.pwrite(region.fd, view[done:], start + done)
         return SharedTensor(tensor.region, tensor.offset, len(data))
