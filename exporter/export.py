@@ -61,7 +61,9 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
     src = resolve_source(source)
     load_emitters()
     unfused_nodes = len(_lower(src, ExportGraph.of(src.ir, src.arrays), opset, dynamic_batch, target).graph.node)
-    graph = run_passes(ExportGraph.of(src.ir, src.arrays), fuse=fuse)
+    # fused groups become float32 kernels or functions around ops ONNX Runtime runs in float32
+    # only (Conv, Erf): a float64 graph is exported unfused, each op in float64
+    graph = run_passes(ExportGraph.of(src.ir, src.arrays), fuse=fuse and not _computes_in_float64(src.ir))
     model = _lower(src, graph, opset, dynamic_batch, target)
     if dynamic_batch and src.batched:
         _name_signature(model, src)
@@ -80,6 +82,10 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
         report.parity = check_parity(session, src.ir, src.arrays, src.inputs, batches, inputs, rtol)
     report.seconds = time.perf_counter() - started
     return ExportResult(model, report, path)
+
+
+def _computes_in_float64(ir) -> bool:
+    return any(v.dtype == "float64" for v in ir.values.values())
 
 
 def _opset(opset: int | None) -> int:

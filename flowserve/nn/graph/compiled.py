@@ -15,6 +15,8 @@ out) and are rebuilt when a parameter changes in eager mode (version counters).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from flowserve import dtypes
@@ -76,7 +78,10 @@ class CompiledGraph:
         try:
             self.model = self._lower(fed, baked)
             self.session = create_session(self.model, options=self.options)
-        except Exception:
+        except Exception as exc:
+            missing = _missing_kernel(exc, self.traced.ir)
+            if missing is not None:
+                raise GraphError(missing) from None
             if not self.dynamic_batch:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
@@ -177,6 +182,22 @@ class _Deferred(list):
     def __iter__(self):
         fetched = self.binding.copy_outputs_to_cpu()
         return iter([a if a is not None else fetched[i] for i, a in enumerate(self.arrays)])
+
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+
+def _missing_kernel(exc: Exception, ir) -> str | None:
+    """One line for ONNX Runtime's ``NOT_IMPLEMENTED`` (an operator without a kernel for
+    these dtypes), naming the operator, the node and its dtype; None for other errors."""
+    found = _NO_KERNEL.search(str(exc))
+    if found is None:
+        return None
+    op, node = found.groups()
+    value = ir.values.get(node)
+    dtype = f" in {value.dtype}" if value is not None else ""
+    return (f"nn.Graph {ir.name}: ONNX Runtime has no {op} kernel{dtype} (node {node!r}); this op cannot run "
+            f"in a graph in that dtype (run it eagerly, or in a dtype ONNX Runtime supports)")
 
 
 def _np_dtype(name: str):
