@@ -33,8 +33,10 @@ def _versions(state: dict, skip=()) -> tuple:
 
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
-                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None):
+                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None,
+                 dynamic_dims: dict | None = None):
         self.traced = traced
+        self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
         self.training = training
         self.options = options or {}
         self.dynamic_batch = dynamic_batch
@@ -60,7 +62,8 @@ class CompiledGraph:
         blocked = cpu and self.training and self.options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
                               dynamic_batch=self.dynamic_batch, cpu_provider=cpu,
-                              nchwc_block=runtime.nchwc_block_size() if blocked else 0)
+                              nchwc_block=runtime.nchwc_block_size() if blocked else 0,
+                              dynamic_dims=self.dynamic_dims)
 
     def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session  # local: as above
@@ -161,9 +164,13 @@ class CompiledGraph:
     def _output_shapes(self, inputs) -> list:
         """Output shapes for these inputs: the traced ones, dim 0 following the batch."""
         batch = inputs[0].shape[0] if inputs and inputs[0].ndim else None
+        as_traced = all(tuple(t.shape) == tuple(v.shape) for t, v in zip(inputs, self.traced.ir.inputs))
         shapes = []
         for v in self.traced.ir.outputs:
             shape = tuple(v.shape)
+            if v.name in self.dynamic_dims and not as_traced:
+                shapes.append(None)  # a named dim's size: the runtime sizes it
+                continue
             if self.dynamic_batch and self.batch is not None and shape and shape[0] == self.batch:
                 if batch != self.batch:
                     shapes.append(None)  # let the runtime size it
