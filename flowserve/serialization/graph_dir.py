@@ -27,7 +27,7 @@ from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
-from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure
+from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
 from flowserve.serialization.examples import ExampleSet, collect_examples
@@ -78,6 +78,7 @@ def _deployable_dims(graph, traced, model, dynamic_dims) -> tuple[int | None, st
         except Exception as exc:  # build() cannot run at other sizes: it fixes them
             raise retrace_failure(exc, traced.ir, named) from None
         named = check_named_dims(traced, other, named)
+        verify_lowering(traced, other, named)
     if any(0 in axes for t, axes in named.items() if t in {v.name for v in traced.ir.inputs}):
         return None, None, named
     batch, note = deployable_batch(graph, traced, model)

@@ -139,3 +139,21 @@ def test_a_graph_that_bakes_the_dim_is_refused_naming_the_op(tmp_path):
         flow.save(graph, tmp_path / "g", dynamic_dims=NODES)
     with pytest.raises(GraphError, match=r"different sizes in the traced inputs"):
         flow.save(graph, tmp_path / "g", dynamic_dims={"x": {1: "nodes"}, "adj": {0: "nodes"}})
+
+
+def test_a_lowering_that_fixes_a_named_dim_is_caught_at_save_time(tmp_path):
+    class Image(flow.nn.Graph):  # float64 convolutions are lowered with their traced output size
+        def __init__(self):
+            super().__init__()
+            self.conv = flow.nn.Conv2d(3, 4, 3, padding=1).double()
+
+        def build(self, x):
+            return self.conv(x)
+
+    graph = Image()
+    graph(flow.randn(1, 3, 8, 10).double())
+    with pytest.raises(GraphError, match=r"dynamic_dims: the lowered graph (does not run|gives output 'output_0' of size \(1, 4, 8, 10\) where build\(\) gives \(1, 4, 9, 11\)).*'h', 'w'"):
+        flow.save(graph, tmp_path / "g", dynamic_dims={"x": {2: "h", 3: "w"}})
+    flow.save(graph, tmp_path / "g", dynamic_dims={"x": {0: "images"}})  # the batch as a named dim
+    x = np.random.default_rng(0).standard_normal((3, 3, 8, 10))
+    _close(flow.load(tmp_path / "g")(x).numpy(), graph.conv(flow.tensor(x)).numpy())

@@ -82,6 +82,47 @@ def check_named_dims(first, other, named: dict) -> dict:
     return dims
 
 
+def verify_lowering(first, other, dims: dict) -> None:
+    """Run the graph lowered with ``dims`` symbolic at the second trace's sizes and compare
+    with flowserve's interpreter on that trace: a lowering that wrote a value's traced size
+    into the model (not an attribute the traces compare) is caught here, before saving."""
+    from flowserve.ir.interpreter import run_ir
+    from flowserve.nn.graph.compiled import CompiledGraph
+    from flowserve.tensor import Tensor
+
+    rng = np.random.default_rng(0)
+    feeds = {v.name: _random(rng, v) for v in other.ir.inputs}
+    state = {**{k: t.numpy() for k, t in other.state.items()}, **other.constants}
+    want = run_ir(other.ir, feeds, state)
+    try:
+        compiled = CompiledGraph(first, training=False, dynamic_dims=dims)
+        got = compiled.run([Tensor._wrap(feeds[v.name]) for v in first.ir.inputs])
+    except Exception as exc:  # ONNX Runtime refuses the other sizes
+        raise GraphError(f"dynamic_dims: the lowered graph does not run with {_names(_sizes(first.ir, dims))} "
+                         f"changed ({type(exc).__name__}: {str(exc)[:300]})") from None
+    for v, array in zip(other.ir.outputs, got):
+        ref, out = want[v.name], array.numpy()
+        scale = max(1.0, float(np.abs(ref).max())) if ref.size and ref.dtype.kind == "f" else 1.0
+        if out.shape != ref.shape or (ref.dtype.kind == "f" and not np.allclose(out, ref, rtol=1e-4, atol=1e-4 * scale)):
+            raise GraphError(f"dynamic_dims: the lowered graph gives output {v.name!r} of size {out.shape} where "
+                             f"build() gives {ref.shape} with {_names(_sizes(first.ir, dims))} changed (or other "
+                             "values): a lowering fixes their size; the dims cannot be dynamic")
+
+
+def _random(rng, value) -> np.ndarray:
+    from flowserve import dtypes
+
+    dtype = dtypes.from_name(value.dtype).np
+    shape = tuple(int(d) for d in value.shape)
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype)  # indices: 0 is valid for every table
+
+
+def _sizes(ir, dims: dict) -> dict:
+    return {name: int(ir.values[t].shape[a]) for t, axes in dims.items() if t in ir.values for a, name in axes.items()}
+
+
 def retrace_failure(exc: Exception, ir, named: dict) -> GraphError:
     """Why build() cannot run with the named dims one larger: the failing op and its line."""
     sizes = {name: int(ir.values[t].shape[a]) for t, axes in named.items() for a, name in axes.items()}
