@@ -137,7 +137,7 @@ def emit_erf_f64(b, x: str, y: str) -> None:
 # -- recurrent layers ------------------------------------------------------------------------
 
 
-def _cell(b, op: str, gates_x: str, h: str, c, w_hh_t: str, b_hh: str, hidden: int, nonlinearity: str):
+def _cell(b, op: str, gates_x: str, h: str, c, w_hh_t: str, b_hh: str, nonlinearity: str):
     """One time step: the new (h, c) from the input's gate pre-activations ``gates_x``."""
     gates_h = b.op1("Add", [b.op1("MatMul", [h, w_hh_t]), b_hh])
     if op == "rnn_layer":
@@ -162,7 +162,7 @@ def emit_recurrent_f64(b, node, ctx) -> None:
     x, h = node.inputs[0], node.inputs[1]
     c = node.inputs[2] if states == 2 else None
     w_ih, w_hh, b_ih, b_hh = node.inputs[1 + states:5 + states]
-    length, hidden = int(ctx.meta(x).shape[0]), int(ctx.meta(h).shape[-1])
+    length = int(ctx.meta(x).shape[0])
     pre = b.op1("Add", [b.op1("MatMul", [x, b.op1("Transpose", [w_ih], perm=[1, 0])]), b_ih])  # (T, B, G*H)
     steps = [pre] if length == 1 else b.op("Split", [pre], n_out=length, axis=0, num_outputs=length)
     w_hh_t = b.op1("Transpose", [w_hh], perm=[1, 0])
@@ -170,10 +170,9 @@ def emit_recurrent_f64(b, node, ctx) -> None:
     order = range(length - 1, -1, -1) if node.attrs.get("reverse") else range(length)
     for t in order:
         gates_x = b.op1("Squeeze", [steps[t], b.const([0])])
-        h, c = _cell(b, node.op, gates_x, h, c, w_hh_t, b_hh, hidden, node.attrs.get("nonlinearity", "tanh"))
+        h, c = _cell(b, node.op, gates_x, h, c, w_hh_t, b_hh, node.attrs.get("nonlinearity", "tanh"))
         ys[t] = b.op1("Unsqueeze", [h, b.const([0])])
-    b.op("Concat" if length > 1 else "Identity", ys if length > 1 else ys[:1], [node.outputs[0]],
-         **({"axis": 0} if length > 1 else {}))
+    b.op("Concat", ys, [node.outputs[0]], axis=0)
     b.op("Identity", [h], [node.outputs[1]])
     if states == 2:
         b.op("Identity", [c], [node.outputs[2]])
