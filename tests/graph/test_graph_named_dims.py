@@ -157,3 +157,17 @@ def test_a_lowering_that_fixes_a_named_dim_is_caught_at_save_time(tmp_path):
     flow.save(graph, tmp_path / "g", dynamic_dims={"x": {0: "images"}})  # the batch as a named dim
     x = np.random.default_rng(0).standard_normal((3, 3, 8, 10))
     _close(flow.load(tmp_path / "g")(x).numpy(), graph.conv(flow.tensor(x)).numpy())
+
+
+def test_a_manifest_naming_a_fixed_dim_is_refused_at_load(saved, tmp_path):
+    import shutil
+
+    from flowserve.errors import SavedGraphError
+
+    path, _, _ = saved
+    bad = shutil.copytree(path, tmp_path / "bad")
+    manifest = json.loads((bad / "flowserve.json").read_text())
+    manifest["dynamic_dims"]["x"]["1"] = "features"  # x's dim 1 is 16, not dynamic
+    (bad / "flowserve.json").write_text(json.dumps(manifest))
+    with pytest.raises(SavedGraphError, match=r"dynamic_dims names dim 1 of 'x', which is not a dynamic"):
+        flow.load(bad)
