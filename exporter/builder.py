@@ -98,4 +98,5 @@ class Builder:
 
 
 def _dims(shape):
-    return [("batch" if d == -1 and i == 0 else (f"dim_{i}" if d == -1 else int(d))) for i, d in enumerate(shape)]
+    return [d if isinstance(d, str) else ("batch" if d == -1 and i == 0 else (f"dim_{i}" if d == -1 else int(d)))
+            for i, d in enumerate(shape)]

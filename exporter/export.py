@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import json
+
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,10 +63,14 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
     src = resolve_source(source)
     load_emitters()
     unfused_nodes = len(_lower(src, ExportGraph.of(src.ir, src.arrays), opset, dynamic_batch, target).graph.node)
-    graph = run_passes(ExportGraph.of(src.ir, src.arrays), fuse=fuse)
+    # fused groups become float32 kernels or functions around ops ONNX Runtime runs in float32
+    # only (Conv, Erf): a float64 graph is exported unfused, each op in float64
+    graph = run_passes(ExportGraph.of(src.ir, src.arrays), fuse=fuse and not _computes_in_float64(src.ir))
     model = _lower(src, graph, opset, dynamic_batch, target)
-    if dynamic_batch and src.batched:
+    if (dynamic_batch and src.batched) or src.dynamic_dims:
         _name_signature(model, src)
+    if src.dynamic_dims:  # the server checks that the inputs agree on each named dim
+        model.metadata_props.add(key=DYNAMIC_DIMS_KEY, value=json.dumps(src.dynamic_dims, sort_keys=True))
     if src.batch_note:  # the server repeats it when a request has another batch size
         model.metadata_props.add(key=BATCH_NOTE_KEY, value=src.batch_note)
     report = ExportReport(source=src.where, target=target, opset=opset, ir_version=model.ir_version,
@@ -77,9 +83,19 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
         model = check_model(model, path)
         session = session_for(model, path)
         batches = list(PARITY_BATCHES) if dynamic_batch and src.batched else [None]
-        report.parity = check_parity(session, src.ir, src.arrays, src.inputs, batches, inputs, rtol)
+        specs = src.inputs if batches != [None] else _traced_specs(src)  # named dims: at the traced sizes
+        report.parity = check_parity(session, src.ir, src.arrays, specs, batches, inputs, rtol)
     report.seconds = time.perf_counter() - started
     return ExportResult(model, report, path)
+
+
+def _traced_specs(src: ExportSource) -> list:
+    traced = {v.name: list(v.shape) for v in src.ir.inputs}
+    return [s.model_copy(update={"shape": traced.get(s.name, s.shape)}) for s in src.inputs]
+
+
+def _computes_in_float64(ir) -> bool:
+    return any(v.dtype == "float64" for v in ir.values.values())
 
 
 def _opset(opset: int | None) -> int:
@@ -96,12 +112,13 @@ def _opset(opset: int | None) -> int:
 def _lower(src: ExportSource, graph: ExportGraph, opset: int, dynamic_batch: bool, target: str):
     try:
         return lower_ir(graph.ir, graph.consts, dynamic_batch=dynamic_batch and src.batched, opset=opset,
-                        lowerings=fused_lowerings(target))
+                        lowerings=fused_lowerings(target), dynamic_dims=src.dynamic_dims)
     except ExportError as exc:
         raise ExportError(f"{src.where}: {exc}") from None
 
 
 BATCH_NOTE_KEY = "flowserve.batch_note"
+DYNAMIC_DIMS_KEY = "flowserve.dynamic_dims"
 
 
 def _name_signature(model: onnx.ModelProto, src: ExportSource) -> None:
@@ -111,8 +128,11 @@ def _name_signature(model: onnx.ModelProto, src: ExportSource) -> None:
         spec = specs.get(info.name)
         if spec is None:
             continue
+        named = src.dynamic_dims.get(info.name, {})
         for i, (d, dim) in enumerate(zip(spec.shape, info.type.tensor_type.shape.dim)):
-            if d == -1:
+            if i in named:
+                dim.dim_param = named[i]
+            elif d == -1:
                 dim.dim_param = "batch" if i == 0 else f"{info.name}_dim{i}"
     model.doc_string = f"exported by flowserve from {src.where}"
 

@@ -17,10 +17,14 @@ from flowserve.ir.graph import GraphIR, Node, Value
 UPDATE_SUFFIX = ":new"
 
 
-def _batch_shape(shape, batch: int | None) -> list:
+def _batch_shape(shape, batch: int | None, named: dict | None = None) -> list:
+    """``shape`` with dim 0 symbolic (-1: ``batch``) where it is the batch, and the dims in
+    ``named`` (axis -> name, ``flow.save(..., dynamic_dims=...)``) symbolic by their names."""
     shape = list(shape)
     if batch is not None and shape and shape[0] == batch:
         shape[0] = -1
+    for axis, name in (named or {}).items():
+        shape[int(axis)] = name
     return shape
 
 
@@ -74,7 +78,7 @@ def _widen_bfloat16(ir: GraphIR) -> GraphIR:
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
              opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None,
-             nchwc_block: int = 0, cpu_provider: bool = False) -> onnx.ModelProto:
+             nchwc_block: int = 0, cpu_provider: bool = False, dynamic_dims: dict | None = None) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
@@ -86,13 +90,14 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     only (``flowserve.exporter.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
     the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
-    CPU provider (standard operators in the formulations it runs fastest).
+    CPU provider (standard operators in the formulations it runs fastest). ``dynamic_dims``:
+    input or output name -> {axis: dim name}, dims written as those named ``dim_param``s.
     """
     ir = _widen_bfloat16(ir)
     b = Builder(opset)
     batch = ir.inputs[0].shape[0] if dynamic_batch and ir.inputs and ir.inputs[0].shape else None
     for v in ir.inputs:
-        b.input(v.name, v.dtype, _batch_shape(v.shape, batch))
+        b.input(v.name, v.dtype, _batch_shape(v.shape, batch, (dynamic_dims or {}).get(v.name)))
     for name in state_inputs:
         v = ir.state[name]
         b.input(name, v.dtype, v.shape)
@@ -108,7 +113,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         dtype = dtypes.session_dtype(v.dtype)  # flow.autocast's bfloat16 results leave as float32
         if dtype != v.dtype:  # and the graph casts them back
             _cast_output(b, v.name, dtype)
-        b.output(v.name, dtype, _batch_shape(v.shape, batch))
+        b.output(v.name, dtype, _batch_shape(v.shape, batch, (dynamic_dims or {}).get(v.name)))
     user_outputs = {v.name for v in ir.outputs}
     updates = {name: ir.updates[name] for name in state_outputs}
     fold_clip(b, keep=user_outputs | set(updates.values()))

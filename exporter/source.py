@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +23,13 @@ class ExportSource:
     where: str
     name: str
     batch_note: str | None = None  # why the batch is fixed, naming the op and line (manifest)
+    dynamic_dims: dict = field(default_factory=dict)  # tensor name -> {axis: dim name} (manifest)
 
     @property
     def batched(self) -> bool:
-        """Whether the signature has a dynamic batch axis (dim 0 of the inputs)."""
-        return bool(self.inputs) and all(s.shape and s.shape[0] == -1 for s in self.inputs)
+        """Whether the signature has a dynamic batch axis (dim 0 of the inputs, not a named dim)."""
+        return bool(self.inputs) and all(s.shape and s.shape[0] == -1 and 0 not in self.dynamic_dims.get(s.name, {})
+                                         for s in self.inputs)
 
 
 def resolve_source(source) -> ExportSource:
@@ -39,13 +41,13 @@ def resolve_source(source) -> ExportSource:
     if isinstance(source, LoadedGraph):
         m = source.manifest
         return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name,
-                            m.batch_note)
+                            m.batch_note, m.dynamic_dims)
     if isinstance(source, (str, Path)):
         from flowserve.serialization import read_graph_dir
 
         manifest, ir, params = read_graph_dir(source)
         return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
-                            manifest.batch_note)
+                            manifest.batch_note, manifest.dynamic_dims)
     raise ExportError(f"export expected an nn.Graph, a loaded graph or a saved directory path, "
                       f"got {type(source).__name__}")
 

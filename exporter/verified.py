@@ -171,8 +171,12 @@ def _prove(model: onnx.ModelProto, examples: ExampleSet, criteria: Criteria, bat
 
 
 def _batched(model: onnx.ModelProto) -> bool:
+    """Dim 0 of every input is symbolic, and is the batch: not a dim named in
+    ``flowserve.dynamic_dims`` (such dims are not merged across examples)."""
     dims = [i.type.tensor_type.shape.dim for i in model.graph.input]
-    return bool(dims) and all(d and d[0].dim_param for d in dims)
+    text = {p.key: p.value for p in model.metadata_props}.get("flowserve.dynamic_dims")
+    names = {n for axes in json.loads(text).values() for n in axes.values()} if text else set()
+    return bool(dims) and all(d and d[0].dim_param and d[0].dim_param not in names for d in dims)
 
 
 def serving_criteria(outcome: VerifiedExport, examples: ExampleSet, min_agreement: float) -> Criteria:

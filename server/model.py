@@ -13,6 +13,7 @@ statistics that ``/stats`` and ``/metrics`` report::
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from typing import Callable, Optional
@@ -20,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 import onnx
 
-from flowserve.exporter.export import BATCH_NOTE_KEY
+from flowserve.exporter.export import BATCH_NOTE_KEY, DYNAMIC_DIMS_KEY
 
 from .batcher import BatchRecord, DynamicBatcher
 from .config import ResolvedModelConfig
@@ -113,7 +114,10 @@ class ServedModel:
         self.inputs = tensor_specs(proto.graph.input, initializers)
         self.outputs = tensor_specs(proto.graph.output)
         # why the batch size is fixed (op and source line), when the exporter recorded it
-        self.batch_note = {p.key: p.value for p in proto.metadata_props}.get(BATCH_NOTE_KEY)
+        metadata = {p.key: p.value for p in proto.metadata_props}
+        self.batch_note = metadata.get(BATCH_NOTE_KEY)
+        # named dims shared between inputs (flow.save(..., dynamic_dims=...)): input -> {axis: name}
+        self.named_dims = _named_dims(metadata.get(DYNAMIC_DIMS_KEY), {s.name for s in self.inputs})
         self.max_batch_size = config.max_batch_size if self._batchable() else 0
         self.stats = ModelStatistics()
         self.parameters: dict = {}  # shown in model metadata: verification result and figures
@@ -153,8 +157,11 @@ class ServedModel:
         return [first] + [make(threads) for _ in range(config.instance_count - 1)]
 
     def _batchable(self) -> bool:
+        """Dim 0 of every input and output is free, and is no named dim (the node count of a
+        graph's ``x`` and ``adj`` cannot be merged across requests)."""
         specs = self.inputs + self.outputs
-        return bool(self.inputs) and all(s.shape and s.shape[0] == -1 for s in specs)
+        named_first = any(0 in axes for axes in self.named_dims.values())
+        return bool(self.inputs) and not named_first and all(s.shape and s.shape[0] == -1 for s in specs)
 
     def warmup(self) -> None:
         """Run every instance once per warmup batch size (zero inputs)."""
@@ -183,6 +190,7 @@ class ServedModel:
             _check_tensor(spec, array, self.batch_note)
             if self.max_batch_size:
                 rows = _check_rows(name, array, rows, self.max_batch_size)
+        _check_named_dims(self.named_dims, inputs)
         missing = [name for name in self._input_by_name if name not in inputs]
         if missing:
             raise InvalidRequestError(f"inputs: missing input(s) {missing}; model "
@@ -277,6 +285,35 @@ def _check_tensor(spec: TensorSpec, array: np.ndarray, batch_note: Optional[str]
             f"input {spec.name!r}: shape {list(array.shape)} given, model expects "
             f"{list(spec.shape)} (-1: any size){why}"
         )
+
+
+def _named_dims(text: Optional[str], inputs: set) -> dict:
+    """The exporter's ``flowserve.dynamic_dims`` metadata: input name -> {axis: dim name}."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+        return {t: {int(a): str(n) for a, n in axes.items()} for t, axes in raw.items() if t in inputs}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ModelLoadError(f"metadata {DYNAMIC_DIMS_KEY!r} is not a valid dims map ({exc})") from None
+
+
+def _check_named_dims(named: dict, inputs: dict) -> None:
+    """Every named dim has one size across the request's inputs."""
+    seen: dict = {}
+    for tensor, axes in named.items():
+        array = inputs.get(tensor)
+        for axis, name in axes.items():
+            if array is None or axis >= array.ndim:
+                continue
+            size = int(array.shape[axis])
+            if name in seen and seen[name][2] != size:
+                other, other_axis, other_size = seen[name]
+                raise InvalidRequestError(
+                    f"inputs {other!r} and {tensor!r}: dim {name!r} is {other_size} in {other!r} (dim {other_axis}) "
+                    f"but {size} in {tensor!r} (dim {axis}); they must be equal"
+                )
+            seen.setdefault(name, (tensor, axis, size))
 
 
 def _check_rows(name: str, array: np.ndarray, rows: Optional[int], max_batch: int) -> int:

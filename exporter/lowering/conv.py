@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowserve.exporter.lowering.float64 import emit_conv_f64, emit_conv_transpose_f64, is_double
 from flowserve.exporter.lowering.registry import lowering
 
 INT64_MIN = -(2**63)
@@ -100,7 +101,11 @@ def _nchwc_weight(b, w: str, shape, block: int, kind: str) -> str:
 
 
 def emit_conv(b, ctx, x: str, w: str, w_shape, y: str, attrs: dict) -> None:
-    """``y = Conv(x, w)`` with ONNX ``attrs``: NCHWc where ``_nchwc_kind`` allows, else ``Conv``."""
+    """``y = Conv(x, w)`` with ONNX ``attrs``: NCHWc where ``_nchwc_kind`` allows, else ``Conv``
+    (in float64, which ONNX Runtime's ``Conv`` lacks, im2col and ``MatMul``)."""
+    if is_double(ctx, x):
+        emit_conv_f64(b, ctx, x, w, w_shape, y, attrs)
+        return
     kind = _nchwc_kind(ctx, x, w_shape, y, attrs["group"])
     if kind is None:
         b.op("Conv", [x, w], [y], **attrs)
@@ -165,6 +170,9 @@ def lower_conv_transpose(b, node, ctx):
     a = node.attrs
     if _pointwise(node, ctx):
         _matmul_conv_transpose(b, node, ctx)
+        return
+    if is_double(ctx, node.inputs[0]):  # ONNX Runtime has no double ConvTranspose
+        emit_conv_transpose_f64(b, ctx, node, _flipped_kernel)
         return
     pads = _flipped_pads(node, ctx) if all(s == 1 for s in a["stride"]) else None
     if pads is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from flowserve import dtypes
 from flowserve.exporter.builder import onnx_dtype
 from flowserve.exporter.lowering.registry import lowering, simple
@@ -21,9 +23,13 @@ def lower_softmax(b, node, ctx):
 
 @lowering("one_hot")
 def lower_one_hot(b, node, ctx):
-    values = b.const([0, 1], dtypes.from_name(node.attrs["dtype"]).np)
+    double = node.attrs["dtype"] == "float64"  # no double OneHot kernel: float32 0/1, cast exactly
+    values = b.const([0, 1], np.float32 if double else dtypes.from_name(node.attrs["dtype"]).np)
     depth = b.const(node.attrs["num_classes"])
     indices = node.inputs[0]
     if ctx.meta(indices).dtype != "int64":  # ONNX Runtime's OneHot has int64 and float kernels only
         indices = b.op1("Cast", [indices], to=onnx_dtype("int64"))
-    b.op("OneHot", [indices, depth, values], node.outputs, axis=-1)
+    if not double:
+        b.op("OneHot", [indices, depth, values], node.outputs, axis=-1)
+        return
+    b.op("Cast", [b.op1("OneHot", [indices, depth, values], axis=-1)], node.outputs, to=onnx_dtype("float64"))

@@ -3,11 +3,12 @@
 PyTorch and ONNX order the gates differently (LSTM ``i f g o`` vs ``i o f c``; GRU ``r z n``
 vs ``z r h``), so the weights and biases are split by gate and concatenated in ONNX's order
 (in the graph: weights of a training graph are inputs); GRU uses ``linear_before_reset=1``,
-which is PyTorch's formula.
+which is PyTorch's formula. In float64 a layer is unrolled instead (``float64.py``).
 """
 
 from __future__ import annotations
 
+from flowserve.exporter.lowering.float64 import emit_recurrent_f64, is_double
 from flowserve.exporter.lowering.registry import lowering
 
 ONNX_ORDER = {"lstm_layer": (0, 3, 1, 2), "gru_layer": (1, 0, 2), "rnn_layer": (0,)}
@@ -25,6 +26,9 @@ def _add_direction(b, name: str) -> str:
 
 
 def _recurrent(b, node, ctx, op_type: str, states: int, **attrs):
+    if is_double(ctx, node.inputs[0]):  # ONNX Runtime's LSTM/GRU/RNN have no double kernels
+        emit_recurrent_f64(b, node, ctx)
+        return
     order = ONNX_ORDER[node.op]
     x, h0 = node.inputs[0], node.inputs[1]
     w_ih, w_hh, b_ih, b_hh = node.inputs[1 + states:5 + states]

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from onnx import helper, numpy_helper
 
 
@@ -33,7 +34,11 @@ def _scalar(b, name: str):
     if tensor is None:
         return None
     array = numpy_helper.to_array(tensor)
-    return float(array.reshape(())) if array.size == 1 and array.dtype.kind == "f" else None
+    if array.size != 1 or array.dtype.kind != "f":
+        return None
+    value = float(array.reshape(()))
+    # Gemm's beta is a float32 attribute: a float64 mu it cannot hold exactly stays a Mul
+    return value if float(np.float32(value)) == value else None
 
 
 def _attr(node, name: str, default=None):

@@ -284,8 +284,24 @@ def infer_shape(x: Tensor, shape: tuple, op: str = "reshape") -> list:
         total = x.numel()
         if known == 0 or total % known:
             fail_shape(op, f"a shape compatible with {total} elements", f"{tuple(shape)} for input {tuple(x.shape)}")
-        shape[shape.index(-1)] = total // known
+        shape[shape.index(-1)] = _inferred_dim(x.shape, shape, total // known)
     return shape
+
+
+def _inferred_dim(in_shape, shape: list, size: int):
+    """The size a ``-1`` stands for; in a trace whose input holds the batch (a ``BatchDim``),
+    an expression of it where the size is the batch times or divided by a constant
+    (``x.reshape(-1, 28, 28)`` of ``(B, 1, 28, 28)`` is ``B``), so it keeps following the batch."""
+    marks = [d for d in in_shape if isinstance(d, BatchDim)]
+    if len(marks) != 1 or any(isinstance(d, BatchDim) for d in shape):  # (view(B, -1): the rest is plain)
+        return size
+    known = math.prod(int(d) for d in shape if d != -1)
+    rest = math.prod(int(d) for d in in_shape if not isinstance(d, BatchDim))
+    if rest % known == 0:
+        return marks[0] * (rest // known)
+    if known % rest == 0 and int(marks[0]) % (known // rest) == 0:
+        return marks[0] // (known // rest)
+    return size
 
 
 def reshape(x, *shape):

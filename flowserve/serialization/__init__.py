@@ -25,7 +25,8 @@ STATE_TENSORS = "state.safetensors"
 _STRUCTURE_KEY = "flowserve.structure"
 
 
-def save(obj, path, model=None, *, examples=None, tolerance: float | None = None) -> None:
+def save(obj, path, model=None, *, examples=None, tolerance: float | None = None,
+         dynamic_dims: dict | None = None) -> None:
     """Save an ``nn.Graph`` (a deployable directory) or a state dict.
 
     For a training graph, ``model`` names the module to deploy
@@ -35,13 +36,17 @@ def save(obj, path, model=None, *, examples=None, tolerance: float | None = None
     ``dir/examples/`` (tensors, a list of batches, a DataLoader, or ``"last"``; by default
     an inference graph stores its last calls), reproduced within ``tolerance`` (relative,
     default 1e-4) by every export and by the server before it is ready.
+    ``dynamic_dims`` names dims other than the batch that stay free, shared across inputs
+    (``{"x": {0: "nodes"}, "adj": {0: "nodes", 1: "nodes"}}``); see docs/graph.md.
 
     A state dict goes to one safetensors file when ``path`` has a suffix (``model.pt``),
     else to a directory (OneFlow's habit), holding ``state.json`` and ``state.safetensors``.
     """
     if isinstance(obj, Graph):
-        save_graph(obj, path, model, examples, tolerance)
+        save_graph(obj, path, model, examples, tolerance, dynamic_dims)
         return
+    if dynamic_dims is not None:
+        raise TypeError("flow.save: dynamic_dims applies to an nn.Graph only")
     if model is not None:
         raise TypeError("flow.save: model= applies to an nn.Graph only")
     if examples is not None or tolerance is not None:

@@ -91,3 +91,10 @@ def check_signature_shapes(manifest: SavedGraphManifest, ir: GraphIR, where: Pat
             if not fits:
                 raise SavedGraphError(f"{where}: {kind} {spec.name!r} has shape {spec.shape}, "
                                       f"the graph's is {list(value.shape)}")
+    shapes = {s.name: s.shape for s in list(manifest.inputs) + list(manifest.outputs)}
+    for tensor, axes in manifest.dynamic_dims.items():  # named dims: dims of the signature, marked -1
+        shape = shapes.get(tensor)
+        bad = [a for a in axes if shape is None or a >= len(shape) or shape[a] != -1]
+        if bad:
+            raise SavedGraphError(f"{where}: dynamic_dims names dim {bad[0]} of {tensor!r}, which is not a "
+                                  "dynamic (-1) dim of an input or output")

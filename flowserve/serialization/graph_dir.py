@@ -27,12 +27,14 @@ from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
+from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
 from flowserve.serialization.examples import ExampleSet, collect_examples
 from flowserve.serialization.manifest import (
+    BASE_VERSION,
     EXAMPLES_DIR,
-    FORMAT_VERSION,
+    NAMED_DIMS_VERSION,
     GRAPH_FILE,
     MANIFEST,
     PARAMS_FILE,
@@ -44,9 +46,11 @@ from flowserve.serialization.manifest import (
 from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
 
 
-def _signature(values, batch: int | None) -> list[TensorSpec]:
+def _signature(values, batch: int | None, named: dict | None = None) -> list[TensorSpec]:
+    named = named or {}
     return [TensorSpec(name=v.name, dtype=v.dtype,
-                       shape=[-1 if i == 0 and batch is not None and d == batch else d for i, d in enumerate(v.shape)])
+                       shape=[-1 if (i == 0 and batch is not None and d == batch) or i in named.get(v.name, {})
+                              else d for i, d in enumerate(v.shape)])
             for v in values]
 
 
@@ -56,20 +60,40 @@ def _batch(ir: GraphIR) -> int | None:
     return firsts.pop() if len(firsts) == 1 and all(v.shape for v in ir.inputs) else None
 
 
-def graph_signature(ir: GraphIR, batch=...) -> tuple[list[TensorSpec], list[TensorSpec]]:
+def graph_signature(ir: GraphIR, batch=..., named: dict | None = None) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The input and output specs of ``ir``: dim 0 is dynamic (-1) where the inputs share it
-    (or where it equals ``batch``, the checked batch size; ``None``: nothing is dynamic)."""
+    (or where it equals ``batch``, the checked batch size; ``None``: nothing is dynamic), and
+    so are the ``named`` dims (tensor name -> {axis: dim name})."""
     batch = _batch(ir) if batch is ... else batch
-    return _signature(ir.inputs, batch), _signature(ir.outputs, batch)
+    return _signature(ir.inputs, batch, named), _signature(ir.outputs, batch, named)
 
 
-def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None) -> None:
+def _deployable_dims(graph, traced, model, dynamic_dims) -> tuple[int | None, str | None, dict]:
+    """(batch, batch note, named dims) of the deployable trace: with named dims at axis 0 the
+    graph has no separate batch axis; otherwise the batch is checked as without them."""
+    named = normalize(dynamic_dims, traced.ir) if dynamic_dims else {}
+    if named:
+        try:
+            other = inference_traced(graph, model, shapes=grown_shapes(traced.ir, named))
+        except Exception as exc:  # build() cannot run at other sizes: it fixes them
+            raise retrace_failure(exc, traced.ir, named) from None
+        named = check_named_dims(traced, other, named)
+        verify_lowering(traced, other, named)
+    if any(0 in axes for t, axes in named.items() if t in {v.name for v in traced.ir.inputs}):
+        return None, None, named
+    batch, note = deployable_batch(graph, traced, model)
+    return batch, note, named
+
+
+def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None,
+               dynamic_dims: dict | None = None) -> None:
     """Write ``graph`` as a deployable directory; ``model`` picks the module a training
     graph deploys (see ``inference_traced``); ``examples`` and ``tolerance`` as described
-    in ``flowserve.serialization.examples``."""
+    in ``flowserve.serialization.examples``; ``dynamic_dims`` as in
+    ``flowserve.nn.graph.named_dims``."""
     traced = inference_traced(graph, model)
     ir = traced.ir
-    batch, batch_note = deployable_batch(graph, traced, model)
+    batch, batch_note, named = _deployable_dims(graph, traced, model, dynamic_dims)
     if batch_note:
         warnings.warn(f"flow.save({graph.name}): the saved graph runs at batch size {_batch(ir)} only: "
                       f"{batch_note}", UserWarning, stacklevel=3)
@@ -82,9 +106,10 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
             if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
                 arrays.setdefault(name, t.numpy())
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
-    inputs, outputs = graph_signature(ir, batch)
+    inputs, outputs = graph_signature(ir, batch, named)
     manifest = SavedGraphManifest(
-        batch_note=batch_note, format_version=FORMAT_VERSION, flowserve_version=flowserve.__version__, graph_name=graph.name,
+        batch_note=batch_note, format_version=NAMED_DIMS_VERSION if named else BASE_VERSION,
+        flowserve_version=flowserve.__version__, graph_name=graph.name, dynamic_dims=named,
         graph_class=type(graph).__name__, training=graph.training,
         inputs=inputs, outputs=outputs,
         config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})

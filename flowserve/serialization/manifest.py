@@ -11,7 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from flowserve.errors import SavedGraphError
 
-FORMAT_VERSION = 2  # 2: the manifest lists the reference examples (examples/)
+FORMAT_VERSION = 3  # 2: the manifest lists the reference examples (examples/); 3: dynamic_dims
+BASE_VERSION = 2
+NAMED_DIMS_VERSION = 3  # written only by saves with named dynamic dims: others stay readable by version 2
+DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MANIFEST = "flowserve.json"
 GRAPH_FILE = "graph.json"
 PARAMS_FILE = "params.safetensors"
@@ -52,8 +55,20 @@ class SavedGraphManifest(BaseModel):
     outputs: list[TensorSpec]
     config: dict = Field(default_factory=dict)
     batch_note: str | None = None  # why dim 0 is not dynamic, naming the op and line that fixed it
+    # named dynamic dims shared across inputs and outputs: tensor name -> {axis: dim name}
+    dynamic_dims: dict[str, dict[int, str]] = Field(default_factory=dict)
     files: dict[Literal["graph.json", "params.safetensors"], str]
     examples: dict[str, str] = Field(default_factory=dict)  # "examples/<file>" -> sha256
+
+    @field_validator("dynamic_dims")
+    @classmethod
+    def _dim_names(cls, dims: dict) -> dict:
+        for tensor, axes in dims.items():
+            for axis, name in axes.items():
+                if axis < 0 or axis >= MAX_RANK or not DIM_NAME.match(name):
+                    raise ValueError(f"{tensor[:80]!r}: axis {axis} named {name[:80]!r} (axes are 0..{MAX_RANK - 1}, "
+                                     "names identifiers)")
+        return dims
 
     @field_validator("examples")
     @classmethod

@@ -388,6 +388,43 @@ def test_baked_batch_is_reported_with_op_and_line(tmp_path):
         loaded(flow.randn(5, 3, 8))
 
 
+def test_a_reshape_with_minus_one_keeps_the_batch_for_sizes_read_from_it(tmp_path):
+    class Rows(nn.Module):  # mnist_rnn: input.reshape(-1, 28, 28), then state sized by input.size(0)
+        def forward(self, x):
+            rows = x.reshape(-1, 4)  # (B, 2, 4) -> (2B, 4)
+            back = rows.view(-1, 2, 4)  # -> (B, 2, 4)
+            return back + flow.zeros(back.size(0), 1, 1) + flow.ones(rows.shape[0] // 2, 1, 1)
+
+    graph = _TokenGraph(Rows())
+    graph(flow.randn(3, 2, 4))
+    for batch in (1, 5):
+        x = flow.randn(batch, 2, 4)
+        _close(graph(x).numpy(), Rows()(x).numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flow.save(graph, tmp_path / "g")
+    x = flow.randn(6, 2, 4)
+    _close(np.asarray(flow.load(tmp_path / "g")(x)), Rows()(x).numpy())
+
+
+def test_batch_baked_into_a_reshape_of_a_state_saves_with_a_note(tmp_path):
+    class State(nn.Module):  # the batch read as a plain int: a state sized by it, then reshaped
+        def forward(self, x):
+            b = int(x.shape[0])
+            return x + flow.zeros(1, b, 8).reshape(b, 8)
+
+    graph = _TokenGraph(State())
+    graph(flow.randn(4, 8))
+    with pytest.warns(UserWarning, match="runs at batch size 4 only"):
+        flow.save(graph, tmp_path / "g")
+    manifest = json.loads((tmp_path / "g" / "flowserve.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [4, 8] and "'reshape'" in manifest["batch_note"]
+    loaded = flow.load(tmp_path / "g")
+    _close(np.asarray(loaded(flow.ones(4, 8))), np.ones((4, 8), np.float32))
+    with pytest.raises(ShapeError, match="fixed by op 'reshape'"):
+        loaded(flow.randn(5, 8))
+
+
 # -- 4. names -------------------------------------------------------------------------------------
 
 

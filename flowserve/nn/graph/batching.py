@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowserve.errors import ShapeError
 from flowserve.ir.graph import Node
 from flowserve.ir.interpreter import BATCH_ADAPTED_OPS, batch_adapted_attrs
 from flowserve.ops.dims import BatchDim
@@ -79,7 +80,10 @@ def _node_mismatch(ir1, n1: Node, ir2, n2: Node, ba: int, bb: int) -> bool:
         return False
     if n1.op in BATCH_ADAPTED_OPS and n1.inputs:  # what the lowering computes at batch bb
         traced, actual = tuple(ir1.values[n1.inputs[0]].shape), tuple(ir2.values[n1.inputs[0]].shape)
-        adapted = batch_adapted_attrs(n1, traced, actual, bb)
+        try:
+            adapted = batch_adapted_attrs(n1, traced, actual, bb)
+        except ShapeError:  # the traced attribute cannot serve the other batch size: it fixes the batch
+            return True
         if "shape" not in adapted:  # a slice: its starts/ends at bb
             return adapted != n2.attrs
         return _resolved(adapted["shape"], actual) != list(n2.attrs["shape"]) or \

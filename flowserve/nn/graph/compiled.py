@@ -15,6 +15,8 @@ out) and are rebuilt when a parameter changes in eager mode (version counters).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from flowserve import dtypes
@@ -31,8 +33,10 @@ def _versions(state: dict, skip=()) -> tuple:
 
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
-                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None):
+                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None,
+                 dynamic_dims: dict | None = None):
         self.traced = traced
+        self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
         self.training = training
         self.options = options or {}
         self.dynamic_batch = dynamic_batch
@@ -58,7 +62,8 @@ class CompiledGraph:
         blocked = cpu and self.training and self.options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
                               dynamic_batch=self.dynamic_batch, cpu_provider=cpu,
-                              nchwc_block=runtime.nchwc_block_size() if blocked else 0)
+                              nchwc_block=runtime.nchwc_block_size() if blocked else 0,
+                              dynamic_dims=self.dynamic_dims)
 
     def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session  # local: as above
@@ -76,7 +81,10 @@ class CompiledGraph:
         try:
             self.model = self._lower(fed, baked)
             self.session = create_session(self.model, options=self.options)
-        except Exception:
+        except Exception as exc:
+            missing = _missing_kernel(exc, self.traced.ir)
+            if missing is not None:
+                raise GraphError(missing) from None
             if not self.dynamic_batch:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
@@ -156,9 +164,13 @@ class CompiledGraph:
     def _output_shapes(self, inputs) -> list:
         """Output shapes for these inputs: the traced ones, dim 0 following the batch."""
         batch = inputs[0].shape[0] if inputs and inputs[0].ndim else None
+        as_traced = all(tuple(t.shape) == tuple(v.shape) for t, v in zip(inputs, self.traced.ir.inputs))
         shapes = []
         for v in self.traced.ir.outputs:
             shape = tuple(v.shape)
+            if v.name in self.dynamic_dims and not as_traced:
+                shapes.append(None)  # a named dim's size: the runtime sizes it
+                continue
             if self.dynamic_batch and self.batch is not None and shape and shape[0] == self.batch:
                 if batch != self.batch:
                     shapes.append(None)  # let the runtime size it
@@ -177,6 +189,22 @@ class _Deferred(list):
     def __iter__(self):
         fetched = self.binding.copy_outputs_to_cpu()
         return iter([a if a is not None else fetched[i] for i, a in enumerate(self.arrays)])
+
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+
+def _missing_kernel(exc: Exception, ir) -> str | None:
+    """One line for ONNX Runtime's ``NOT_IMPLEMENTED`` (an operator without a kernel for
+    these dtypes), naming the operator, the node and its dtype; None for other errors."""
+    found = _NO_KERNEL.search(str(exc))
+    if found is None:
+        return None
+    op, node = found.groups()
+    value = ir.values.get(node)
+    dtype = f" in {value.dtype}" if value is not None else ""
+    return (f"nn.Graph {ir.name}: ONNX Runtime has no {op} kernel{dtype} (node {node!r}); this op cannot run "
+            f"in a graph in that dtype (run it eagerly, or in a dtype ONNX Runtime supports)")
 
 
 def _np_dtype(name: str):

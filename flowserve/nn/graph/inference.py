@@ -28,12 +28,13 @@ class _ModelGraph(Graph):
         return getattr(self, self._attr)(*args)
 
 
-def inference_traced(graph: Graph, model=None, batch: int | None = None) -> Traced:
+def inference_traced(graph: Graph, model=None, batch: int | None = None, shapes: dict | None = None) -> Traced:
     """The inference trace of ``graph``: its own trace when it has no optimizer, else the
     trace of its deployable module in eval mode, without grads. That module is ``model``
     (``flow.save(graph, dir, model=graph.model)``), else what ``graph.deploy()`` returns,
     else the last top-level module ``build()`` called that is not a loss. With ``batch``,
-    traced again on zero inputs of that batch size (the batch check of ``flow.save``)."""
+    traced again on zero inputs of that batch size (the batch check of ``flow.save``); with
+    ``shapes`` (input name -> shape), on zero inputs of those shapes (its named-dims check)."""
     compiled = graph.parts.last
     if compiled is None:
         raise GraphError(f"(GRAPH:{graph.name}:{type(graph).__name__}) has not been compiled; the graph must be "
@@ -44,9 +45,9 @@ def inference_traced(graph: Graph, model=None, batch: int | None = None) -> Trac
         if chosen is not None:
             raise GraphError(f"{graph.name} is an inference graph: it deploys its own build(); "
                              "model= and deploy() choose a module of a training graph only")
-        if batch is None:
+        if batch is None and shapes is None:
             return compiled.traced
-        samples = [_sample(v, batch) for v in compiled.traced.ir.inputs]
+        samples = [_sample(v, batch, shapes) for v in compiled.traced.ir.inputs]
         args, kwargs = unflatten(compiled.traced.in_spec, samples)
         return graph._traced_quietly(trace_build, args, kwargs)
     traced = compiled.traced
@@ -59,7 +60,7 @@ def inference_traced(graph: Graph, model=None, batch: int | None = None) -> Trac
             raise GraphError(f"module {attr!r} of {graph.name} is called on a computed tensor; to deploy it, "
                              "its inputs must be inputs of build()")
         names.append(name)
-    samples = [_sample(a._lazy, batch) for a in args]
+    samples = [_sample(a._lazy, batch, shapes) for a in args]
     modes = {m: m.training for m in module.modules()}
     module.eval()
     try:
@@ -91,9 +92,10 @@ def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
     return attr, module, args
 
 
-def _sample(value, batch: int | None = None):
-    """Zeros of a traced value's shape and dtype (dim 0 = ``batch`` when given)."""
-    shape = [int(d) for d in value.shape]
+def _sample(value, batch: int | None = None, shapes: dict | None = None):
+    """Zeros of a traced value's shape and dtype (dim 0 = ``batch`` when given; the shape
+    ``shapes`` gives for its name, when it does)."""
+    shape = [int(d) for d in (shapes or {}).get(value.name, value.shape)]
     if batch is not None and shape:
         shape[0] = batch
     return zeros(*shape, dtype=dtypes.from_name(value.dtype))

@@ -6,6 +6,7 @@ import numpy as np
 
 from flowserve.errors import ShapeError
 from flowserve.nn.graph.compiled import CompiledGraph
+from flowserve.nn.graph.named_dims import check_shared_sizes
 from flowserve.nn.graph.trace import Traced
 from flowserve.ops.creation import from_numpy
 from flowserve.tensor import Tensor
@@ -48,8 +49,10 @@ class LoadedGraph:
                             f"({', '.join(v.name for v in self.ir.inputs)}), got {len(tensors)}")
         self._check_shapes(tensors)
         if self._compiled is None:
-            dynamic = any(s.shape and s.shape[0] == -1 for s in self.inputs)
-            self._compiled = self._compiled_cls(self._traced, training=False, dynamic_batch=dynamic)
+            named = self.manifest.dynamic_dims
+            dynamic = any(s.shape and s.shape[0] == -1 and 0 not in named.get(s.name, {}) for s in self.inputs)
+            self._compiled = self._compiled_cls(self._traced, training=False, dynamic_batch=dynamic,
+                                                dynamic_dims=named)
         outs = self._compiled.run(tensors)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -60,6 +63,8 @@ class LoadedGraph:
                 note = f" ({self.manifest.batch_note})" if self.manifest.batch_note else ""
                 raise ShapeError(f"{self.name}: input {spec.name!r} expected size {tuple(spec.shape)} "
                                  f"(-1: any){note}, got {shape}")
+        check_shared_sizes(self.name, self.manifest.dynamic_dims,
+                           {spec.name: tuple(t.shape) for spec, t in zip(self.inputs, tensors)})
 
     def __repr__(self) -> str:
         lines = [f"(GRAPH:{self.name}:{self.manifest.graph_class}) loaded ("]

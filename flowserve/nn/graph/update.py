@@ -21,8 +21,11 @@ from flowserve.optim.optimizer import clip_group_grads
 from flowserve.tensor import Tensor
 
 
-def _f32(x):
-    return np.asarray(x, dtype=np.float32)
+def _lr_feed(group: dict):
+    """The group's learning rate as fed each call: float32, or float64 for float64 parameters
+    (a float32 0.1 is 0.10000000149, an error a double model would carry into every step)."""
+    double = any(p.dtype.name == "float64" for p in group["params"])
+    return lambda: np.asarray(group["lr"], dtype=np.float64 if double else np.float32)
 
 
 def _gradients(tracer, graph, scaler_state: dict) -> list:
@@ -31,7 +34,7 @@ def _gradients(tracer, graph, scaler_state: dict) -> list:
     for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
             lr_name = f"System-Optimizer-{oi}-Group-{gi}-LearningRate"
-            lr = tracer.add_state(lr_name, Tensor._wrap(_f32(group["lr"])), "system")
+            lr = tracer.add_state(lr_name, Tensor._wrap(_lr_feed(group)()), "system")
             items = []
             for p in group["params"]:
                 lazy_p = tracer.lazy_of(p)
@@ -98,7 +101,7 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
             found_inf = parallel.agree(found_inf) if parallel is not None else found_inf
         zero = parallel.zero if parallel is not None else None  # ZeRO: a sharded update per group
         for opt, group, lr, lr_name, items in work:
-            system_feeds[lr_name] = (lambda g=group: _f32(g["lr"]))
+            system_feeds[lr_name] = _lr_feed(group)
             sharded = zero is not None and bool(items)
             if sharded:
                 states = zero.states(tracer, opt, group, lr_name.removesuffix("-LearningRate"),
