@@ -108,7 +108,10 @@ class _TrainGraph(flow.nn.Graph):
         return loss
 
 
-@pytest.mark.parametrize("name", list(CASES))
+SLOW = {"resnet50"}  # about 25 s: 16 bottlenecks at 64x64
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
 def test_port_trains_saves_exports_and_matches_torch(name, tmp_path):
     cls, plain, _, make_input, classes = CASES[name]
     mine, theirs = _twins(cls, plain)
