@@ -44,7 +44,7 @@ def _image32(batch, seed=0):
     return _image(batch, seed, 32)
 
 
-def _image64(batch, seed=0):  # ResNet-50 and ShuffleNetV2 end at 2x2 positions, not 1x1 (see LR)
+def _image64(batch, seed=0):  # ResNet-50 and ShuffleNetV2 end at 2x2 positions, not 1x1 (below)
     return _image(batch, seed, 64)
 
 
