@@ -1,12 +1,13 @@
 """Ported architectures, end to end: eager forward equals the PyTorch twin; three training
 steps in nn.Graph equal PyTorch's at drop rate 0; at drop rate > 0 the random ops draw anew
-every call; the trained model saves, exports and loads, and agrees with the twin at batch
-sizes 1 and 5 (rtol 1e-5, atol 1e-5 * max|ref|)."""
+every call; the trained model saves, exports, loads and is served over HTTP, and agrees with
+the twin at batch sizes 1 and 5 (rtol 1e-5, atol 1e-5 * max|ref|)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,18 @@ import pytest
 import torch
 
 import flowserve as flow
+from flowserve.clients import HTTPClient
 from flowserve.exporter import export
 from tests.models.architectures import architectures
+from tests.models.vision_architectures import vision_architectures
+from tests.server.conftest import running_server
 
-FLOW, TORCH = architectures(flow), architectures(torch)
+
+def _namespace(lib):
+    return types.SimpleNamespace(**vars(architectures(lib)), **vars(vision_architectures(lib)))
+
+
+FLOW, TORCH = _namespace(flow), _namespace(torch)
 
 
 def _close(got, ref):
@@ -27,8 +36,16 @@ def _close(got, ref):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
 
 
-def _image(batch, seed=0):
-    return np.random.default_rng(seed).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+def _image(batch, seed=0, size=16):
+    return np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
+
+
+def _image32(batch, seed=0):
+    return _image(batch, seed, 32)
+
+
+def _image64(batch, seed=0):  # ResNet-50 and ShuffleNetV2 end at 2x2 positions, not 1x1 (below)
+    return _image(batch, seed, 64)
 
 
 def _tokens(batch, seed=0, vocab=17, length=8):
@@ -42,7 +59,22 @@ CASES = {  # name: (kwargs of the deterministic model, kwargs with random ops, i
     "densenet": ("DenseNet", {}, None, _image, 5),
     "lstm_lm": ("RNNModel", {}, {"dropout": 0.5}, lambda b, seed=0: _tokens(b, seed), 17),
     "gpt": ("GPT", {}, {"dropout": 0.5}, lambda b, seed=0: _tokens(b, seed, vocab=19), 19),
+    "resnet50": ("ResNet", {"zero_init_residual": True}, None, _image64, 5),
+    "mobilenet_v3": ("MobileNetV3", {}, {"dropout": 0.5}, _image32, 5),
+    "shufflenet_v2": ("ShuffleNetV2", {}, None, _image64, 5),
+    "regnet_x": ("RegNet", {}, None, _image32, 5),
+    "regnet_y": ("RegNet", {"se_ratio": 0.25}, None, _image32, 5),
+    "swin": ("Swin", {}, None, _image, 5),
 }
+
+# Where float32 itself is chaotic no two implementations agree to 1e-5 after a training step.
+# BatchNorm over 4 samples x 1 x 1 positions turns float32 rounding into gradients 20% off
+# float64 (PyTorch's own float32 included, measured on ResNet-50 at 32x32), so the deep nets get
+# 64x64 inputs. ResNet-50 with its default initialisation is still chaotic there: ~340k ReLU
+# inputs at batch 4, some within a float32 rounding of 0, and 16 residual branches that amplify
+# a flip; its gradients land up to 19% off float64 in PyTorch float32 (channels_last), flowserve
+# eager or graph, by chance of seed and depth. torchvision's ``zero_init_residual`` (each
+# branch starts at zero) keeps the first steps well conditioned.
 
 
 def _twins(cls: str, kwargs: dict):
@@ -76,7 +108,10 @@ class _TrainGraph(flow.nn.Graph):
         return loss
 
 
-@pytest.mark.parametrize("name", list(CASES))
+SLOW = {"resnet50"}  # about 25 s: 16 bottlenecks at 64x64
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in CASES])
 def test_port_trains_saves_exports_and_matches_torch(name, tmp_path):
     cls, plain, _, make_input, classes = CASES[name]
     mine, theirs = _twins(cls, plain)
@@ -113,6 +148,21 @@ def test_port_trains_saves_exports_and_matches_torch(name, tmp_path):
             ref = theirs(torch.from_numpy(x))
         _close(session.run(None, {"x": x})[0], ref)
         _close(loaded(x), ref)
+    _assert_served_like(tmp_path / name, theirs, make_input)
+
+
+def _assert_served_like(saved, theirs, make_input):
+    """The saved directory served over HTTP answers requests of 1 and 5 rows as the twin."""
+    with running_server(saved) as server:
+        client = HTTPClient(server.http_url)
+        model = client.repository_index()[0]["name"]
+        input_name = client.model_metadata(model)["inputs"][0]["name"]
+        for batch in (1, 5):
+            x = make_input(batch, seed=20 + batch)
+            with torch.no_grad():
+                ref = theirs(torch.from_numpy(x))
+            (got,) = client.infer(model, {input_name: x}).values()
+            _close(got, ref)
 
 
 @pytest.mark.parametrize("name", [n for n, case in CASES.items() if case[2] is not None])
