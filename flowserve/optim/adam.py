@@ -7,7 +7,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
-from flowserve.optim.foreach import CHUNK, Writer, chunks, scalar_step
+from flowserve.optim.foreach import CHUNK, Writer, chunks, run, scalar_step
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
                                       lerp, step_tensor)
 
@@ -73,22 +73,26 @@ class Adam(Optimizer):
         """``_update`` of every parameter of ``group``, on numpy arrays in place."""
         writer = Writer(self._owned)
         keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
-        touched = list(params)
+        touched, jobs = list(params), []
         for p, state in zip(params, states):
             step = np.asarray(scalar_step(state["step"]), dtype=np.float64)
             beta1, beta2 = (np.asarray(beta, dtype=np.float64) for beta in group["betas"])
             scalars = dict(step_size=-(lr / (1 - np.power(beta1, step))),  # as bias_corrections rounds them
                            correction2_sqrt=np.sqrt(1 - np.power(beta2, step)))
-            arrays = [writer.target(p)] + [writer.target(state[k]) for k in keys]
+            views = [*writer.target(p), p.grad._data.reshape(-1)]
+            for k in keys:
+                views += writer.target(state[k])
             touched += [state[k] for k in keys]
-            _adam_arrays(arrays, p.grad._data.reshape(-1), group, lr, scalars)
+            jobs.append((_adam_arrays, views, (group, lr, scalars)))
+        run(jobs)
         writer.commit(touched)
 
 
-def _adam_arrays(arrays: list, g, group: dict, lr: float, scalars: dict) -> None:
-    """Adam on flat arrays, chunk by chunk, in ``_update``'s order of operations; ``arrays``
-    are ``(source, destination)`` pairs of the parameter, exp_avg, exp_avg_sq (and max)."""
-    (p_src, p_dst), (ea_src, ea_dst), (sq_src, sq_dst) = arrays[:3]
+def _adam_arrays(views: list, group: dict, lr: float, scalars: dict) -> None:
+    """Adam on flat arrays (parameter source and destination, gradient, then source and
+    destination of exp_avg, exp_avg_sq and max_exp_avg_sq), chunk by chunk, in
+    ``_update``'s order of operations."""
+    p_src, p_dst, g, ea_src, ea_dst, sq_src, sq_dst = views[:7]
     n, dt = p_src.size, p_src.dtype.type
     scratch = [np.empty(min(n, CHUNK), dtype=dt) for _ in range(4)]
     beta1, beta2 = group["betas"]
@@ -113,7 +117,7 @@ def _adam_arrays(arrays: list, g, group: dict, lr: float, scalars: dict) -> None
         np.multiply(gc if beta2 == 0 else np.multiply(gc, dt(1 - beta2), out=c), gc, out=c)
         second = np.add(np.multiply(sq_src[s], dt(beta2), out=sq_dst[s]), c, out=sq_dst[s])
         if group["amsgrad"]:
-            second = np.maximum(arrays[3][0][s], second, out=arrays[3][1][s])
+            second = np.maximum(views[7][s], second, out=views[8][s])
         denom = np.add(np.divide(np.sqrt(second, out=c), c2, out=c), eps, out=c)
         np.add(pc, np.divide(np.multiply(ea_dst[s], step_size, out=d), denom, out=d), out=p_dst[s])
 

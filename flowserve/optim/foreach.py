@@ -23,14 +23,19 @@ As in PyTorch, a ``p.detach()`` taken before ``step()`` then sees the new value.
 
 from __future__ import annotations
 
+import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from flowserve.dispatch import current_trace
 from flowserve.tensor import Tensor
 
-CHUNK = 1 << 15  # elements per ufunc call: a few scratch chunks stay in L2
+CHUNK = 1 << 16  # elements per ufunc call (256 KB of float32): the scratch chunks stay in cache
+TASK = 1 << 20  # elements per task of the thread pool (numpy's ufuncs release the GIL)
+THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+_POOL: dict = {}  # pid -> the ThreadPoolExecutor of that process (a forked child makes its own)
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -75,6 +80,36 @@ class Writer:
         self.pending = []
         for t in tensors:
             t._version += 1
+
+
+def run(jobs: list) -> None:
+    """Run ``(kernel, views, args)`` jobs, ``kernel(views, *args)`` over equal-length 1-D
+    ``views``, split into tasks of about ``TASK`` elements on ``THREADS`` threads."""
+    tasks, task, size = [], [], 0
+    for kernel, views, args in jobs:
+        n = views[0].size
+        for start in range(0, n, TASK):
+            task.append((kernel, [v[start:start + TASK] for v in views], args))
+            size += min(TASK, n - start)
+            if size >= TASK:
+                tasks.append(task)
+                task, size = [], 0
+    tasks += [task] if task else []
+    if THREADS < 2 or len(tasks) < 2:
+        for task in tasks:
+            _run_task(task)
+        return
+    pool = _POOL.get(os.getpid())
+    if pool is None:
+        _POOL.clear()
+        pool = _POOL[os.getpid()] = ThreadPoolExecutor(THREADS, thread_name_prefix="flowserve-foreach")
+    for _ in pool.map(_run_task, tasks):  # re-raises a kernel's error here
+        pass
+
+
+def _run_task(task: list) -> None:
+    for kernel, views, args in task:
+        kernel(views, *args)
 
 
 def chunks(n: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.ops import creation
-from flowserve.optim.foreach import CHUNK, Writer, chunks, scalar_step
+from flowserve.optim.foreach import CHUNK, Writer, chunks, run, scalar_step
 from flowserve.optim.optimizer import Optimizer, check_options
 
 
@@ -67,24 +67,27 @@ class SGD(Optimizer):
     def _foreach_update(self, params: list, states: list, group: dict, lr: float) -> None:
         """``_update`` of every parameter of ``group``, on numpy arrays in place."""
         writer = Writer(self._owned)
-        touched = list(params)
+        touched, jobs = list(params), []
         for p, state in zip(params, states):
-            dt = p._data.dtype.type
-            buf = coef = None
+            views = [*writer.target(p), p.grad._data.reshape(-1)]
+            coef = None
             if group["momentum"]:
                 touched.append(state["momentum_buffer"])
-                buf = writer.target(state["momentum_buffer"])
+                views += writer.target(state["momentum_buffer"])
                 if group["dampening"]:
-                    coef = dt(1) - state["started"]._data * dt(group["dampening"])
+                    coef = p._data.dtype.type(1) - state["started"]._data * p._data.dtype.type(group["dampening"])
                     scalar_step(state["started"], 1)
-            _sgd_arrays(writer.target(p), p.grad._data.reshape(-1), buf, coef, group, lr, dt)
+            jobs.append((_sgd_arrays, views, (coef, group, lr)))
+        run(jobs)
         writer.commit(touched)
 
 
-def _sgd_arrays(p: tuple, g, buf, coef, group: dict, lr: float, dt) -> None:
-    """SGD on flat arrays, chunk by chunk, in ``_update``'s order of operations;
-    ``p`` and ``buf`` are ``(source, destination)`` pairs, ``coef`` the dampening factor."""
-    (p_src, p_dst), n = p, p[0].size
+def _sgd_arrays(views: list, coef, group: dict, lr: float) -> None:
+    """SGD on flat arrays (parameter source and destination, gradient, momentum buffer
+    source and destination), chunk by chunk, in ``_update``'s order of operations."""
+    p_src, p_dst, g = views[:3]
+    buf = views[3:] or None
+    n, dt = p_src.size, p_src.dtype.type
     scratch = [np.empty(min(n, CHUNK), dtype=dt) for _ in range(3)]
     momentum, wd = dt(group["momentum"]), dt(group["weight_decay"])
     for s in chunks(n):

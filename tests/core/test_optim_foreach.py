@@ -68,6 +68,18 @@ def test_foreach_equals_the_per_parameter_update_bit_for_bit(name, options, dtyp
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=str(key))
 
 
+@pytest.mark.parametrize("name,options", [CASES[3], CASES[7], CASES[11]], ids=[IDS[3], IDS[7], IDS[11]])
+def test_tasks_on_threads_give_the_same_numbers(name, options, monkeypatch):
+    monkeypatch.setattr(foreach, "THREADS", 3)
+    monkeypatch.setattr(foreach, "TASK", 5000)  # tasks cut tensors, and tasks gather small tensors
+    params, grads = values()
+    threaded, _ = train_ours(name, options, params, grads, True)
+    monkeypatch.setattr(foreach, "THREADS", 1)
+    plain, _ = train_ours(name, options, params, grads, False)
+    for p, q in zip(threaded, plain):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
 @pytest.mark.parametrize("torch_foreach", [False, True], ids=["torch-for-loop", "torch-foreach"])
 @pytest.mark.parametrize("name,options", CASES, ids=IDS)
 def test_foreach_matches_torch_after_3_steps(name, options, torch_foreach):
