@@ -62,6 +62,15 @@ class Optimizer(ABC):
         for group in groups:
             self.add_param_group(group)
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_owned"] = {}  # weak references: a copy owns no array yet
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_owned", {})
+
     def add_param_group(self, group: dict) -> None:
         """Add a group of parameters with its own options (``{"params": [...], "lr": 0.1}``)."""
         group = dict(group)

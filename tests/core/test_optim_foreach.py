@@ -5,6 +5,9 @@ them, and eager steps mixed with nn.Graph steps."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -120,6 +123,25 @@ def test_arrays_shared_with_other_tensors_are_never_written():
     opt.step()
     assert p._data is array and p._version == version + 1
     np.testing.assert_allclose(alias.numpy(), 0.5 - 0.5 * 1.9)
+
+
+@pytest.mark.parametrize("duplicate", [copy.deepcopy, lambda opt: pickle.loads(pickle.dumps(opt))],
+                         ids=["deepcopy", "pickle"])
+def test_a_copied_optimizer_writes_only_its_own_arrays(duplicate):
+    p = flow.nn.Parameter(flow.ones(4))
+    opt = flow.optim.Adam([p], lr=0.5)
+    for _ in range(2):
+        p.grad = flow.ones_like(p)
+        opt.step()
+    twin = duplicate(opt)
+    q = twin.param_groups[0]["params"][0]
+    q.grad = flow.ones_like(q)
+    before, state = p.numpy().copy(), opt.state[p]["exp_avg"].numpy().copy()
+    twin.step()
+    twin.step()
+    np.testing.assert_array_equal(p.numpy(), before)
+    np.testing.assert_array_equal(opt.state[p]["exp_avg"].numpy(), state)
+    assert not np.array_equal(q.numpy(), before)
 
 
 def test_updates_foreach_cannot_take_fall_back_to_the_per_parameter_update():
