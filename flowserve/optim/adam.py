@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from flowserve import dtypes
 from flowserve.ops import creation
 from flowserve.ops import functional as F
+from flowserve.optim.foreach import CHUNK, Writer, chunks, run, scalar_step
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
                                       lerp, step_tensor)
 
@@ -24,8 +27,9 @@ class Adam(Optimizer):
 
     State per parameter, as PyTorch: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
     and ``max_exp_avg_sq`` with AMSGrad; nn.Graph names them ``<param>-step``,
-    ``<param>-m``, ``<param>-v`` and ``<param>-max_exp_avg_sq``. ``foreach``, ``fused``,
-    ``capturable`` and ``differentiable`` are accepted for PyTorch compatibility.
+    ``<param>-m``, ``<param>-v`` and ``<param>-max_exp_avg_sq``. ``foreach`` as in
+    ``SGD`` (eager multi-tensor update unless ``False``); ``fused``, ``capturable`` and
+    ``differentiable`` are accepted for PyTorch compatibility.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
@@ -37,7 +41,7 @@ class Adam(Optimizer):
         check_betas(name, betas)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+                                      decoupled_weight_decay=decoupled_weight_decay, foreach=foreach))
 
     def _init_state(self, p, group) -> dict:
         state = {"step": step_tensor(p),
@@ -64,6 +68,58 @@ class Adam(Optimizer):
             second.copy_(F.maximum(second, exp_avg_sq))
         denom = F.sqrt(second) / correction2_sqrt + group["eps"]
         p.copy_(addcdiv(p, exp_avg, denom, -(lr / correction1)))
+
+    def _foreach_update(self, params: list, states: list, group: dict, lr: float) -> None:
+        """``_update`` of every parameter of ``group``, on numpy arrays in place."""
+        writer = Writer(self._owned)
+        keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+        touched, jobs = list(params), []
+        for p, state in zip(params, states):
+            step = np.asarray(scalar_step(state["step"]), dtype=np.float64)
+            beta1, beta2 = (np.asarray(beta, dtype=np.float64) for beta in group["betas"])
+            scalars = dict(step_size=-(lr / (1 - np.power(beta1, step))),  # as bias_corrections rounds them
+                           correction2_sqrt=np.sqrt(1 - np.power(beta2, step)))
+            views = [*writer.target(p), p.grad._data.reshape(-1)]
+            for k in keys:
+                views += writer.target(state[k])
+            touched += [state[k] for k in keys]
+            jobs.append((_adam_arrays, views, (group, lr, scalars)))
+        run(jobs)
+        writer.commit(touched)
+
+
+def _adam_arrays(views: list, group: dict, lr: float, scalars: dict) -> None:
+    """Adam on flat arrays (parameter source and destination, gradient, then source and
+    destination of exp_avg, exp_avg_sq and max_exp_avg_sq), chunk by chunk, in
+    ``_update``'s order of operations."""
+    p_src, p_dst, g, ea_src, ea_dst, sq_src, sq_dst = views[:7]
+    n, dt = p_src.size, p_src.dtype.type
+    scratch = [np.empty(min(n, CHUNK), dtype=dt) for _ in range(4)]
+    beta1, beta2 = group["betas"]
+    wd, weight = group["weight_decay"], 1 - beta1  # lerp(exp_avg, g, weight) as optimizer.lerp rounds it
+    lerp_w = dt(weight if weight < 0.5 else 1 - weight)
+    decay = dt(1 - lr * wd) if group["decoupled_weight_decay"] else dt(wd)
+    c2, eps, step_size = dt(scalars["correction2_sqrt"]), dt(group["eps"]), dt(scalars["step_size"])
+    for s in chunks(n):
+        a, b, c, d = (t[: s.stop - s.start] for t in scratch)
+        gc, pc = g[s], p_src[s]
+        if group["maximize"]:
+            gc = np.negative(gc, out=a)
+        if wd and group["decoupled_weight_decay"]:
+            pc = np.multiply(pc, decay, out=b)
+        elif wd:
+            gc = np.add(gc, np.multiply(pc, decay, out=b), out=b)
+        np.multiply(np.subtract(gc, ea_src[s], out=c), lerp_w, out=c)
+        if weight < 0.5:
+            np.add(ea_src[s], c, out=ea_dst[s])
+        else:
+            np.subtract(gc, c, out=ea_dst[s])
+        np.multiply(gc if beta2 == 0 else np.multiply(gc, dt(1 - beta2), out=c), gc, out=c)
+        second = np.add(np.multiply(sq_src[s], dt(beta2), out=sq_dst[s]), c, out=sq_dst[s])
+        if group["amsgrad"]:
+            second = np.maximum(views[7][s], second, out=views[8][s])
+        denom = np.add(np.divide(np.sqrt(second, out=c), c2, out=c), eps, out=c)
+        np.add(pc, np.divide(np.multiply(ea_dst[s], step_size, out=d), denom, out=d), out=p_dst[s])
 
 
 class AdamW(Adam):

@@ -1,7 +1,9 @@
 """``Optimizer``: parameter groups, per-parameter state, and one functional update.
 
 Each optimizer writes its update once, as ``_update(p, g, state, group, lr)`` with
-in-place flowserve ops. Eager ``step()`` calls it on parameters and their ``.grad``;
+in-place flowserve ops. Eager ``step()`` calls it on parameters and their ``.grad``
+(SGD and Adam/AdamW run the same arithmetic as one multi-tensor update on the arrays,
+``_foreach_update``, unless ``foreach=False``: see ``flowserve.optim.foreach``);
 ``nn.Graph`` calls the same method on lazy tensors while tracing, so the update becomes
 part of the compiled training graph (state tensors are graph state, ``lr`` an input).
 ``lr`` is therefore a Python float in eager mode and a 0-d float32 tensor in a graph;
@@ -18,6 +20,7 @@ from flowserve import dtypes
 from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import DistributedError, FlowserveError
 from flowserve.ops import creation
+from flowserve.optim import foreach
 from flowserve.optim.clip import clip_grads_
 from flowserve.tensor import Tensor
 
@@ -41,10 +44,14 @@ class Optimizer(ABC):
     # state that PyTorch's layout has no key for: kept out of state_dict(), rebuilt on load
     PRIVATE_STATE: tuple = ()
 
+    # ``_foreach_update(params, states, group, lr)``: the eager multi-tensor update, where one exists
+    _foreach_update = None
+
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
         self.param_groups: list[dict] = []
         self.state: dict = {}
+        self._owned: dict = {}  # arrays the multi-tensor update may write in place (foreach.Writer)
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -54,6 +61,15 @@ class Optimizer(ABC):
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         for group in groups:
             self.add_param_group(group)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_owned"] = {}  # weak references: a copy owns no array yet
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_owned", {})
 
     def add_param_group(self, group: dict) -> None:
         """Add a group of parameters with its own options (``{"params": [...], "lr": 0.1}``)."""
@@ -112,10 +128,14 @@ class Optimizer(ABC):
             with enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            clip_group_grads(group, [p.grad for p in group["params"] if p.grad is not None])
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, p.grad, self.state_of(p, group), group, group["lr"])
+            params = [p for p in group["params"] if p.grad is not None]
+            clip_group_grads(group, [p.grad for p in params])
+            states = [self.state_of(p, group) for p in params]
+            if params and self._foreach_update is not None and foreach.usable(group, params):
+                self._foreach_update(params, states, group, group["lr"])
+                continue
+            for p, state in zip(params, states):
+                self._update(p, p.grad, state, group, group["lr"])
         return loss
 
     # -- state dict (PyTorch's layout: parameters by index) ------------------------------
