@@ -13,7 +13,6 @@ import json
 import struct
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -237,18 +236,22 @@ def test_max_bytes_is_the_budget(tmp_path):
         flow.load(tmp_path / "w.pt", max_bytes=4000)
 
 
-def test_many_storages_load_in_linear_time(tmp_path):
-    """4x the storages may cost at most ~6x the CPU time (the old reader's name lookups
-    made it 16x: 20k storages took 6.2 s)."""
-    cost = {}
-    for count in (2000, 8000):
-        pickle, storages = _storages(count)
-        path = _write_pt(tmp_path / f"n{count}.pt", pickle, storages)
-        start = time.process_time()
-        got = flow.load(path)
-        cost[count] = time.process_time() - start
-        assert [float(t.numpy()[0]) for t in got[:3]] == [0.0, 1.0, 2.0] and len(got) == count
-    assert cost[8000] < 6 * cost[2000] + 0.05, cost
+def test_many_storages_load_in_linear_time(tmp_path, monkeypatch):
+    """The archive's member list is built once, however many storages: the old reader
+    scanned ``namelist()`` for each storage, quadratic in their number (20k storages took
+    6.2 s). Counted, not timed, so a loaded machine cannot fail it."""
+    listings = {"count": 0}
+    original = zipfile.ZipFile.namelist
+
+    def counted(self):
+        listings["count"] += 1
+        return original(self)
+
+    monkeypatch.setattr(zipfile.ZipFile, "namelist", counted)
+    pickle, storages = _storages(2000)
+    got = flow.load(_write_pt(tmp_path / "n2000.pt", pickle, storages))
+    assert [float(t.numpy()[0]) for t in got[:3]] == [0.0, 1.0, 2.0] and len(got) == 2000
+    assert listings["count"] <= 2, listings
 
 
 def _compare_with_torch(path: Path) -> None:
