@@ -131,7 +131,9 @@ x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32
 report = asyncio.run(run_load(sys.argv[1], "mobilenet", 1, float(sys.argv[2]), "http", False,
                               inputs={"x": x}, warmup_s=1.0))
 assert not report.errors, report.first_error
-print(json.dumps([report.percentile_ms(50), report.percentile_ms(99), report.throughput]))
+import flowserve.clients.rest as rest
+print(json.dumps([report.percentile_ms(50), report.percentile_ms(99), report.throughput,
+                  "orjson" in open(rest.__file__).read()]))
 """
 
 
@@ -154,11 +156,12 @@ def end_to_end(ref: str, root: pathlib.Path, seconds: float, rounds: int) -> dic
             command = [sys.executable, "-m", "flowserve.server", str(root / "repository"),
                        "--http-port", str(port), "--grpc-port", str(free_port()),
                        "--log-level", "warning"]
-            servers[side] = _start_with(start, command, urls[side], env)
+            servers[side] = _start_with(start, command, urls[side], env, root)
         for _ in range(rounds):
             for side in ("old", "new"):
                 out = subprocess.run([sys.executable, "-c", LOAD, urls[side], str(seconds)],
-                                     env=envs[side], check=True, capture_output=True, text=True)
+                                     env=envs[side], cwd=root, check=True, capture_output=True,
+                                     text=True)
                 results[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
     finally:
         for process in servers.values():
@@ -167,13 +170,17 @@ def end_to_end(ref: str, root: pathlib.Path, seconds: float, rounds: int) -> dic
     return results
 
 
-def _start_with(start, command, url, env):
-    saved = dict(os.environ)
+def _start_with(start, command, url, env, cwd):
+    """``start`` in ``env`` and ``cwd`` (not this tree's root, whose ``flowserve`` folder
+    ``python -m`` would import ahead of PYTHONPATH)."""
+    saved, here = dict(os.environ), os.getcwd()
     os.environ.clear()
     os.environ.update(env)
+    os.chdir(cwd)
     try:
         return start(command, url)
     finally:
+        os.chdir(here)
         os.environ.clear()
         os.environ.update(saved)
 
@@ -203,6 +210,7 @@ def main() -> None:
                 print(f"  {side:<4} p50 {statistics.median(p50s):7.1f} ms  rounds "
                       + " ".join(f"{v:.1f}" for v in p50s)
                       + f"  p99 {statistics.median(r[1] for r in results[side]):.1f} ms")
+            assert [r[3] for r in results["old"]] != [r[3] for r in results["new"]], "same client"
             ratio = [o[0] / n[0] for o, n in zip(results["old"], results["new"])]
             print(f"  old p50 / new p50 per round: " + " ".join(f"{r:.2f}" for r in ratio))
 
