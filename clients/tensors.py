@@ -100,14 +100,14 @@ def json_list_text(array: np.ndarray) -> str:
 
     Floats of every width are written as the shortest text of their float64 value, which
     reads back exactly (through float64, as servers read them); orjson writes 150k of
-    them about 20x faster than ``"%.9g"`` formatting did.
+    them about 10x faster than ``"%.9g"`` formatting did.
 
     >>> json_list_text(np.array([0.1, -2.5], np.float32))
     '[0.10000000149011612,-2.5]'
     """
     flat = np.asarray(array).reshape(-1)
     if flat.dtype in _FLOATS or flat.dtype.kind == "f":
-        flat = flat.astype(np.float64)
+        flat = flat.astype(np.float64, copy=False)
         if not np.isfinite(flat).all():  # orjson would write null: json writes NaN, Infinity
             return json.dumps(flat.tolist(), separators=(",", ":"))
     if flat.dtype.kind in "biuf" and flat.dtype.isnative:

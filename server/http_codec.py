@@ -396,7 +396,7 @@ def json_data(array: np.ndarray, datatype: str):
     if datatype == "BYTES":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
     if flat.dtype.kind == "f" or datatype in ("FP16", "BF16"):
-        flat = flat.astype(np.float64)
+        flat = flat.astype(np.float64, copy=False)
         if not np.isfinite(flat).all():
             return [v if math.isfinite(v) else str(v) for v in flat.tolist()]
     if flat.dtype.kind in "biuf" and flat.dtype.isnative:

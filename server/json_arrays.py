@@ -24,7 +24,7 @@ import re
 import numpy as np
 import orjson
 
-LIFT_BODY_BYTES = 1 << 20  # bodies below this are parsed by json alone
+LIFT_BODY_BYTES = 1 << 20  # bodies below this are parsed by the JSON parser alone
 LIFT_ARRAY_BYTES = 1 << 16  # arrays below this stay in the JSON
 CHUNK_BYTES = 1 << 20  # bytes scanned or parsed per C call (a few ms; the GIL is free between)
 _PLACEHOLDER = "\0flowserve-array-"
