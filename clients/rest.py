@@ -17,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .errors import InferenceServerError, ProtocolError
-from .tensors import array_from_json, array_from_raw, datatype_of, json_list_text, raw_view
+from .tensors import array_from_json, array_from_raw, datatype_of, json_list_text, loads, raw_view
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -102,7 +102,7 @@ def decode_infer(status: int, header_length: Optional[str], body: bytes) -> dict
     view = memoryview(body)
     split = int(header_length) if header_length is not None else len(body)
     try:
-        header = json.loads(bytes(view[:split]))
+        header = loads(bytes(view[:split]))
     except ValueError as exc:
         raise ProtocolError(f"the server answered invalid JSON ({exc})") from None
     results, offset = {}, split

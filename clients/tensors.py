@@ -16,6 +16,7 @@ import struct
 
 import ml_dtypes
 import numpy as np
+import orjson
 
 from .errors import ProtocolError
 
@@ -94,25 +95,35 @@ def array_to_json(array: np.ndarray) -> list:
     return flat.tolist()
 
 
-_FLOAT32_TEXT = "%.9g"  # 9 significant digits give back every float32 exactly
-_FLOAT32_EXACT = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-
-
 def json_list_text(array: np.ndarray) -> str:
-    """The JSON text of ``array_to_json(array)``; float32/16 in their shortest exact form.
+    """The JSON text of ``array_to_json(array)``, numbers written by orjson.
 
-    ``json.dumps`` writes a float32 as the 17 digits of its float64 value; 9
-    digits name the same float32 and take half the time to write and parse.
+    Floats of every width are written as the shortest text of their float64 value, which
+    reads back exactly (through float64, as servers read them); orjson writes 150k of
+    them about 10x faster than ``"%.9g"`` formatting did.
 
     >>> json_list_text(np.array([0.1, -2.5], np.float32))
-    '[0.100000001,-2.5]'
+    '[0.10000000149011612,-2.5]'
     """
-    if array.dtype in _FLOAT32_EXACT and np.isfinite(array).all():
-        parts = [_FLOAT32_TEXT % v for v in array.reshape(-1).astype(np.float32).tolist()]
-        if "-0" in parts:  # "-0" would read back as the integer 0: keep the sign
-            parts = ["-0.0" if p == "-0" else p for p in parts]
-        return "[" + ",".join(parts) + "]"
+    flat = np.asarray(array).reshape(-1)
+    if flat.dtype in _FLOATS or flat.dtype.kind == "f":
+        flat = flat.astype(np.float64, copy=False)
+        if not np.isfinite(flat).all():  # orjson would write null: json writes NaN, Infinity
+            return json.dumps(flat.tolist(), separators=(",", ":"))
+    if flat.dtype.kind in "biuf" and flat.dtype.isnative:
+        return orjson.dumps(np.ascontiguousarray(flat), option=orjson.OPT_SERIALIZE_NUMPY).decode()
     return json.dumps(array_to_json(array), separators=(",", ":"))
+
+
+_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def loads(text: bytes):
+    """``json.loads`` of ``text``, by orjson where it can (not NaN, Infinity, lone surrogates)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def array_from_json(data: list, datatype: str, shape: list) -> np.ndarray:

@@ -17,6 +17,7 @@ import math
 from typing import Optional
 
 import numpy as np
+import orjson
 
 from .dataplane import InferenceRequest, InferenceResponse, refuse_sequence
 from .datatypes import (
@@ -54,7 +55,18 @@ _HEADER_STRINGS = 4096  # names, datatypes and keys of a header with many inputs
 
 
 def parse_json(data, where: str = "body"):
-    """``json.loads`` whose every failure, deep nesting included, is a 400 naming ``where``."""
+    """The parsed JSON ``data``; every failure, deep nesting included, is a 400 naming ``where``.
+
+    orjson parses what it can (UTF-8, at most 1024 levels deep, no ``NaN``/``Infinity``
+    literals); anything it refuses is parsed again by ``json``, which accepts or refuses it,
+    naming where, as before. orjson reads an integer beyond 64 bits as a float."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _parse_json_stdlib(data, where)
+
+
+def _parse_json_stdlib(data, where: str):
     try:
         # a UTF-8 object decodes directly; UTF-16/32 need json's encoding detection
         if data[:1] == b"{" and data[1:2] != b"\0":
@@ -96,12 +108,15 @@ def split_body(body: bytes | memoryview, header_length: Optional[str],
 
 def _check_json_size(json_part: bytes, limits: DecodeLimits) -> None:
     """Refuse JSON that would become more Python objects than the limits allow, before
-    parsing it: each value but the last is followed by a comma, each string has 2 quotes."""
-    values = json_part.count(b",") + 1
+    parsing it: each value but the last is followed by a comma, each string has 2 quotes.
+    A body too short to reach a limit is not counted (counting costs more than orjson)."""
+    values = json_part.count(b",") + 1 if len(json_part) >= limits.max_json_elements else 0
     if values > limits.max_json_elements:
         raise RequestTooLargeError(
             f"body: about {values} JSON values exceed the limit of {limits.max_json_elements} "
             "(--max-json-elements); send large tensors as binary data")
+    if len(json_part) // 2 <= limits.max_bytes_elements + _HEADER_STRINGS:
+        return
     strings = (json_part.count(b'"') - json_part.count(b'\\"')) // 2
     if strings > limits.max_bytes_elements + _HEADER_STRINGS:
         raise RequestTooLargeError(
@@ -316,7 +331,7 @@ def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:
     if datatype[0] in "UI" and kind == "f":
         if not np.all(np.isfinite(loose)) or not np.all(np.equal(np.mod(loose, 1), 0)):
             raise InvalidRequestError(f"{where}: data must hold integers for {datatype}")
-    if kind in "iu" and datatype[0] in "UI":
+    if kind in "iuf" and datatype[0] in "UI":  # floats too: 1e30 or an integer beyond 64 bits
         info = np.iinfo(numpy_dtype(datatype, where))
         if loose.min() < info.min or loose.max() > info.max:
             raise InvalidRequestError(f"{where}: data outside the range of {datatype}")
@@ -356,20 +371,34 @@ def encode_infer_response(response: InferenceResponse, wishes: dict) -> tuple[by
     if response.id:
         body["id"] = response.id
     body["outputs"] = outputs
-    header = json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
+    header = dump_json(body)
     if not blobs:
         return header, None
     return b"".join([header, *blobs]), len(header)
 
 
-def json_data(array: np.ndarray, datatype: str) -> list:
-    """Flat row-major JSON list of ``array``."""
+def dump_json(value) -> bytes:
+    """Compact JSON of ``value``, whose lists may be numpy arrays; strings that are not
+    valid UTF-8 (a lone surrogate from a request ``id``) are escaped as ``json`` does."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), default=np.ndarray.tolist).encode()
+
+
+def json_data(array: np.ndarray, datatype: str):
+    """Flat row-major JSON list of ``array``: a list, or an array that orjson writes as one.
+
+    Floats of every width are written as the shortest text of their float64 value (a
+    float32 0.1 as 0.10000000149011612), read back exactly; NaN and infinities as the
+    strings "nan", "inf" and "-inf"."""
     flat = array.reshape(-1)
     if datatype == "BYTES":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in flat]
-    if datatype in ("FP16", "BF16"):
-        flat = flat.astype(np.float32)
-    values = flat.tolist()
-    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
-        values = [v if math.isfinite(v) else str(v) for v in values]
-    return values
+    if flat.dtype.kind == "f" or datatype in ("FP16", "BF16"):
+        flat = flat.astype(np.float64, copy=False)
+        if not np.isfinite(flat).all():
+            return [v if math.isfinite(v) else str(v) for v in flat.tolist()]
+    if flat.dtype.kind in "biuf" and flat.dtype.isnative:
+        return np.ascontiguousarray(flat)
+    return flat.tolist()
