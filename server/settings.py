@@ -88,8 +88,8 @@ class ServerSettings(BaseSettings):
         "Accept-Encoding asks for gzip or deflate (none: never compress)."
     )
     grpc_infer_response_compression_level: CompressionLevel = Field(
-        "none", description="zlib level of ModelInfer answers to gRPC clients that accept gzip "
-        "or deflate (Triton's option; none: never compress)."
+        "none", description="grpc-core's compression level of answers to gRPC clients that accept "
+        "gzip or deflate (Triton's option; none: never compress)."
     )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."
