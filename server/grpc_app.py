@@ -307,32 +307,30 @@ class GrpcHandlers(grpc.GenericRpcHandler):
 
     def __init__(self, plane: DataPlane, closing: asyncio.Event):
         self.token = plane.settings.auth_token
+        self.message_timeout_s = plane.settings.grpc_message_timeout_s
         self.servicer = InferenceServicer(plane)
         checker = HealthServicer(plane, closing, self.authorize)
         self.handlers: dict[str, tuple[str, Any, Any]] = {}
         for name, (request_cls, _, _) in protos.METHODS.items():
             if name == "ModelInfer":
-                run = grpc.unary_unary_rpc_method_handler(self._model_infer)
+                run = grpc.stream_unary_rpc_method_handler(self._model_infer)
             elif name == "ModelStreamInfer":
                 run = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
             else:
-                run = grpc.unary_unary_rpc_method_handler(
-                    _unary(name, request_cls, lambda request, _, call=getattr(self.servicer, name): call(request)))
+                run = grpc.stream_unary_rpc_method_handler(self._unary(
+                    name, request_cls, lambda request, _, call=getattr(self.servicer, name): call(request)))
             self._add(protos.SERVICE_NAME, name, run)
         for name, _, _, streaming in health.METHODS:
-            request_cls = health.REQUESTS[name]
+            request_cls, call = health.REQUESTS[name], getattr(checker, name)
             if streaming:
-                run = grpc.unary_stream_rpc_method_handler(
-                    _server_stream(name, request_cls, getattr(checker, name)))
+                run = grpc.stream_stream_rpc_method_handler(self._server_stream(name, request_cls, call))
             else:
-                run = grpc.unary_unary_rpc_method_handler(
-                    _unary(name, request_cls, getattr(checker, name)))
+                run = grpc.stream_unary_rpc_method_handler(self._unary(name, request_cls, call))
             self._add(health.SERVICE_NAME, name, run)
 
     def _add(self, service: str, name: str, run) -> None:
-        refuse = (grpc.stream_stream_rpc_method_handler(_refused) if run.request_streaming
-                  else grpc.unary_stream_rpc_method_handler(_refused) if run.response_streaming
-                  else grpc.unary_unary_rpc_method_handler(_refused))
+        refuse = (grpc.stream_stream_rpc_method_handler(_refused) if run.response_streaming
+                  else grpc.stream_unary_rpc_method_handler(_refused))
         self.handlers[f"/{service}/{name}"] = (name, run, refuse)
 
     def service(self, handler_call_details):
@@ -357,12 +355,45 @@ class GrpcHandlers(grpc.GenericRpcHandler):
         if self.token is not None and not self._authorized(context.invocation_metadata()):
             raise UnauthorizedError("authorization: missing or wrong bearer token")
 
-    async def _model_infer(self, raw: bytes, context) -> bytes:
+    async def _request(self, context) -> bytes:
+        """A unary call's one request message, which must be whole within
+        ``--grpc-message-timeout`` (grpc-core would hold a half-sent one for ever)."""
         try:
-            answer = await self.servicer.infer_bytes(raw)
+            async with asyncio.timeout(self.message_timeout_s):
+                raw = await context.read()
+        except TimeoutError:
+            raise CallError(Code.DEADLINE_EXCEEDED, "the request message did not arrive within "
+                            f"{self.message_timeout_s:g} s (--grpc-message-timeout)") from None
+        if raw is grpc.aio.EOF:
+            raise CallError(Code.INTERNAL, "a unary call must send one message; none came")
+        return raw
+
+    async def _model_infer(self, requests, context) -> bytes:
+        try:
+            return await self.servicer.infer_bytes(await self._request(context))
         except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
             await context.abort(_code(exc), _message(exc))
-        return answer
+
+    def _unary(self, name: str, request_cls, run):
+        """A unary handler: read, parse, ``run(request, context)``, serialise; errors as
+        statuses."""
+        async def handle(requests, context) -> bytes:
+            try:
+                request = _parse(request_cls, await self._request(context), name)
+                return (await run(request, context)).SerializeToString()
+            except Exception as exc:
+                await context.abort(_code(exc), _message(exc))
+        return handle
+
+    def _server_stream(self, name: str, request_cls, run):
+        async def handle(requests, context):
+            try:
+                request = _parse(request_cls, await self._request(context), name)
+                async for response in run(request, context):
+                    yield response.SerializeToString()
+            except Exception as exc:
+                await context.abort(_code(exc), _message(exc))
+        return handle
 
     async def _model_stream_infer(self, requests, context) -> None:
         """Answers in the order of the requests, up to ``STREAM_IN_FLIGHT`` run at once: the
@@ -393,26 +424,6 @@ class GrpcHandlers(grpc.GenericRpcHandler):
                 await budget.room()
         finally:
             answers.put_nowait(None)
-
-
-def _unary(name: str, request_cls, run):
-    """A unary handler: parse, ``run(request, context)``, serialise; errors as statuses."""
-    async def handle(raw: bytes, context) -> bytes:
-        try:
-            return (await run(_parse(request_cls, raw, name), context)).SerializeToString()
-        except Exception as exc:
-            await context.abort(_code(exc), _message(exc))
-    return handle
-
-
-def _server_stream(name: str, request_cls, run):
-    async def handle(raw: bytes, context):
-        try:
-            async for response in run(_parse(request_cls, raw, name), context):
-                yield response.SerializeToString()
-        except Exception as exc:
-            await context.abort(_code(exc), _message(exc))
-    return handle
 
 
 async def _refused(request, context):

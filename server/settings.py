@@ -91,6 +91,10 @@ class ServerSettings(BaseSettings):
         "none", description="grpc-core's compression level of answers to gRPC clients that accept "
         "gzip or deflate (Triton's option; none: never compress)."
     )
+    grpc_message_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds a unary gRPC call may take to send its whole request "
+        "message once its headers are in (DEADLINE_EXCEEDED beyond)."
+    )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."
     )
