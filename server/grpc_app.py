@@ -398,13 +398,20 @@ class GrpcHandlers(grpc.GenericRpcHandler):
     async def _model_stream_infer(self, requests, context) -> None:
         """Answers in the order of the requests, up to ``STREAM_IN_FLIGHT`` run at once: the
         next message is read only when there is room (grpc's flow control then holds the
-        client back), and each answer waits for the client's window before the next."""
+        client back), and each answer waits for the client's window before the next, for
+        ``--grpc-message-timeout`` at most (then the stream ends, DEADLINE_EXCEEDED)."""
         budget, answers = _StreamBudget(), asyncio.Queue()
         reader = asyncio.ensure_future(self._read_stream(requests, budget, answers))
         try:
             while (entry := await answers.get()) is not None:
                 task, size = entry
-                await context.write(await task)
+                answer = await task
+                try:
+                    async with asyncio.timeout(self.message_timeout_s):
+                        await context.write(answer)
+                except TimeoutError:
+                    await context.abort(Code.DEADLINE_EXCEEDED, "an answer waited for the client's "
+                                        f"window over {self.message_timeout_s:g} s (--grpc-message-timeout)")
                 budget.give(size)
             await reader  # a failure to read (the client's or grpc's) ends the call
         finally:

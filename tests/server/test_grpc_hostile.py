@@ -103,6 +103,21 @@ def test_a_stream_whose_answers_are_not_read_is_not_read_either(server):
     _good_call(server)
 
 
+def test_a_stream_whose_answers_wait_past_the_message_timeout_is_ended(server):
+    """Answers that wait for the client's window longer than --grpc-message-timeout (1 s
+    here) end the stream: DEADLINE_EXCEEDED once the client reads again."""
+    x = np.ones((4, WIDE), np.float32)
+    request = grpc_client.encode_infer("wide", {"x": x}, None, "", "")
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        answers = _method(channel, "ModelStreamInfer")(iter([request] * 100), timeout=30)
+        time.sleep(4)  # not reading: the server's writes wait
+        with pytest.raises(grpc.RpcError) as caught:
+            for _ in answers:
+                pass
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "--grpc-message-timeout" in caught.value.details()
+
+
 def test_a_stream_is_answered_in_order_with_errors_in_place(server):
     x = np.arange(4 * WIDE, dtype=np.float32).reshape(4, WIDE)
     requests = [grpc_client.encode_infer("nope" if index % 2 else "wide", {"x": x}, None,
