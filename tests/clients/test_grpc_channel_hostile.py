@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import struct
 
-import pytest
 
 from flowserve.clients import http2_wire as wire
 from flowserve.clients._grpc_channel import GrpcChannel

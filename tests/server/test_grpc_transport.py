@@ -9,7 +9,6 @@ import random
 import socket
 import struct
 import time
-import zlib
 
 import grpc
 import numpy as np
