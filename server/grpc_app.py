@@ -236,6 +236,7 @@ class HealthServicer:
     def __init__(self, plane: DataPlane, closing: asyncio.Event,
                  authorize: Callable[[Any], None]):
         self.plane, self.closing, self.authorize = plane, closing, authorize
+        self.watches = 0  # open Watch calls, which a shutdown lets say NOT_SERVING first
 
     def status(self, service: str) -> Optional[int]:
         """The ServingStatus of ``service``, or None when the server does not know it."""
@@ -265,13 +266,22 @@ class HealthServicer:
     async def Watch(self, request, context):
         if request.service not in SERVER_SERVICES:
             self.authorize(context)
+        self.watches += 1
+        try:
+            async for status in self._changes(request.service):
+                yield health.HealthCheckResponse(status=status)
+        finally:
+            self.watches -= 1
+
+    async def _changes(self, service: str):
+        """``service``'s status at once, then each change, until a shutdown (NOT_SERVING)."""
         last = None
         while True:
-            status = self.status(request.service)
+            status = self.status(service)
             if status is None:
                 status = health.HealthCheckResponse.SERVICE_UNKNOWN
             if status != last:
-                yield health.HealthCheckResponse(status=status)
+                yield status
                 last = status
             if self.closing.is_set():
                 return
@@ -309,7 +319,7 @@ class GrpcHandlers(grpc.GenericRpcHandler):
         self.token = plane.settings.auth_token
         self.message_timeout_s = plane.settings.grpc_message_timeout_s
         self.servicer = InferenceServicer(plane)
-        checker = HealthServicer(plane, closing, self.authorize)
+        self.checker = checker = HealthServicer(plane, closing, self.authorize)
         self.handlers: dict[str, tuple[str, Any, Any]] = {}
         for name, (request_cls, _, _) in protos.METHODS.items():
             if name == "ModelInfer":
@@ -469,11 +479,13 @@ class GrpcServer:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.closing = asyncio.Event()  # set when the server starts to shut down
         self.port: Optional[int] = None
+        self.handlers: Optional[GrpcHandlers] = None
         self._server = None
 
     async def start(self) -> None:
         server = grpc.aio.server(options=server_options(self.plane.settings, self.reuse_port))
-        server.add_generic_rpc_handlers((GrpcHandlers(self.plane, self.closing),))
+        self.handlers = GrpcHandlers(self.plane, self.closing)
+        server.add_generic_rpc_handlers((self.handlers,))
         try:
             if self.credentials is None:
                 self.port = server.add_insecure_port(self.address)
@@ -488,5 +500,9 @@ class GrpcServer:
         """Refuse new calls (GOAWAY), let open ones finish for ``grace_s``, then cancel
         them; health watches are told NOT_SERVING and end."""
         self.closing.set()
-        if self._server is not None:
-            await self._server.stop(grace_s)
+        if self._server is None:
+            return
+        deadline = asyncio.get_running_loop().time() + min(grace_s, 1.0)
+        while self.handlers.checker.watches and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # each watch sends NOT_SERVING and ends before GOAWAY
+        await self._server.stop(grace_s)
