@@ -89,7 +89,8 @@ def test_serve_help_documents_every_option():
                    "--max-batch-size", "--max-queue-delay-us", "--instances",
                    "--allow-model-control", "--auth-token", "--max-request-bytes",
                    "--max-header-bytes", "--header-timeout", "--max-bytes-elements",
-                   "--max-json-elements", "--log-level", "--workers", "--grpc-workers"):
+                   "--max-json-elements", "--log-level", "--workers", "--grpc-workers",
+                   "--grpc-message-timeout"):
         assert option in done.stdout, option
 
 
