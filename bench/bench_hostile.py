@@ -5,13 +5,17 @@ imports) on a repository of small models, then, one probe at a time: a 60 MB JSO
 numbers, a 60 MB binary BYTES body of 12M one-byte elements, a heavy request to an idle single-instance model, and 20 connections sending
 oversized request heads. For each: the server's RSS before, its peak (VmHWM is reset
 before each probe) and after, the probe's status, and /v2/health/live latencies measured
-meanwhile (median and max). Bounded in time; 127.0.0.1 only::
+meanwhile (median and max). With ``--grpc``, the gRPC attacks of issue 25 instead
+(``hostile_grpc.py``), each on flowserve and on a bare ``grpc.aio`` server in the same run.
+Bounded in time; 127.0.0.1 only::
 
     python bench/bench_hostile.py
+    python bench/bench_hostile.py --grpc --seconds 3
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -134,7 +138,39 @@ def oversized_heads(port: int, connections: int = 20, size: int = 8 * 2**20) -> 
     return ", ".join(sorted(set(replies)))
 
 
+def grpc_main(seconds: float) -> None:
+    import hostile_grpc
+    from bench_serving import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository(root)
+        hostile_grpc.write_wide(root)
+        port, grpc_port = free_port(), free_port()
+        server = subprocess.Popen([sys.executable, "-m", "flowserve.server", str(root),
+                                   "--http-port", str(port), "--grpc-port", str(grpc_port),
+                                   "--log-level", "error"], stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            print(f"load average: {open('/proc/loadavg').read().split()[:3]}")
+            hostile_grpc.run(server.pid, f"127.0.0.1:{grpc_port}", seconds, free_port)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grpc", action="store_true", help="the gRPC attacks instead")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each gRPC attack")
+    args = parser.parse_args()
+    if args.grpc:
+        return grpc_main(args.seconds)
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp) / "repo"
         write_repository(root)

@@ -6,9 +6,8 @@ server side at once: the request bytes fed to flowserve's HTTP protocol over an
 in-memory transport until the response is written, with no kernel and no
 client in the figure; the model is left idle 200 µs before each request, as
 between the requests of one client. The same run feeds uvicorn's plain protocol (no head
-guard, no coalesced writes) for the cost of the hardening, and the gRPC request (HEADERS,
-its block HPACK-indexed from the second request on, and DATA) to flowserve's HTTP/2
-connection::
+guard, no coalesced writes) for the cost of the hardening, and the gRPC request's bytes
+to the servicer's ``ModelInfer`` translator (grpc-core's transport, in C, is not in it)::
 
     python bench/bench_http_path.py --seconds 2
 """
@@ -24,7 +23,6 @@ import pathlib
 import tempfile
 import time
 
-import hpack
 import httptools
 import numpy as np
 import onnx
@@ -34,24 +32,11 @@ from uvicorn.server import ServerState
 
 from bench_serving import mlp_model
 from flowserve.clients import grpc_client, protos, rest
-from flowserve.clients.http2_wire import (
-    DATA,
-    END_HEADERS,
-    END_STREAM,
-    HEADERS,
-    PREFACE,
-    SETTINGS_INITIAL_WINDOW_SIZE,
-    frame,
-    settings_frame,
-    window_update,
-)
 from flowserve.server import DataPlane, ServerSettings
 from flowserve.server.app import NoDelayHTTPProtocol
-from flowserve.server.grpc_app import GrpcApplication
+from flowserve.server.grpc_app import InferenceServicer
 from flowserve.server.grpc_codec import decode_infer_request as decode_grpc_request
 from flowserve.server.grpc_codec import encode_infer_response as encode_grpc_response
-from flowserve.server.grpc_wire import frame_message
-from flowserve.server.http2 import Http2Connection, Http2Limits
 from flowserve.server.http_app import build_http_app
 from flowserve.server.http_codec import decode_infer_request, encode_infer_response
 
@@ -124,29 +109,14 @@ async def whole_server(protocol_class, app, data: bytes, count: int) -> list[flo
     return times
 
 
-async def whole_grpc_server(application, body: bytes, count: int) -> list[float]:
-    """Seconds from a gRPC request's frames arriving to the response written, per request."""
-    loop = asyncio.get_running_loop()
-    connection, transport = Http2Connection(application, Http2Limits()), MemoryTransport()
-    connection.connection_made(transport)
-    connection.data_received(PREFACE + settings_frame({SETTINGS_INITIAL_WINDOW_SIZE: 1 << 30})
-                             + window_update(0, 1 << 30))
-    encoder, headers = hpack.Encoder(), [
-        (":method", "POST"), (":scheme", "http"), (":authority", "127.0.0.1"),
-        (":path", f"/{protos.SERVICE_NAME}/ModelInfer"), ("te", "trailers"),
-        ("content-type", "application/grpc")]
+async def whole_grpc_servicer(servicer: InferenceServicer, body: bytes, count: int) -> list[float]:
+    """Seconds from a ModelInfer request's bytes to its answer's bytes, per request."""
     times = []
-    for index in range(count):
-        stream_id = 2 * index + 1
-        data = (frame(HEADERS, END_HEADERS, stream_id, encoder.encode(headers))
-                + frame(DATA, END_STREAM, stream_id, frame_message(body)))
-        transport.answered = loop.create_future()
+    for _ in range(count):
         idle()
         started = time.perf_counter()
-        connection.data_received(data)
-        await transport.answered
+        await servicer.infer_bytes(body)
         times.append(time.perf_counter() - started)
-    connection.connection_lost(None)
     return times
 
 
@@ -233,8 +203,8 @@ async def measure_grpc(plane, x: np.ndarray, count: int, samples: dict) -> None:
     }
     for name, call in phases.items():
         samples.setdefault(name, []).extend(timed(call, count))
-    samples.setdefault("gRPC: whole server side, flowserve HTTP/2", []).extend(
-        await whole_grpc_server(GrpcApplication(plane), body, count))
+    samples.setdefault("gRPC: servicer's ModelInfer, bytes to bytes (no transport)", []).extend(
+        await whole_grpc_servicer(InferenceServicer(plane), body, count))
 
 
 class _Sink:

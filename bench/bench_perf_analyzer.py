@@ -4,7 +4,7 @@ The MLP 64-256-10 of ``bench_serving.py``, batch 1, over HTTP and gRPC at
 concurrency 1 and 8; each measurement runs flowserve then the echo server
 (``echo_server.py``: the protocol's floor on this machine; over HTTP both the bare
 echo and the same echo behind uvicorn, flowserve's HTTP stack; over gRPC a ``grpc.aio``
-echo and the same echo on flowserve's own HTTP/2 connections) back to back, and
+echo, the stack flowserve's gRPC runs on) back to back, and
 the table gives the throughput ratios (goal: flowserve >= 0.7x the echo server).
 
 ``--shared-memory`` measures instead what Triton's system shared-memory extension saves:
@@ -87,7 +87,7 @@ def main() -> None:
             ([sys.executable, str(HERE / "echo_server.py"), str(ports["echo"]),
               str(ports["echo_grpc"])], f"http://127.0.0.1:{ports['echo']}"),
             ([sys.executable, str(HERE / "echo_server.py"), str(ports["uvicorn_echo"]),
-              str(ports["uvicorn_echo_grpc"]), "uvicorn", "h2"],
+              str(ports["uvicorn_echo_grpc"]), "uvicorn"],
              f"http://127.0.0.1:{ports['uvicorn_echo']}"),
         ]
         servers = []
@@ -169,11 +169,11 @@ def shared_memory_comparison(interval_ms: int, env: dict, rounds: int = 2) -> No
 
 
 # HTTP: the bare httptools echo and the same echo behind uvicorn (flowserve's HTTP stack);
-# gRPC: a grpc.aio echo, and the same echo on flowserve's own HTTP/2 (its gRPC stack)
+# gRPC: a grpc.aio echo (flowserve's gRPC stack, grpcio's server)
 TARGETS = {"http": ("flowserve", "echo", "uvicorn echo"),
-           "grpc": ("flowserve", "grpc.aio echo", "h2 echo")}
+           "grpc": ("flowserve", "grpc.aio echo")}
 PORT_OF = {("http", "echo"): "echo", ("http", "uvicorn echo"): "uvicorn_echo",
-           ("grpc", "grpc.aio echo"): "echo_grpc", ("grpc", "h2 echo"): "uvicorn_echo_grpc"}
+           ("grpc", "grpc.aio echo"): "echo_grpc"}
 
 
 def _port(ports: dict, target: str, protocol: str) -> int:

@@ -11,8 +11,8 @@
    like-for-like figure against HTTP), and with grpcio's blocking stub (what
    tritonclient users run). The round trip of ``flowserve.clients`` (encoding numpy
    each call) is shown too, and the echo server (``echo_server.py``: canned answers,
-   no work; its gRPC on flowserve's own HTTP/2 connections), the floor of each
-   protocol on this machine.
+   no work; its gRPC on ``grpc.aio``, as flowserve's), the floor of each protocol on
+   this machine.
 
    A Python client costs a lot itself (grpcio's blocking stub ~200 µs of CPU per
    call, the raw HTTP client ~15), so each row also gives the CPU per call of the
@@ -442,7 +442,7 @@ def main() -> None:
              urls["http"]),
             (plain_app + [str(pathlib.Path(tmp) / "mlp.onnx"), str(plain_port)], urls["plain"]),
             ([sys.executable, str(HERE / "echo_server.py"), str(echo_port),
-              str(echo_grpc_port), "h2"], urls["echo"]),
+              str(echo_grpc_port)], urls["echo"]),
         ]
         servers = []
         try:

@@ -2,15 +2,14 @@
 
 It speaks just enough of the Open Inference Protocol for perf_analyzer and the
 flowserve clients (health, model metadata and config, infer) over HTTP (a bare
-``httptools`` protocol on uvloop, or uvicorn) and gRPC (``grpc.aio``, or flowserve's own
-HTTP/2 connections), and answers every infer
+``httptools`` protocol on uvloop, or uvicorn) and gRPC (``grpc.aio``, the stack flowserve
+serves gRPC with), and answers every infer
 with the same canned output: FP32 ``y`` of shape [1, 10], binary when the request
 carried ``Inference-Header-Content-Length``, JSON otherwise. Its latency and
 throughput are what the framework alone costs; flowserve's own cost is the rest::
 
     python bench/echo_server.py 8200 8201           # HTTP port, gRPC port; model "mlp"
     python bench/echo_server.py 8200 8201 uvicorn   # HTTP through uvicorn, as flowserve
-    python bench/echo_server.py 8200 8201 h2        # gRPC on flowserve's HTTP/2, as flowserve
 """
 
 from __future__ import annotations
@@ -26,14 +25,6 @@ import uvicorn
 import uvloop
 
 from flowserve.clients import protos
-from flowserve.server.grpc_wire import (
-    OK_TRAILERS,
-    RESPONSE_HEADERS,
-    Status,
-    frame_message,
-    trailers_only,
-)
-from flowserve.server.http2 import Http2Connection, Http2Limits
 
 MODEL = "mlp"
 OUTPUT = np.zeros((1, 10), np.float32)
@@ -155,30 +146,6 @@ def _grpc_handlers():
     return grpc.method_handlers_generic_handler(protos.SERVICE_NAME, handlers)
 
 
-class EchoGrpcOverHttp2:
-    """The same canned gRPC answers on flowserve's own HTTP/2 connections: the floor of
-    flowserve's gRPC front end, as the bare ``EchoHTTP`` is of its HTTP one."""
-
-    def __init__(self):
-        self.answers = {f"/{protos.SERVICE_NAME}/{name}": frame_message(answer.SerializeToString())
-                        for name, answer in _canned_grpc().items()}
-
-    def request_started(self, stream) -> None:
-        pass
-
-    def body_received(self, stream) -> None:
-        if not stream.ended:
-            return
-        answer = self.answers.get(stream.headers.get(":path"))
-        if answer is None:
-            stream.send_trailers(trailers_only(Status.UNIMPLEMENTED, "no such method"))
-        else:
-            stream.respond(RESPONSE_HEADERS, answer, OK_TRAILERS)
-
-    def request_reset(self, stream) -> None:
-        stream.reset()
-
-
 async def echo_asgi(scope, receive, send) -> None:
     """The same canned answers as an ASGI app (for uvicorn: the HTTP stack flowserve uses)."""
     if scope["type"] != "http":
@@ -200,11 +167,6 @@ async def serve(http_port: int, grpc_port: int, stacks: tuple = ()) -> None:
         http = asyncio.create_task(uvicorn.Server(config).serve())
     else:
         http = await loop.create_server(EchoHTTP, "127.0.0.1", http_port)
-    if "h2" in stacks:
-        application, limits = EchoGrpcOverHttp2(), Http2Limits()
-        await loop.create_server(lambda: Http2Connection(application, limits), "127.0.0.1",
-                                 grpc_port)
-        await asyncio.Event().wait()
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((_grpc_handlers(),))
     server.add_insecure_port(f"127.0.0.1:{grpc_port}")

@@ -4,8 +4,8 @@ frame types, flags, error codes, settings, and how a frame is laid out::
     frame(HEADERS, END_HEADERS, 1, block)   # one frame, header and payload
     size = frame_size(buffer)               # the payload length of the frame at the front
 
-The server's connections (``flowserve.server.http2``) and the clients' gRPC channel
-(``_grpc_channel``) are written on these.
+The clients' gRPC channel (``_grpc_channel``) is written on these (the server runs
+grpcio's own HTTP/2).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from .dataplane import DataPlane
 from .grpc_app import GrpcServer
 from .http_app import BodySink, FrontDoor, build_http_app, error_body
 from .settings import ServerSettings
-from .tls import server_context
+from .tls import grpc_credentials, server_context
 
 log = logging.getLogger("flowserve.server")
 
@@ -363,7 +363,7 @@ class InferenceServer(Listening):
     def __init__(self, settings: ServerSettings):
         self.settings = settings
         # built now, so that a certificate that is not one fails before anything listens
-        self.tls = {"http": server_context(settings, "http/1.1"), "grpc": server_context(settings, "h2")}
+        self.tls = {"http": server_context(settings, "http/1.1"), "grpc": grpc_credentials(settings)}
         self.plane = DataPlane(settings)
         self.http_app: Optional[FrontDoor] = None  # built by serve()
         self.http_port: Optional[int] = None
@@ -431,10 +431,10 @@ class InferenceServer(Listening):
     async def _start_grpc(self):
         if self.settings.grpc_port is None:
             return None
-        server = GrpcServer(self.plane, _bind(self.settings.host, self.settings.grpc_port,
-                                              self.settings.reuse_port), self.tls["grpc"])
-        self.grpc_port = server.port
+        server = GrpcServer(self.plane, self.settings.host, self.settings.grpc_port,
+                            self.settings.reuse_port, self.tls["grpc"])
         await server.start()
+        self.grpc_port = server.port
         return server
 
     def wait_started(self, timeout_s: float = 600.0) -> bool:

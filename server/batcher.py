@@ -132,7 +132,11 @@ class DynamicBatcher:
         )
         self._queue.append(pending)
         self._wakeup.set()
-        return await pending.future
+        try:
+            return await pending.future
+        except asyncio.CancelledError:  # the caller went away (reset stream, deadline): drop its work
+            self._queue = collections.deque(p for p in self._queue if p is not pending)
+            raise
 
     def _runs_direct(self, rows: int, idle_s: float, nbytes: int) -> bool:
         return (

@@ -84,8 +84,12 @@ def serve(
                     "HTTP clients whose Accept-Encoding asks for gzip or deflate (none: never)."
     ),
     grpc_infer_response_compression_level: str = typer.Option(
-        "none", help="none, low, medium or high: zlib level of ModelInfer answers to gRPC clients "
-                     "that accept gzip or deflate (as Triton's option; none: never)."
+        "none", help="none, low, medium or high: grpc-core's compression level of answers to gRPC "
+                     "clients that accept gzip or deflate (as Triton's option; none: never)."
+    ),
+    grpc_message_timeout: float = typer.Option(
+        60.0, help="Seconds a unary gRPC call may take to send its whole request message once "
+                   "its headers are in (DEADLINE_EXCEEDED beyond)."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
     workers: int = typer.Option(
@@ -142,6 +146,7 @@ def serve(
             ssl_ca_certs=ssl_ca_certs,
             http_infer_response_compression_level=http_infer_response_compression_level,
             grpc_infer_response_compression_level=grpc_infer_response_compression_level,
+            grpc_message_timeout_s=grpc_message_timeout,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}

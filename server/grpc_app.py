@@ -1,12 +1,16 @@
-"""The gRPC front end: ``inference.GRPCInferenceService`` over the ``DataPlane``.
+"""The gRPC front end: ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``
+served by grpcio's server (``grpc.aio`` on the C core) over the ``DataPlane``.
 
-flowserve speaks gRPC itself, on HTTP/2 connections of its own (``http2``) on the data
-plane's event loop: a unary call is decoded, run and answered with no thread hop and
-in one write. Each RPC translates its message, calls the data plane and translates
-back; ``ServerError``s leave through one table from HTTP status to gRPC code::
+grpc-core owns the connections: HTTP/2 framing and flow control, its per-connection
+budgets on resets, pings and header blocks, the message size limit (``--max-request-bytes``,
+inflated size included), compression, keepalive and ``grpc-timeout``. This module is a
+thin translator: each RPC takes its request as raw bytes and gives its answer as raw bytes,
+so it decides where a message is parsed and serialised (on the event loop when small, no
+thread hop; in a worker thread when large, so that health checks keep being answered).
+``ServerError``s leave through one table from HTTP status to gRPC code::
 
-    server = GrpcServer(plane, bound_socket)
-    await server.start()
+    server = GrpcServer(plane, host="127.0.0.1", port=0)
+    await server.start()            # server.port is the bound port
     ...
     await server.stop(grace_s=5)
 """
@@ -15,59 +19,101 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hmac
 import logging
-import math
-import socket
-import ssl
 from typing import Any, Callable, Optional
 
+import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from flowserve.clients import protos  # the one copy of the wire protocol
 from flowserve.clients.protos import health
-from .compression import DEFLATE_INLINE_BYTES, DEFLATE_MIN_BYTES, LEVELS, preferred_encoding
 from .dataplane import DataPlane
 from .datatypes import OFFLOAD_BYTES, DecodeLimits
-from .errors import ServerError, UnauthorizedError
+from .errors import ServerConfigError, ServerError, UnauthorizedError
 from .grpc_codec import decode_infer_request, encode_infer_response, plain_parameters
-from .grpc_wire import (
-    ENCODED_RESPONSE_HEADERS,
-    OK_TRAILERS,
-    RESPONSE_HEADERS,
-    Status,
-    WireError,
-    check_announced_size,
-    check_encoding,
-    error_trailers,
-    frame_message,
-    http_refusal,
-    next_message,
-    timeout_seconds,
-    trailers_only,
-)
-from .http2 import Http2Connection, Http2Limits, Stream
 
 log = logging.getLogger("flowserve.server")
 
+Code = grpc.StatusCode
 GRPC_CODES = {
-    400: Status.INVALID_ARGUMENT,
-    401: Status.UNAUTHENTICATED,
-    403: Status.PERMISSION_DENIED,
-    404: Status.NOT_FOUND,
-    413: Status.RESOURCE_EXHAUSTED,
-    503: Status.UNAVAILABLE,
-    500: Status.INTERNAL,
+    400: Code.INVALID_ARGUMENT,
+    401: Code.UNAUTHENTICATED,
+    403: Code.PERMISSION_DENIED,
+    404: Code.NOT_FOUND,
+    413: Code.RESOURCE_EXHAUSTED,
+    503: Code.UNAVAILABLE,
+    500: Code.INTERNAL,
 }
 OPEN_METHODS = ("ServerLive", "ServerReady", "Check", "Watch")  # probes carry no token
-COMPRESSED_METHODS = ("ModelInfer", "ModelStreamInfer")  # --grpc-infer-response-compression-level
+SERVER_SERVICES = ("", protos.SERVICE_NAME)  # health names of the server itself
 WATCH_POLL_S = 1.0  # how often a health Watch looks at the server's state
+MAX_DETAILS_CHARS = 384  # a status message longer than this keeps its two ends only
+STREAM_IN_FLIGHT = 16  # requests of one ModelStreamInfer stream being run or written
+STREAM_IN_FLIGHT_BYTES = 32 << 20  # ... and their request bytes (one message always fits)
+MAX_CONCURRENT_STREAMS = 100  # calls open at once on one connection
+# --grpc-infer-response-compression-level as grpc-core's levels (as Triton sets them): the
+# core picks an algorithm the client accepts (grpc-accept-encoding), else sends plain
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+class CallError(Exception):
+    """A call refused by the gRPC layer itself, with its status code."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def shown(name: str, limit: int = 128) -> str:
+    """``name`` quoted for a message, cut to ``limit`` characters (a client may send 1 MB)."""
+    if len(name) <= limit:
+        return repr(name)
+    return repr(name[:limit]) + f"... ({len(name)} characters)"
+
+
+def bounded(message: str) -> str:
+    """A status message of at most about ``MAX_DETAILS_CHARS``: long ones keep both ends."""
+    if len(message) <= MAX_DETAILS_CHARS:
+        return message
+    half = MAX_DETAILS_CHARS // 2
+    return f"{message[:half]}... ({len(message) - 2 * half} characters cut) ...{message[-half:]}"
+
+
+def _message(exc: BaseException) -> str:
+    """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
+    if isinstance(exc, (ServerError, CallError)):
+        return bounded(str(exc))
+    log.error("unexpected error in a gRPC call", exc_info=exc)
+    return "internal error"
+
+
+def _code(exc: BaseException) -> grpc.StatusCode:
+    if isinstance(exc, CallError):
+        return exc.code
+    status = exc.status if isinstance(exc, ServerError) else 500
+    return GRPC_CODES.get(status, Code.INTERNAL)
+
+
+def _parse(request_cls, raw: bytes, method: str):
+    try:
+        return request_cls.FromString(raw)
+    except DecodeError:
+        raise CallError(Code.INVALID_ARGUMENT, f"{method}: the request is not a valid "
+                        f"{request_cls.DESCRIPTOR.full_name} message") from None
+
+
+def _echo(request) -> Any:
+    """A response naming the request a stream error belongs to (model, version, id)."""
+    return protos.ModelInferResponse(model_name=request.model_name[:1024],
+                                     model_version=request.model_version[:64],
+                                     id=request.id[:1024])
 
 
 class InferenceServicer:
-    """One coroutine per RPC of ``GRPCInferenceService``."""
+    """One coroutine per RPC of ``GRPCInferenceService``; each takes a parsed request and
+    returns a response message (``ModelInfer`` and ``ModelStreamInfer`` work on bytes)."""
 
     def __init__(self, plane: DataPlane):
         self.plane = plane
@@ -92,29 +138,36 @@ class InferenceServicer:
         metadata.pop("parameters", None)  # not in KServe's ModelMetadataResponse; ModelConfig has them
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
-    async def ModelInfer(self, request):
-        response = await self.plane.infer(await self._decode(request))
-        return encode_infer_response(response)
+    async def infer_bytes(self, raw: bytes) -> bytes:
+        """One ``ModelInferRequest`` in, its ``ModelInferResponse`` out, as bytes: parsed
+        and serialised on the loop when small, in a worker thread when large."""
+        if len(raw) > OFFLOAD_BYTES:
+            request = await asyncio.to_thread(self._decode, raw)
+        else:
+            request = self._decode(raw)
+        response = await self.plane.infer(request)
+        if sum(array.nbytes for array in response.outputs.values()) > OFFLOAD_BYTES:
+            return await asyncio.to_thread(_serialized, response)
+        return _serialized(response)
 
-    async def _decode(self, request):
-        """Decode on the loop, or in a worker thread for a large message (BYTES elements
-        are parsed one by one), so health checks keep being answered. Large is judged by
-        the elements the inputs declare (4 bytes each): ``ByteSize()`` would serialize the
-        message to find out, 30 µs for a 588 KiB image."""
-        if 4 * sum(math.prod(tensor.shape) for tensor in request.inputs) > OFFLOAD_BYTES:
-            return await asyncio.to_thread(decode_infer_request, request, self.limits)
-        return decode_infer_request(request, self.limits)
+    def _decode(self, raw: bytes):
+        return decode_infer_request(_parse(protos.ModelInferRequest, raw, "ModelInfer"),
+                                    self.limits)
 
-    async def ModelStreamInfer(self, request_iterator):
-        """Each message gets its own response: its outputs, or its error (the stream goes on)."""
-        async for request in request_iterator:
+    async def stream_answer(self, raw: bytes) -> bytes:
+        """One message of a ``ModelStreamInfer`` stream answered: its outputs, or its error
+        (the stream goes on)."""
+        try:
+            answer = protos.ModelStreamInferResponse()
+            answer.infer_response.ParseFromString(await self.infer_bytes(raw))
+            return answer.SerializeToString()
+        except Exception as exc:
             try:
-                response = await self.plane.infer(await self._decode(request))
-                yield protos.ModelStreamInferResponse(
-                    infer_response=encode_infer_response(response))
-            except Exception as exc:
-                yield protos.ModelStreamInferResponse(error_message=_message(exc),
-                                                      infer_response=_echo(request))
+                echo = _echo(protos.ModelInferRequest.FromString(raw))
+            except DecodeError:
+                echo = None
+            return protos.ModelStreamInferResponse(error_message=_message(exc),
+                                                   infer_response=echo).SerializeToString()
 
     async def ModelConfig(self, request):
         config = self.plane.model_config(request.name, request.version)
@@ -158,10 +211,15 @@ class InferenceServicer:
 
     async def CudaSharedMemoryRegister(self, request):
         self.plane.shared_memory.cuda_register(request.name)
+        return protos.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request):
         self.plane.shared_memory.cuda_unregister(request.name)
         return protos.CudaSharedMemoryUnregisterResponse()
+
+
+def _serialized(response) -> bytes:
+    return encode_infer_response(response).SerializeToString()
 
 
 class HealthServicer:
@@ -170,16 +228,19 @@ class HealthServicer:
     ``inference.GRPCInferenceService``) is the server: SERVING when it is ready, as
     ``ServerReady`` says; a model's name is that model (its latest version); from the start
     of a shutdown everything is NOT_SERVING. ``Check`` answers NOT_FOUND for a name the
-    server does not know; ``List`` gives the server's and every model's status (behind the
-    token, when one is set: it names the models); ``Watch`` sends the status at once and
-    again whenever it changes (SERVICE_UNKNOWN for a name not known yet)."""
+    server does not know. The server's own status is open to all; a model's status, and
+    ``List`` (every model), are behind the token when one is set: they name the models.
+    ``Watch`` sends the status at once and again whenever it changes (SERVICE_UNKNOWN for
+    a name not known yet)."""
 
-    def __init__(self, plane: DataPlane, closing: asyncio.Event):
-        self.plane, self.closing = plane, closing
+    def __init__(self, plane: DataPlane, closing: asyncio.Event,
+                 authorize: Callable[[Any], None]):
+        self.plane, self.closing, self.authorize = plane, closing, authorize
+        self.watches = 0  # open Watch calls, which a shutdown lets say NOT_SERVING first
 
     def status(self, service: str) -> Optional[int]:
         """The ServingStatus of ``service``, or None when the server does not know it."""
-        if service in ("", protos.SERVICE_NAME):
+        if service in SERVER_SERVICES:
             ready = self.plane.ready()
         elif self.plane.knows_model(service):
             ready = self.plane.model_ready(service)
@@ -188,30 +249,39 @@ class HealthServicer:
         serving = ready and not self.closing.is_set()
         return health.HealthCheckResponse.SERVING if serving else health.HealthCheckResponse.NOT_SERVING
 
-    async def Check(self, request):
+    async def Check(self, request, context):
+        if request.service not in SERVER_SERVICES:
+            self.authorize(context)
         status = self.status(request.service)
         if status is None:
-            raise WireError(Status.NOT_FOUND, f"health: unknown service {request.service!r}")
+            raise CallError(Code.NOT_FOUND, f"health: unknown service {shown(request.service)}")
         return health.HealthCheckResponse(status=status)
 
-    async def List(self, request):
+    async def List(self, request, context):
         """Every service ``Check`` knows: the server (under ``""``) and each model."""
-        names = ["", protos.SERVICE_NAME, *self.plane.model_names()]
+        names = [*SERVER_SERVICES, *self.plane.model_names()]
         return health.HealthListResponse(statuses={
             name: health.HealthCheckResponse(status=self.status(name)) for name in names})
 
-    async def Watch(self, requests):
-        async for request in requests:
-            break
-        else:
-            raise WireError(Status.INVALID_ARGUMENT, "Watch: expected one HealthCheckRequest")
+    async def Watch(self, request, context):
+        if request.service not in SERVER_SERVICES:
+            self.authorize(context)
+        self.watches += 1
+        try:
+            async for status in self._changes(request.service):
+                yield health.HealthCheckResponse(status=status)
+        finally:
+            self.watches -= 1
+
+    async def _changes(self, service: str):
+        """``service``'s status at once, then each change, until a shutdown (NOT_SERVING)."""
         last = None
         while True:
-            status = self.status(request.service)
+            status = self.status(service)
             if status is None:
                 status = health.HealthCheckResponse.SERVICE_UNKNOWN
             if status != last:
-                yield health.HealthCheckResponse(status=status)
+                yield status
                 last = status
             if self.closing.is_set():
                 return
@@ -219,253 +289,220 @@ class HealthServicer:
                 await asyncio.wait_for(self.closing.wait(), WATCH_POLL_S)
 
 
-def _headers(call: Call) -> bytes:
-    """The response headers of ``call``: with its grpc-encoding when it compresses."""
-    return ENCODED_RESPONSE_HEADERS[call.answer_encoding] if call.answer_encoding else RESPONSE_HEADERS
+class _StreamBudget:
+    """What one ``ModelStreamInfer`` stream may have in flight: at most ``count`` requests
+    and about ``nbytes`` of them (one more message is read only when there is room)."""
+
+    def __init__(self, count: int = STREAM_IN_FLIGHT, nbytes: int = STREAM_IN_FLIGHT_BYTES):
+        self.max_count, self.max_bytes = count, nbytes
+        self.count = self.bytes = 0
+        self._freed = asyncio.Event()
+
+    async def room(self) -> None:
+        while self.count >= self.max_count or (self.count and self.bytes >= self.max_bytes):
+            self._freed.clear()
+            await self._freed.wait()
+
+    def take(self, size: int) -> None:
+        self.count, self.bytes = self.count + 1, self.bytes + size
+
+    def give(self, size: int) -> None:
+        self.count, self.bytes = self.count - 1, self.bytes - size
+        self._freed.set()
 
 
-def _message(exc: Exception) -> str:
-    """What a client is told of ``exc``: a ``ServerError``'s message, else no internals."""
-    if isinstance(exc, (ServerError, WireError)):
-        return str(exc)
-    log.error("unexpected error in a gRPC call", exc_info=exc)
-    return "internal error"
+class GrpcHandlers(grpc.GenericRpcHandler):
+    """Every method of both services as a grpcio handler on raw bytes, with the token
+    checked before a protected method runs (grpc answers UNIMPLEMENTED for the rest)."""
 
-
-def _code(exc: Exception) -> Status:
-    if isinstance(exc, WireError):
-        return exc.status
-    status = exc.status if isinstance(exc, ServerError) else 500
-    return GRPC_CODES.get(status, Status.INTERNAL)
-
-
-def _echo(request):
-    """A response naming the request a stream error belongs to (model, version, id)."""
-    return protos.ModelInferResponse(model_name=request.model_name,
-                                     model_version=request.model_version, id=request.id)
-
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """One RPC: its coroutine (or async generator), its message classes."""
-
-    name: str
-    run: Callable[..., Any]
-    request_cls: Any
-    streaming: bool
-
-
-@dataclasses.dataclass
-class Call:
-    """A stream's gRPC state: its method, encoding, task, deadline and request queue."""
-
-    method: Method
-    encoding: Optional[str]
-    timeout_s: Optional[float]
-    task: Optional[asyncio.Task] = None
-    timer: Optional[asyncio.TimerHandle] = None
-    expired: bool = False
-    requests: Optional[asyncio.Queue] = None
-    answer_encoding: Optional[str] = None  # how its answers are compressed (None: not)
-
-
-class GrpcApplication:
-    """The HTTP/2 application that turns streams into calls of the servicer."""
-
-    def __init__(self, plane: DataPlane):
-        self.max_bytes = plane.settings.max_request_bytes
+    def __init__(self, plane: DataPlane, closing: asyncio.Event):
         self.token = plane.settings.auth_token
-        self.closing = asyncio.Event()  # set when the server starts to shut down
-        self.answer_level = LEVELS[plane.settings.grpc_infer_response_compression_level]
-        servicer, checker = InferenceServicer(plane), HealthServicer(plane, self.closing)
-        self.methods = {
-            f"/{protos.SERVICE_NAME}/{name}": Method(name, getattr(servicer, name), request_cls,
-                                                     streaming)
-            for name, (request_cls, _, streaming) in protos.METHODS.items()}
+        self.message_timeout_s = plane.settings.grpc_message_timeout_s
+        self.servicer = InferenceServicer(plane)
+        self.checker = checker = HealthServicer(plane, closing, self.authorize)
+        self.handlers: dict[str, tuple[str, Any, Any]] = {}
+        for name, (request_cls, _, _) in protos.METHODS.items():
+            if name == "ModelInfer":
+                run = grpc.stream_unary_rpc_method_handler(self._model_infer)
+            elif name == "ModelStreamInfer":
+                run = grpc.stream_stream_rpc_method_handler(self._model_stream_infer)
+            else:
+                run = grpc.stream_unary_rpc_method_handler(self._unary(
+                    name, request_cls, lambda request, _, call=getattr(self.servicer, name): call(request)))
+            self._add(protos.SERVICE_NAME, name, run)
         for name, _, _, streaming in health.METHODS:
-            self.methods[f"/{health.SERVICE_NAME}/{name}"] = Method(
-                name, getattr(checker, name), health.REQUESTS[name], streaming)
+            request_cls, call = health.REQUESTS[name], getattr(checker, name)
+            if streaming:
+                run = grpc.stream_stream_rpc_method_handler(self._server_stream(name, request_cls, call))
+            else:
+                run = grpc.stream_unary_rpc_method_handler(self._unary(name, request_cls, call))
+            self._add(health.SERVICE_NAME, name, run)
 
-    def request_started(self, stream: Stream) -> None:
-        headers = stream.headers
-        if headers.get(":method") != "POST":
-            return stream.send_trailers(http_refusal(405, "gRPC calls are POST requests"))
-        if not headers.get("content-type", "").startswith("application/grpc"):
-            return stream.send_trailers(http_refusal(
-                415, "content-type: expected application/grpc"))
-        try:
-            method = self.methods.get(headers.get(":path"))
-            if method is None:
-                raise WireError(Status.UNIMPLEMENTED,
-                                f"method {headers.get(':path')!r}: not a method of "
-                                f"{protos.SERVICE_NAME} or {health.SERVICE_NAME}")
-            self._authorize(headers, method.name)
-            call = Call(method, check_encoding(headers), timeout_seconds(headers))
-            if self.answer_level and method.name in COMPRESSED_METHODS:
-                call.answer_encoding = preferred_encoding(headers.get("grpc-accept-encoding"))
-        except Exception as exc:
-            return stream.send_trailers(trailers_only(_code(exc), _message(exc)))
-        stream.state = call
-        if method.streaming:
-            call.requests = asyncio.Queue()
-            self._start(stream, call, self._stream_call(stream, call))
+    def _add(self, service: str, name: str, run) -> None:
+        refuse = (grpc.stream_stream_rpc_method_handler(_refused) if run.response_streaming
+                  else grpc.stream_unary_rpc_method_handler(_refused))
+        self.handlers[f"/{service}/{name}"] = (name, run, refuse)
 
-    def body_received(self, stream: Stream) -> None:
-        call: Call = stream.state
-        try:
-            if call.method.streaming:
-                return self._queue_requests(stream, call)
-            check_announced_size(stream.body, self.max_bytes)
-            if not stream.ended:  # the message may be whole before the stream ends
-                return
-            message = next_message(stream.body, self.max_bytes, call.encoding)
-            if message is None or stream.body:
-                raise WireError(Status.INTERNAL, "a unary call must send exactly one "
-                                "whole message")
-        except WireError as exc:
-            return stream.send_trailers(trailers_only(exc.status, str(exc)))
-        self._start(stream, call, self._unary_call(stream, call, message))
-
-    def _queue_requests(self, stream: Stream, call: Call) -> None:
-        while True:
-            message = next_message(stream.body, self.max_bytes, call.encoding)
-            if message is None:
-                break
-            call.requests.put_nowait(message)
-        if stream.ended:
-            call.requests.put_nowait(None if not stream.body else WireError(
-                Status.INTERNAL, "the stream ended inside a message"))
-
-    def request_reset(self, stream: Stream) -> None:
-        call: Optional[Call] = stream.state
-        if call is not None and call.task is not None:
-            call.task.cancel()
-        else:
-            stream.reset()
-
-    def _start(self, stream: Stream, call: Call, coroutine) -> None:
-        call.task = asyncio.get_running_loop().create_task(coroutine)
-        # a done callback, not a ``finally``: a task cancelled before its first step never
-        # runs its coroutine, and its stream must still be let go
-        call.task.add_done_callback(lambda _: self._finish(stream, call))
-        if call.timeout_s is not None:
-            call.timer = asyncio.get_running_loop().call_later(
-                call.timeout_s, self._expire, call)
-
-    @staticmethod
-    def _expire(call: Call) -> None:
-        call.expired = True
-        call.task.cancel()
-
-    async def _unary_call(self, stream: Stream, call: Call, message: bytes) -> None:
-        try:
-            request = _parse(call.method, message)
-            response = await call.method.run(request)
-            stream.respond(_headers(call), await self._framed(call, response), OK_TRAILERS)
-        except asyncio.CancelledError:
-            self._cancelled(stream, call, headers_sent=False)
-        except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
-            stream.send_trailers(trailers_only(_code(exc), _message(exc)))
-
-    async def _stream_call(self, stream: Stream, call: Call) -> None:
-        headers_sent = False
-        try:
-            async for response in call.method.run(self._requests(call)):
-                if not headers_sent:
-                    stream.send_headers(_headers(call))
-                    headers_sent = True
-                stream.send_data(await self._framed(call, response))
-            stream.send_trailers(OK_TRAILERS if headers_sent else RESPONSE_HEADERS + OK_TRAILERS)
-        except asyncio.CancelledError:
-            self._cancelled(stream, call, headers_sent)
-        except Exception as exc:
-            stream.send_trailers(error_trailers(_code(exc), _message(exc)) if headers_sent
-                                 else trailers_only(_code(exc), _message(exc)))
-
-    async def _framed(self, call: Call, response) -> bytes:
-        """``response`` as a message, compressed as ``call`` agreed when it is worth it."""
-        payload = response.SerializeToString()
-        if call.answer_encoding is None or len(payload) < DEFLATE_MIN_BYTES:
-            return frame_message(payload)
-        if len(payload) > DEFLATE_INLINE_BYTES:
-            return await asyncio.to_thread(frame_message, payload, call.answer_encoding, self.answer_level)
-        return frame_message(payload, call.answer_encoding, self.answer_level)
-
-    async def _requests(self, call: Call):
-        while True:
-            message = await call.requests.get()
-            if message is None:
-                return
-            if isinstance(message, WireError):
-                raise message
-            yield _parse(call.method, message)
-
-    @staticmethod
-    def _cancelled(stream: Stream, call: Call, headers_sent: bool) -> None:
-        if call.expired and not stream.was_reset:
-            message = "deadline exceeded"
-            stream.send_trailers(error_trailers(Status.DEADLINE_EXCEEDED, message)
-                                 if headers_sent else
-                                 trailers_only(Status.DEADLINE_EXCEEDED, message))
-        else:
-            stream.reset()
-
-    @staticmethod
-    def _finish(stream: Stream, call: Call) -> None:
-        if call.timer is not None:
-            call.timer.cancel()
-        if not stream.closed:
-            stream.reset()
-
-    def _authorize(self, headers: dict, name: str) -> None:
+    def service(self, handler_call_details):
+        entry = self.handlers.get(handler_call_details.method)
+        if entry is None:
+            return None
+        name, run, refuse = entry
         if self.token is None or name in OPEN_METHODS:
-            return
-        given = headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
+            return run
+        return run if self._authorized(handler_call_details.invocation_metadata) else refuse
+
+    def _authorized(self, metadata) -> bool:
+        expected = f"Bearer {self.token}".encode()
+        for key, value in metadata or ():
+            if key == "authorization":
+                given = value if isinstance(value, bytes) else value.encode()
+                return hmac.compare_digest(given, expected)
+        return False
+
+    def authorize(self, context) -> None:
+        """Refuse a call of an open method that asks for what the token protects."""
+        if self.token is not None and not self._authorized(context.invocation_metadata()):
             raise UnauthorizedError("authorization: missing or wrong bearer token")
 
+    async def _request(self, context) -> bytes:
+        """A unary call's one request message, which must be whole within
+        ``--grpc-message-timeout`` (grpc-core would hold a half-sent one for ever)."""
+        try:
+            async with asyncio.timeout(self.message_timeout_s):
+                raw = await context.read()
+        except TimeoutError:
+            raise CallError(Code.DEADLINE_EXCEEDED, "the request message did not arrive within "
+                            f"{self.message_timeout_s:g} s (--grpc-message-timeout)") from None
+        if raw is grpc.aio.EOF:
+            raise CallError(Code.INTERNAL, "a unary call must send one message; none came")
+        return raw
 
-def _parse(method: Method, message: bytes):
-    try:
-        return method.request_cls.FromString(message)
-    except DecodeError:
-        raise WireError(Status.INVALID_ARGUMENT, f"{method.name}: the request is not a "
-                        f"valid {method.request_cls.DESCRIPTOR.full_name} message") from None
+    async def _model_infer(self, requests, context) -> bytes:
+        try:
+            return await self.servicer.infer_bytes(await self._request(context))
+        except Exception as exc:  # ServerErrors with their code; anything else INTERNAL
+            await context.abort(_code(exc), _message(exc))
+
+    def _unary(self, name: str, request_cls, run):
+        """A unary handler: read, parse, ``run(request, context)``, serialise; errors as
+        statuses."""
+        async def handle(requests, context) -> bytes:
+            try:
+                request = _parse(request_cls, await self._request(context), name)
+                return (await run(request, context)).SerializeToString()
+            except Exception as exc:
+                await context.abort(_code(exc), _message(exc))
+        return handle
+
+    def _server_stream(self, name: str, request_cls, run):
+        async def handle(requests, context):
+            try:
+                request = _parse(request_cls, await self._request(context), name)
+                async for response in run(request, context):
+                    yield response.SerializeToString()
+            except Exception as exc:
+                await context.abort(_code(exc), _message(exc))
+        return handle
+
+    async def _model_stream_infer(self, requests, context) -> None:
+        """Answers in the order of the requests, up to ``STREAM_IN_FLIGHT`` run at once: the
+        next message is read only when there is room (grpc's flow control then holds the
+        client back), and each answer waits for the client's window before the next, for
+        ``--grpc-message-timeout`` at most (then the stream ends, DEADLINE_EXCEEDED)."""
+        budget, answers = _StreamBudget(), asyncio.Queue()
+        reader = asyncio.ensure_future(self._read_stream(requests, budget, answers))
+        try:
+            while (entry := await answers.get()) is not None:
+                task, size = entry
+                answer = await task
+                try:
+                    async with asyncio.timeout(self.message_timeout_s):
+                        await context.write(answer)
+                except TimeoutError:
+                    await context.abort(Code.DEADLINE_EXCEEDED, "an answer waited for the client's "
+                                        f"window over {self.message_timeout_s:g} s (--grpc-message-timeout)")
+                budget.give(size)
+            await reader  # a failure to read (the client's or grpc's) ends the call
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                entry = answers.get_nowait()
+                if entry is not None:
+                    entry[0].cancel()
+
+    async def _read_stream(self, requests, budget: _StreamBudget, answers: asyncio.Queue):
+        try:
+            await budget.room()
+            async for raw in requests:
+                budget.take(len(raw))
+                answers.put_nowait((asyncio.ensure_future(self.servicer.stream_answer(raw)),
+                                    len(raw)))
+                await budget.room()
+        finally:
+            answers.put_nowait(None)
+
+
+async def _refused(request, context):
+    await context.abort(Code.UNAUTHENTICATED, "authorization: missing or wrong bearer token")
+
+
+def server_options(settings, reuse_port: bool) -> list[tuple[str, Any]]:
+    """grpc-core's channel arguments for the server: Triton's keepalive policy and limits,
+    the message size from ``--max-request-bytes`` and the handshake from
+    ``--header-timeout-s``."""
+    return [
+        ("grpc.default_compression_level",
+         COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level]),
+        ("grpc.max_receive_message_length", settings.max_request_bytes),  # inflated too
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_metadata_size", settings.max_header_bytes),
+        ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
+        ("grpc.server_handshake_timeout_ms", int(settings.header_timeout_s * 1000)),
+        ("grpc.keepalive_time_ms", 7_200_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 2),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 300_000),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.so_reuseport", int(reuse_port)),
+    ]
 
 
 class GrpcServer:
-    """The gRPC front end on a bound socket (over TLS with a ``tls`` context, whose ALPN
-    offers ``h2``): ``start``, then ``stop`` drains it."""
+    """The gRPC front end on ``host:port`` (0: a free port, ``port`` once started), over
+    TLS with ``credentials``: ``start``, then ``stop`` drains it."""
 
-    def __init__(self, plane: DataPlane, sock: socket.socket, tls: Optional[ssl.SSLContext] = None):
-        settings = plane.settings
-        self.tls, self.handshake_timeout_s = tls, settings.header_timeout_s
-        self.limits = Http2Limits(max_header_list_bytes=settings.max_header_bytes,
-                                  preface_timeout_s=settings.header_timeout_s)
-        self.application = GrpcApplication(plane)
-        self.connections: set[Http2Connection] = set()
-        self._socket, self._server = sock, None
-
-    @property
-    def port(self) -> int:
-        return self._socket.getsockname()[1]
+    def __init__(self, plane: DataPlane, host: str, port: int, reuse_port: bool = False,
+                 credentials: Optional[grpc.ServerCredentials] = None):
+        self.plane, self.credentials, self.reuse_port = plane, credentials, reuse_port
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.closing = asyncio.Event()  # set when the server starts to shut down
+        self.port: Optional[int] = None
+        self.handlers: Optional[GrpcHandlers] = None
+        self._server = None
 
     async def start(self) -> None:
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: Http2Connection(self.application, self.limits, self.connections),
-            sock=self._socket, ssl=self.tls,
-            ssl_handshake_timeout=self.handshake_timeout_s if self.tls else None)
+        server = grpc.aio.server(options=server_options(self.plane.settings, self.reuse_port))
+        self.handlers = GrpcHandlers(self.plane, self.closing)
+        server.add_generic_rpc_handlers((self.handlers,))
+        try:
+            if self.credentials is None:
+                self.port = server.add_insecure_port(self.address)
+            else:
+                self.port = server.add_secure_port(self.address, self.credentials)
+        except RuntimeError as exc:
+            raise ServerConfigError(f"gRPC: cannot listen on {self.address}: {exc}") from None
+        await server.start()
+        self._server = server
 
     async def stop(self, grace_s: float) -> None:
-        """Stop accepting, send GOAWAY, let open calls finish for ``grace_s``, then close
-        (health watches are told NOT_SERVING and end)."""
-        self.application.closing.set()
-        self._server.close()
-        for connection in list(self.connections):
-            connection.go_away()
-        deadline = asyncio.get_running_loop().time() + grace_s
-        while self.connections and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
-        for connection in list(self.connections):
-            connection.abort()
-        await asyncio.sleep(0)  # let the aborted connections report their loss
+        """Refuse new calls (GOAWAY), let open ones finish for ``grace_s``, then cancel
+        them; health watches are told NOT_SERVING and end."""
+        self.closing.set()
+        if self._server is None:
+            return
+        deadline = asyncio.get_running_loop().time() + min(grace_s, 1.0)
+        while self.handlers.checker.watches and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # each watch sends NOT_SERVING and ends before GOAWAY
+        await self._server.stop(grace_s)

@@ -101,8 +101,12 @@ class ServerSettings(BaseSettings):
         "Accept-Encoding asks for gzip or deflate (none: never compress)."
     )
     grpc_infer_response_compression_level: CompressionLevel = Field(
-        "none", description="zlib level of ModelInfer answers to gRPC clients that accept gzip "
-        "or deflate (Triton's option; none: never compress)."
+        "none", description="grpc-core's compression level of answers to gRPC clients that accept "
+        "gzip or deflate (Triton's option; none: never compress)."
+    )
+    grpc_message_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds a unary gRPC call may take to send its whole request "
+        "message once its headers are in (DEADLINE_EXCEEDED beyond)."
     )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."

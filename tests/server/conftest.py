@@ -1,4 +1,4 @@
-"""Fixtures: real servers (uvicorn, and flowserve's own gRPC on HTTP/2) on free loopback ports."""
+"""Fixtures: real servers (uvicorn, and grpcio's server for gRPC) on free loopback ports."""
 
 from __future__ import annotations
 

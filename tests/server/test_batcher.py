@@ -287,3 +287,31 @@ def test_a_slow_hand_off_does_not_keep_small_batches_off_the_loop():
     loop_thread = threading.main_thread()
     assert threads[0] is not loop_thread  # the first batch (nothing known yet) went to a thread
     assert threads[1:] == [loop_thread] * 5, threads
+
+
+def test_a_cancelled_request_leaves_the_queue_and_never_runs():
+    """A caller that goes away (a reset stream, a deadline) takes its queued work with it:
+    it no longer counts against the queue bound, and the model never runs it."""
+    runner = RecordingRunner(delay_s=0.3)
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=1, max_queue_delay_s=0.0,
+                                 max_queue_size=4)
+        await batcher.start()
+        busy = asyncio.ensure_future(batcher.submit({"x": np.ones((1, 2))}, 1))
+        await asyncio.sleep(0.05)  # the worker now runs it
+        waiting = [asyncio.ensure_future(batcher.submit({"x": np.full((1, 2), 7.0)}, 1))
+                   for _ in range(4)]
+        await asyncio.sleep(0.01)
+        queued_before = batcher.queued
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        queued_after = batcher.queued
+        await busy
+        await batcher.stop()
+        return queued_before, queued_after
+
+    queued_before, queued_after = run(main())
+    assert (queued_before, queued_after) == (4, 0)
+    assert runner.batches == [1]  # only the one that was running

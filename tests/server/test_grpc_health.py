@@ -72,14 +72,22 @@ def test_list_gives_the_server_and_every_model(repo_server, stub):
         "broken": NOT_SERVING}
 
 
-def test_probes_need_no_token_where_inference_and_the_listing_do(mlp_file, stub):
+def test_probes_need_no_token_where_inference_models_and_the_listing_do(mlp_file, stub):
+    """The server's own status is open; a model's (which names the models) is not."""
     with running_server(mlp_file, auth_token="s3cret") as server:
         probe = stub(server)
         assert _check(probe, "") == SERVING
-        assert next(probe.Watch(health_pb2.HealthCheckRequest(service="tiny"), timeout=10)).status == SERVING
-        with pytest.raises(grpc.RpcError) as error:
-            probe.List(health_pb2.HealthListRequest(), timeout=10)
-        assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert next(probe.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)).status == SERVING
+        token = [("authorization", "Bearer s3cret")]
+        assert probe.Check(health_pb2.HealthCheckRequest(service="tiny"), timeout=10,
+                           metadata=token).status == SERVING
+        refused = [lambda: _check(probe, "tiny"), lambda: _check(probe, "no-such-model"),
+                   lambda: next(probe.Watch(health_pb2.HealthCheckRequest(service="tiny"), timeout=10)),
+                   lambda: probe.List(health_pb2.HealthListRequest(), timeout=10)]
+        for call in refused:
+            with pytest.raises(grpc.RpcError) as error:
+                call()
+            assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
         with pytest.raises(grpc.RpcError) as error:
             grpc.insecure_channel(server.grpc_address).unary_unary(
                 "/inference.GRPCInferenceService/ModelReady")(b"", timeout=10)
