@@ -17,8 +17,12 @@ import re
 
 import numpy as np
 
+from flowserve import dtypes
 from flowserve.errors import GraphError, ShapeError
+from flowserve.ir.interpreter import run_ir
+from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.batching import describe
+from flowserve.tensor import Tensor
 
 DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -86,10 +90,6 @@ def verify_lowering(first, other, dims: dict) -> None:
     """Run the graph lowered with ``dims`` symbolic at the second trace's sizes and compare
     with flowserve's interpreter on that trace: a lowering that wrote a value's traced size
     into the model (not an attribute the traces compare) is caught here, before saving."""
-    from flowserve.ir.interpreter import run_ir
-    from flowserve.nn.graph.compiled import CompiledGraph
-    from flowserve.tensor import Tensor
-
     rng = np.random.default_rng(0)
     feeds = {v.name: _random(rng, v) for v in other.ir.inputs}
     state = {**{k: t.numpy() for k, t in other.state.items()}, **other.constants}
@@ -110,8 +110,6 @@ def verify_lowering(first, other, dims: dict) -> None:
 
 
 def _random(rng, value) -> np.ndarray:
-    from flowserve import dtypes
-
     dtype = dtypes.from_name(value.dtype).np
     shape = tuple(int(d) for d in value.shape)
     if np.dtype(dtype).kind == "f":
