@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import types
 from typing import Any, Callable, Optional
 
 import grpc
@@ -55,7 +56,7 @@ STREAM_IN_FLIGHT_BYTES = 32 << 20  # ... and their request bytes (one message al
 MAX_CONCURRENT_STREAMS = 100  # calls open at once on one connection
 # --grpc-infer-response-compression-level as grpc-core's levels (as Triton sets them): the
 # core picks an algorithm the client accepts (grpc-accept-encoding), else sends plain
-COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
+COMPRESSION_LEVELS = types.MappingProxyType({"none": 0, "low": 1, "medium": 2, "high": 3})
 
 
 class CallError(Exception):

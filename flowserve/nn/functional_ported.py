@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
+
 from flowserve.nn.functional_more import celu, pairwise_distance, selu, threshold
 from flowserve.ops import functional_math as FM
 from flowserve.ops import functional as F
@@ -22,7 +24,6 @@ from flowserve.ops.activation import logsigmoid
 from flowserve.ops.loss import reduce as _reduce
 from flowserve.ops.registry import fail_shape
 
-_MACHINE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
 
 __all__ = [
     "adaptive_avg_pool1d", "avg_pool1d", "channel_shuffle", "cosine_embedding_loss", "gaussian_nll_loss",
@@ -60,7 +61,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[input.ndim - len(shape):]) != shape:
         fail_shape("rms_norm", f"an input ending in {shape}", tuple(input.shape))
-    eps = _MACHINE_EPS[input.dtype.name] if eps is None else eps
+    eps = float(ml_dtypes.finfo(input.dtype.np).eps) if eps is None else eps
     dims = list(range(input.ndim - len(shape), input.ndim))
     out = input * F.rsqrt(F.mean(input * input, dims, keepdim=True) + eps)
     return out * weight if weight is not None else out

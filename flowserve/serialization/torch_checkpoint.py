@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import struct
+import types
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -553,7 +554,7 @@ def _long(fmt):
     return _push(lambda vm: int.from_bytes(vm._take(vm._unpack(fmt)), "little", signed=True))
 
 
-_STRUCTS = {fmt: struct.Struct(fmt) for fmt in ("<B", "<H", "<i", "<I", "<Q", ">d")}
+_STRUCTS = types.MappingProxyType({fmt: struct.Struct(fmt) for fmt in ("<B", "<H", "<i", "<I", "<Q", ">d")})
 
 _OPS = {
     b"\x80": lambda vm: vm._take(1),  # PROTO
