@@ -139,17 +139,19 @@ class InferenceServicer:
         metadata.pop("parameters", None)  # not in KServe's ModelMetadataResponse; ModelConfig has them
         return json_format.ParseDict(metadata, protos.ModelMetadataResponse())
 
-    async def infer_bytes(self, raw: bytes) -> bytes:
-        """One ``ModelInferRequest`` in, its ``ModelInferResponse`` out, as bytes: parsed
-        and serialised on the loop when small, in a worker thread when large."""
+    async def infer_bytes(self, raw: bytes, serialize=None) -> bytes:
+        """One ``ModelInferRequest`` in, its answer out as bytes (``serialize(response)``;
+        by default the ``ModelInferResponse``): parsed and serialised on the loop when
+        small, in a worker thread when large."""
+        serialize = serialize or _serialized
         if len(raw) > OFFLOAD_BYTES:
             request = await asyncio.to_thread(self._decode, raw)
         else:
             request = self._decode(raw)
         response = await self.plane.infer(request)
         if sum(array.nbytes for array in response.outputs.values()) > OFFLOAD_BYTES:
-            return await asyncio.to_thread(_serialized, response)
-        return _serialized(response)
+            return await asyncio.to_thread(serialize, response)
+        return serialize(response)
 
     def _decode(self, raw: bytes):
         return decode_infer_request(_parse(protos.ModelInferRequest, raw, "ModelInfer"),
@@ -159,9 +161,7 @@ class InferenceServicer:
         """One message of a ``ModelStreamInfer`` stream answered: its outputs, or its error
         (the stream goes on)."""
         try:
-            answer = protos.ModelStreamInferResponse()
-            answer.infer_response.ParseFromString(await self.infer_bytes(raw))
-            return answer.SerializeToString()
+            return await self.infer_bytes(raw, _serialized_stream_answer)
         except Exception as exc:
             try:
                 echo = _echo(protos.ModelInferRequest.FromString(raw))
@@ -221,6 +221,10 @@ class InferenceServicer:
 
 def _serialized(response) -> bytes:
     return encode_infer_response(response).SerializeToString()
+
+
+def _serialized_stream_answer(response) -> bytes:
+    return protos.ModelStreamInferResponse(infer_response=encode_infer_response(response)).SerializeToString()
 
 
 class HealthServicer:
