@@ -53,12 +53,11 @@ def resolve_source(source) -> ExportSource:
 
 
 def _from_graph(graph) -> ExportSource:
-    from flowserve.nn.graph.inference import deployable_batch, inference_traced
     from flowserve.serialization.graph_dir import graph_signature
 
-    traced = inference_traced(graph)
-    batch, note = deployable_batch(graph, traced)
+    deployed = graph.deployable_state()
+    traced = deployed.traced
     arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}
     arrays.update({k: np.asarray(v) for k, v in traced.constants.items()})
-    inputs, outputs = graph_signature(traced.ir, batch)
-    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, note)
+    inputs, outputs = graph_signature(traced.ir, deployed.batch)
+    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, deployed.batch_note)
