@@ -53,7 +53,7 @@ def check_model(model: onnx.ModelProto, path: Path | None) -> onnx.ModelProto:
 
 
 def session_for(model: onnx.ModelProto, path: Path | None):
-    from flowserve.exporter.runtime import create_session
+    from flowserve.onnx_backend.runtime import create_session
 
     source = str(path) if path is not None and needs_external_data(model) else model
     return create_session(source, device="cpu")

@@ -8,10 +8,10 @@ import pytest
 
 import flowserve as flow
 from flowserve import dtypes
-from flowserve.exporter.lower import lower_ir
-from flowserve.exporter.lowering import LOWERINGS
-from flowserve.exporter.runtime import create_session
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.onnx_backend.lower import lower_ir
+from flowserve.onnx_backend.lowering import LOWERINGS
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.ops.registry import REGISTRY, infer_meta
 from tests.core.op_cases import all_cases
 

@@ -8,8 +8,8 @@ which is PyTorch's formula. In float64 a layer is unrolled instead (``float64.py
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.float64 import emit_recurrent_f64, is_double
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.float64 import emit_recurrent_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering
 
 ONNX_ORDER = {"lstm_layer": (0, 3, 1, 2), "gru_layer": (1, 0, 2), "rnn_layer": (0,)}
 

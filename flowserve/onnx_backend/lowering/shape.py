@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve import dtypes
 from flowserve.ir.interpreter import reshape_target  # one rule for the lowering and the oracle
+from flowserve.onnx_backend.lowering.registry import lowering, simple
 
 
 @lowering("reshape")
@@ -68,10 +70,6 @@ def lower_slice_backward(b, node, ctx):
 
 
 def _zero(dtype: str):
-    from onnx import numpy_helper
-
-    from flowserve import dtypes
-
     return numpy_helper.from_array(np.zeros(1, dtype=dtypes.from_name(dtype).np))
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.exporter.lowering.float64 import emit_conv_f64, emit_conv_transpose_f64, is_double
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.float64 import emit_conv_f64, emit_conv_transpose_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering
 
 INT64_MIN = -(2**63)
 NCHWC = "com.microsoft.nchwc"

@@ -7,8 +7,8 @@ Two ReduceMean and four full-tensor ops: ``d = x - mean``, ``d * d``, ``d * scal
 from __future__ import annotations
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.registry import lowering
 from flowserve.ir.interpreter import reshape_target
+from flowserve.onnx_backend.lowering.registry import lowering
 
 
 @lowering("batch_norm_train")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from flowserve.exporter.builder import onnx_dtype
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve.onnx_backend.builder import onnx_dtype
+from flowserve.onnx_backend.lowering.registry import lowering, simple
 
 for _op, _onnx in [("neg", "Neg"), ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("tanh", "Tanh"),
                    ("sigmoid", "Sigmoid"), ("relu", "Relu"), ("abs", "Abs"), ("sign", "Sign"),

@@ -7,12 +7,12 @@ import onnx
 
 from flowserve import dtypes
 from flowserve.errors import ExportError
-from flowserve.exporter import versions
-from flowserve.exporter.builder import Builder, onnx_dtype
-from flowserve.exporter.lowering import LOWERINGS, LoweringContext, training
-from flowserve.exporter.lowering.clip import fold_clip
-from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.onnx_backend import versions
+from flowserve.onnx_backend.builder import Builder, onnx_dtype
+from flowserve.onnx_backend.lowering import LOWERINGS, LoweringContext, training
+from flowserve.onnx_backend.lowering.clip import fold_clip
+from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 
 UPDATE_SUFFIX = ":new"
 
@@ -87,7 +87,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
     ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
     ``nchwc_block``: ONNX Runtime's NCHWc channel block, for graph mode on its CPU provider
-    only (``flowserve.exporter.lowering.conv``): eligible convolutions become
+    only (``flowserve.onnx_backend.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
     the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
     CPU provider (standard operators in the formulations it runs fastest). ``dynamic_dims``:

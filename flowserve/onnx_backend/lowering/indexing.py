@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
 
 
 def _data_cut_to_index(b, node, ctx) -> str:

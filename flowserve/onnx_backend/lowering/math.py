@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.float64 import emit_erf_f64, is_double
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve.onnx_backend.lowering.float64 import emit_erf_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering, simple
 
 for _op, _onnx in [("sin", "Sin"), ("cos", "Cos"), ("floor", "Floor"), ("ceil", "Ceil"), ("round", "Round")]:
     simple(_onnx, _op)

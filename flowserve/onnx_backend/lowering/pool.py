@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
 
 
 def _max_pool_attrs(a) -> dict:
@@ -28,8 +29,6 @@ def lower_max_pool2d_backward(b, node, ctx):
     g, indices = node.inputs
     shape = list(node.attrs["shape"])
     dtype = dtypes.from_name(ctx.meta(g).dtype).np
-    from onnx import numpy_helper
-
     zeros = b.op1("ConstantOfShape", [b.const([int(np.prod(shape))])],
                   value=numpy_helper.from_array(np.zeros(1, dtype=dtype)))
     flat = b.const([-1])

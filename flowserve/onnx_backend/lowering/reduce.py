@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
 
 MIN_ROWS = 16  # fewer rows: ReduceSum is as fast
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.exporter.builder import onnx_dtype
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve.onnx_backend.builder import onnx_dtype
+from flowserve.onnx_backend.lowering.registry import lowering, simple
 
 simple("MatMul", "matmul")
 

@@ -28,8 +28,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from flowserve import dtypes
-from flowserve.exporter.builder import onnx_dtype
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.builder import onnx_dtype
+from flowserve.onnx_backend.lowering.registry import lowering
 from flowserve.ops.random import HASH_DROP_BITS, HASH_PRIME, HASH_ROUNDS, HASH_SEED_MULT, HASH_STREAM_MULT
 
 SEED_RANGE = 1 << 24  # ONNX's seed attribute is a float: integers below 2**24 are exact
