@@ -105,7 +105,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.initializer(name, np.asarray(array))
     ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider)
     for node in ir.nodes:
-        lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
+        lower = (lowerings or {}).get(node.op) or LOWERINGS.for_op(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)

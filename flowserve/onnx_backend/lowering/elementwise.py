@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from flowserve.onnx_backend.builder import onnx_dtype
 from flowserve.onnx_backend.lowering.registry import lowering, simple
+from flowserve.ops import elementwise as prims
 
-for _op, _onnx in [("neg", "Neg"), ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("tanh", "Tanh"),
-                   ("sigmoid", "Sigmoid"), ("relu", "Relu"), ("abs", "Abs"), ("sign", "Sign"),
-                   ("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("pow", "Pow"),
-                   ("maximum", "Max"), ("minimum", "Min"), ("eq", "Equal"), ("lt", "Less"),
-                   ("le", "LessOrEqual"), ("gt", "Greater"), ("ge", "GreaterOrEqual"), ("where", "Where")]:
-    simple(_onnx, _op)
+for _prim, _onnx in [(prims.neg, "Neg"), (prims.exp, "Exp"), (prims.log, "Log"), (prims.sqrt, "Sqrt"),
+                     (prims.tanh, "Tanh"), (prims.sigmoid, "Sigmoid"), (prims.relu, "Relu"),
+                     (prims.abs_, "Abs"), (prims.sign, "Sign"), (prims.add, "Add"), (prims.sub, "Sub"),
+                     (prims.mul, "Mul"), (prims.div, "Div"), (prims.pow_, "Pow"), (prims.maximum, "Max"),
+                     (prims.minimum, "Min"), (prims.eq, "Equal"), (prims.lt, "Less"), (prims.le, "LessOrEqual"),
+                     (prims.gt, "Greater"), (prims.ge, "GreaterOrEqual"), (prims.where, "Where")]:
+    simple(_onnx, _prim)
 
 
-@lowering("ne")
+@lowering(prims.ne)
 def lower_ne(b, node, ctx):
     b.op("Not", [b.op1("Equal", node.inputs)], node.outputs)
 
 
-@lowering("cast")
+@lowering(prims.cast)
 def lower_cast(b, node, ctx):
     b.op("Cast", node.inputs, node.outputs, to=onnx_dtype(node.attrs["dtype"]))
