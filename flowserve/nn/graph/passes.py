@@ -4,7 +4,7 @@ ask for, as one ordered list run by ``flowserve.ir.passes.manager.PassManager``.
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
 convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, the
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
-lowers: the add-to-output fusion, the exporter lowering its fused node
+lowers: the add-to-output fusion, the ONNX backend lowering its fused node
 (``LOWERING_PASSES``). Every pass returns ``PassResult(ir, modified)``.
 """
 
@@ -108,7 +108,7 @@ def run_graph_passes(ir: GraphIR, context: PassContext) -> list[str]:
 
 def lowering_ir(ir: GraphIR, options: dict) -> PassResult:
     """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
-    exporter lowers its fused nodes), else ``ir`` itself."""
+    ONNX backend lowers its fused nodes), else ``ir`` itself."""
     context = PassContext(options)
     if not any(p.when(context) for p in LOWERING_PASSES.passes):
         return PassResult(ir, False)
