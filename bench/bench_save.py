@@ -6,8 +6,9 @@ own processes, interleaved (A, B, A, B, ...), and prints medians and the ratio B
     python bench/bench_save.py --baseline-python /tmp/venv-main/bin/python --baseline-tree /path/to/main
     python bench/bench_save.py --one                 # one measurement with this tree, as JSON
 
-The other tree runs this same file with its own interpreter (``--one``), so only the public
-``flow`` API is used here.
+The other tree runs this same file with its own interpreter, from its own directory
+(``--one``; ``flowserve`` is the one that interpreter imports), so only the public ``flow``
+API is used here.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ import time
 
 import numpy as np
 
+import flowserve as flow
+from flowserve import models
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def measure(batch: int, steps: int) -> dict:
     """One process: train the graph ``steps`` calls, save it, then call an inference graph once and save it."""
-    import flowserve as flow
-    from flowserve import models
-
     flow.manual_seed(0)
     model = models.resnet18(num_classes=10)
     counts = {"forward": 0, "build": 0}

@@ -141,7 +141,7 @@ def test_the_trace_is_a_value_with_its_batch_marks():
     graph = CountedInfer(Counted().eval())
     traced = trace_build(graph, (_x(),), {})
     assert not graph.is_compiled and graph.parts.last is None  # the graph is unchanged
-    assert traced.batch_marks == BatchMarks(4, {"x": (0,)}, {traced.ir.outputs[0].name: (0,)}, {})
+    assert traced.batch_marks == BatchMarks(4, {"x": (0,)}, {traced.ir.outputs[0].name: (0,)})
     assert traced.batch_marks.batched_inputs
     assert set(traced.state) == set(traced.ir.state)
 

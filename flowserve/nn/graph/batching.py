@@ -229,8 +229,7 @@ def _suspect_constant(traced, ba: int) -> str | None:
 def _attrs_at(ir, node: Node, shapes: dict, bb: int) -> dict:
     """``node``'s attributes at batch size ``bb``, as the lowering computes them from the marks."""
     if node.op in BATCH_ADAPTED_OPS and node.inputs:
-        return batch_adapted_attrs(node, tuple(ir.values[node.inputs[0]].shape) if node.inputs[0] in ir.values
-                                   else tuple(ir.state[node.inputs[0]].shape), shapes[node.inputs[0]], bb)
+        return batch_adapted_attrs(node, tuple(_value(ir, node.inputs[0]).shape), shapes[node.inputs[0]], bb)
     attrs = dict(node.attrs)
     for key in node.batch:
         if key.endswith(EXPR_SUFFIX) or not isinstance(attrs.get(key), (list, tuple)):

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
@@ -149,5 +147,5 @@ def deployable_state(graph: "Graph", model=None, dynamic_dims: dict | None = Non
             if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
                 arrays.setdefault(name, t.numpy())
     recent = [] if graph.training else list(graph.parts.recent_inputs)
-    return DeployableState(traced, batch, note, named, {k: np.asarray(v) for k, v in arrays.items()}, graph.name,
-                           type(graph).__name__, graph.training, dict(graph.config.options), recent)
+    return DeployableState(traced, batch, note, named, arrays, graph.name, type(graph).__name__, graph.training,
+                           dict(graph.config.options), recent)

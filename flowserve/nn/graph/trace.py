@@ -30,30 +30,24 @@ LOSS_SCALE = "System-Train-LossScale"
 
 @dataclass(frozen=True)
 class BatchMarks:
-    """Which dims of a trace's inputs and outputs hold the batch (dim 0 of inputs that
-    share it, traced as a ``BatchDim``; the output dims that kept that mark), and its
+    """Which dims of a trace's inputs and outputs hold the batch itself (dim 0 of inputs
+    that share it, traced as a ``BatchDim``; the output dims that kept that mark), and its
     traced ``size``. Empty when the inputs share no dim 0."""
 
     size: int | None = None
-    inputs: dict = field(default_factory=dict)  # input name -> axes holding the batch
-    outputs: dict = field(default_factory=dict)  # output name -> axes holding the batch itself
-    derived: dict = field(default_factory=dict)  # output name -> axes holding an expression of it (B * T)
+    inputs: dict = field(default_factory=dict)  # input name -> axes holding the batch (every input)
+    outputs: dict = field(default_factory=dict)  # output name -> axes holding the batch
 
     @classmethod
     def of(cls, ir: GraphIR, size: int | None) -> "BatchMarks":
         if size is None:
             return cls()
 
-        def marked(values, expressions: bool) -> dict:
-            found = {}
-            for v in values:
-                axes = tuple(i for i, d in enumerate(v.shape)
-                             if isinstance(d, BatchDim) and bool(d.steps) == expressions)
-                if axes:
-                    found[v.name] = axes
-            return found
+        def marked(v) -> tuple:
+            return tuple(i for i, d in enumerate(v.shape) if isinstance(d, BatchDim) and not d.steps)
 
-        return cls(int(size), marked(ir.inputs, False), marked(ir.outputs, False), marked(ir.outputs, True))
+        return cls(int(size), {v.name: marked(v) for v in ir.inputs},
+                   {v.name: marked(v) for v in ir.outputs if marked(v)})
 
     @property
     def batched_inputs(self) -> bool:
