@@ -183,3 +183,17 @@ def test_executors_are_chosen_by_what_the_ir_holds():
     assert choose_executor(traced).name == "segmented"
     traced.ir.attrs[STAGES_ATTR] = {}
     assert choose_executor(traced).name == "pipeline"
+
+
+def test_an_output_with_the_batch_merged_is_fixed_by_the_marks():
+    class Merged(nn.Module):
+        def forward(self, x):
+            B, C = x.shape
+            return x.view(B * 2, C // 2)
+
+    graph = CountedInfer(Merged())
+    graph(_x(2))
+    deployed = graph.deployable_state()
+    assert deployed.batch is None and graph.builds == 1
+    assert "output 0 has dim 0 of size 4 at batch size 2 and 6 at 3" in deployed.batch_note
+    assert "view(B, T, C)" in deployed.batch_note

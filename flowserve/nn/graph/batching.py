@@ -60,11 +60,16 @@ def _output_mismatch(ir1, ir2, ba: int, bb: int) -> str | None:
     """Outputs with a size that follows the batch other than as the batch itself in dim 0
     (``(B * T, C)``, ``(3, 2 * B)``): the signature (-1 = the batch, in dim 0 only) cannot say
     so, and requests could not be merged and split along it, so the batch is fixed there."""
-    for i, v1 in enumerate(ir1.outputs):
-        v2 = ir2.outputs[i] if i < len(ir2.outputs) else None
-        if v2 is None or len(v1.shape) != len(v2.shape):
+    return _output_sizes_mismatch([(v1.shape, ir2.outputs[i].shape if i < len(ir2.outputs) else None)
+                                   for i, v1 in enumerate(ir1.outputs)], ba, bb)
+
+
+def _output_sizes_mismatch(pairs: list, ba: int, bb: int) -> str | None:
+    """``_output_mismatch`` on (shape at ``ba``, shape at ``bb``) per output."""
+    for i, (shape1, shape2) in enumerate(pairs):
+        if shape2 is None or len(shape1) != len(shape2):
             continue
-        for axis, (a, b) in enumerate(zip(v1.shape, v2.shape)):
+        for axis, (a, b) in enumerate(zip(shape1, shape2)):
             if int(a) != int(b) and not (axis == 0 and a == ba and b == bb):
                 return (f"output {i} has dim {axis} of size {a} at batch size {ba} and {b} at {bb}: it follows the "
                         "batch without being it (e.g. a batch merged with other dims, view(B * T, C)); return it "
@@ -262,15 +267,12 @@ def _shapes_at(traced, ba: int, bb: int) -> tuple[str | None, bool]:
             return _fixed_before(ir, node, shapes, ba, bb, f"at batch size {bb}, {describe(node)} fails: {exc}"), False
         for name, meta in zip(node.outputs, outs):
             shapes[name] = tuple(int(d) for d in meta.shape)
+    reason = _output_sizes_mismatch([(tuple(int(d) for d in v.shape), shapes[v.name]) for v in ir.outputs], ba, bb)
+    if reason is not None:
+        return f"the batch size {ba} is fixed: {reason}", True
     for i, v in enumerate(ir.outputs):
-        traced_shape, now = tuple(int(d) for d in v.shape), shapes[v.name]
-        for axis, (a, b) in enumerate(zip(traced_shape, now)):
-            if a != b and not (axis == 0 and a == ba and b == bb):
-                return (f"the batch size {ba} is fixed: output {i} has dim {axis} of size {a} at batch size {ba} and "
-                        f"{b} at {bb}: it follows the batch without being it (e.g. a batch merged with other dims, "
-                        "view(B * T, C)); return it with the batch as its own dim 0 (view(B, T, C)) so the batch "
-                        "size can change"), True
-        if traced_shape and 0 in marks.outputs.get(v.name, ()) and now[0] != bb:
+        now = shapes[v.name]
+        if v.shape and 0 in marks.outputs.get(v.name, ()) and now[0] != bb:
             producer = next((n for n in ir.nodes if v.name in n.outputs), None)
             return _fixed_before(ir, producer, shapes, ba, bb, f"output {i} stays of size {now[0]} at batch size {bb}"), True
     return None, True
