@@ -14,7 +14,7 @@ from flowserve.device import cuda as _device_cuda
 from flowserve.device import device
 from flowserve.dtypes import dtype
 from flowserve.tensor import Size, Tensor
-from flowserve.ops import methods as _methods  # noqa: F401  (installs the Tensor method table)
+from flowserve import ops as _ops  # noqa: F401  (Tensor inherits the op method groups)
 from flowserve.ops.functional import *  # noqa: F401,F403  (its __all__ is an explicit list)
 from flowserve.ops.functional import __all__ as _functional_names
 from flowserve.ops.creation import Generator, eye, from_numpy, linspace, manual_seed, tensor

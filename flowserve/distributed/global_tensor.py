@@ -46,7 +46,7 @@ from flowserve.errors import DistributedError
 from flowserve.ops import creation as C
 from flowserve.ops import functional as F
 from flowserve.ops.collective import all_reduce
-from flowserve.tensor import Size, Tensor
+from flowserve.tensor import Size, Tensor, inherit_methods
 
 MAX_DIMS = 8  # the metadata the ranks exchange to check a local -> global conversion
 
@@ -516,21 +516,30 @@ class LocalTensorAttributeError(DistributedError, AttributeError):
     """A global-only attribute read on a local tensor (``hasattr`` is False)."""
 
 
-def _local_to_local(self):
-    raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
+class LocalPlacementMethods:
+    """The placement face of a local tensor (``Tensor`` inherits it): ``x.to_global(...)``
+    makes it global; the global-only attributes say how."""
+
+    __slots__ = ()
+
+    to_global = local_to_global
+
+    def to_local(self):
+        raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
+
+    @property
+    def placement(self):
+        raise LocalTensorAttributeError("a local tensor has no placement; make it global with "
+                                        "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
+
+    @property
+    def sbp(self):
+        raise LocalTensorAttributeError(
+            "a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
+
+    @property
+    def is_local(self) -> bool:
+        return True
 
 
-def _local_placement(self):
-    raise LocalTensorAttributeError("a local tensor has no placement; make it global with "
-                           "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
-
-
-def _local_sbp(self):
-    raise LocalTensorAttributeError("a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
-
-
-Tensor.to_global = local_to_global
-Tensor.to_local = _local_to_local
-Tensor.placement = property(_local_placement)
-Tensor.sbp = property(_local_sbp)
-Tensor.is_local = property(lambda self: True)
+inherit_methods(Tensor, LocalPlacementMethods)
