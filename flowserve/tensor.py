@@ -339,6 +339,18 @@ class Tensor(MethodGroups):
         return self.to(dtypes.bool_)
 
 
+def from_array(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor over the array ``data`` (cast to ``dtype``, moved to ``device``): the building
+    block of ``flowserve.ops.creation`` and of the ops that make index or mask tensors."""
+    if dtype is not None:
+        data = data.astype(dtypes.as_dtype(dtype).np, copy=False)
+    d = as_device(device) if device is not None else CPU
+    t = Tensor._wrap(to_device_array(data, d), d)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
 def array_from(data, default_dtype=None) -> np.ndarray:
     """numpy array of ``data`` (nested lists, scalars, arrays, tensors)."""
     if isinstance(data, Tensor):

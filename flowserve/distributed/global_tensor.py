@@ -31,8 +31,6 @@ tensor's sbp; ``nn.Module.to_global`` and the optimizers build on them.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from flowserve import dispatch, dtypes, env
@@ -457,22 +455,6 @@ def from_logical(logical: Tensor, placement, sbp, *, same_on_every_rank: bool = 
     return GlobalTensor._make(local, placement, target, tuple(logical.shape))
 
 
-def with_placement(create, *, random: bool = False):
-    """``create`` (``flow.zeros``, ``flow.randn``...) taking OneFlow's ``placement=``/``sbp=``:
-    with them it makes the logical tensor and keeps this rank's piece."""
-
-    @functools.wraps(create)
-    def make(*args, placement=None, sbp=None, **kwargs):
-        if placement is None and sbp is None:
-            return create(*args, **kwargs)
-        requires_grad = kwargs.pop("requires_grad", False)
-        with no_grad():
-            out = from_logical(create(*args, **kwargs), placement, sbp, same_on_every_rank=not random)
-        return out.requires_grad_() if requires_grad else out
-
-    return make
-
-
 def _as_global(value, where: str) -> GlobalTensor:
     if not isinstance(value, GlobalTensor):
         raise DistributedError(f"{where}: expected a global tensor, got a local tensor of size {tuple(value.shape)}")
@@ -523,6 +505,11 @@ class LocalPlacementMethods:
     __slots__ = ()
 
     to_global = local_to_global
+
+    def _global_from_logical(self, placement, sbp, same_on_every_rank: bool = True):
+        """The global tensor whose logical value is this tensor (``flowserve.ops.creation``'s
+        ``placement=``/``sbp=``)."""
+        return from_logical(self, placement, sbp, same_on_every_rank=same_on_every_rank)
 
     def to_local(self):
         raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")

@@ -20,7 +20,6 @@ import numpy as np
 from flowserve.ops import activation as A
 from flowserve.ops import conv as C
 from flowserve.ops import creation
-from flowserve.ops import graph_creation as GC
 from flowserve.ops import functional as F
 from flowserve.nn.functional_3d import adaptive_max_pool3d
 from flowserve.ops.norm import group_norm
@@ -220,7 +219,7 @@ def _channel_dropout(input, p: float, training: bool, inplace: bool, spatial: in
         return input
     lead_dims = input.ndim - spatial if lead_dims is None else lead_dims
     lead = tuple(input.shape[:lead_dims])
-    keep = F.ge(GC.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p)
+    keep = F.ge(creation.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p)
     out = input * F.cast(keep, input.dtype) * (1.0 / (1.0 - p)) if p < 1 else input * 0.0
     return _maybe_inplace(input, out, inplace)
 

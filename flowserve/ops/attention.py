@@ -14,10 +14,10 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.ops import activation as A
-from flowserve.ops import creation
 from flowserve.ops import functional as F
 from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
 
 def _allowed_to_bias(allowed, dtype):
@@ -39,7 +39,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     if is_causal:
         if attn_mask is not None:
             raise ValueError("scaled_dot_product_attention expected attn_mask=None when is_causal=True")
-        causal = creation.tensor(np.tril(np.ones((L, S), dtype=bool)), device=query.device)
+        causal = from_array(np.tril(np.ones((L, S), dtype=bool)), device=query.device)
         scores = scores + _allowed_to_bias(causal, scores.dtype)
     if attn_mask is not None:
         scores = scores + _allowed_to_bias(attn_mask, scores.dtype)

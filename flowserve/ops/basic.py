@@ -14,14 +14,13 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.device import CPU
-from flowserve.ops import creation
 from flowserve.ops.dims import BatchDim, as_dim, same_shape
 from flowserve.ops import elementwise as E
 from flowserve.ops import nn as N
 from flowserve.ops import reduce as R
 from flowserve.ops import shape as S
 from flowserve.ops.registry import current_trace, fail_dtype, fail_shape, normalize_axis
-from flowserve.tensor import Tensor
+from flowserve.tensor import Tensor, array_from, from_array
 
 # -- promotion -------------------------------------------------------------------------
 
@@ -36,7 +35,7 @@ def as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, numbers.Number):
         dt = dtypes.scalar_result(like.dtype, x) if like is not None else dtypes.as_dtype(type(x))
         return scalar_tensor(x, dt, like.device if like is not None else CPU)
-    return creation.tensor(x, device=like.device if like is not None else None)
+    return from_array(np.array(array_from(x, dtypes.default_float), copy=True), device=like.device if like is not None else None)
 
 
 def _result_dtype(a: Tensor, b: Tensor) -> dtypes.dtype:

@@ -17,10 +17,11 @@ import math
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import basic, creation
+from flowserve.ops import basic
 from flowserve.ops import functional_index as FI
 from flowserve.ops import functional_math as FM
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
 divide = FM.div  # torch.divide(a, b, rounding_mode=None | "trunc" | "floor"): div's other name
 
@@ -177,11 +178,11 @@ def cartesian_prod(*tensors):
 
 
 def tril_indices(row: int, col: int, offset: int = 0, dtype=dtypes.int64, device=None):
-    return creation.tensor(np.stack(np.tril_indices(row, offset, col)), dtype=dtype, device=device)
+    return from_array(np.stack(np.tril_indices(row, offset, col)), dtype=dtype, device=device)
 
 
 def triu_indices(row: int, col: int, offset: int = 0, dtype=dtypes.int64, device=None):
-    return creation.tensor(np.stack(np.triu_indices(row, offset, col)), dtype=dtype, device=device)
+    return from_array(np.stack(np.triu_indices(row, offset, col)), dtype=dtype, device=device)
 
 
 # -- arithmetic ---------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def vdot(input, other):  # noqa: A002
 
 def trace(input):  # noqa: A002
     n = min(input.shape)
-    index = creation.tensor(np.arange(n).reshape(n, 1), device=input.device)
+    index = from_array(np.arange(n).reshape(n, 1), device=input.device)
     return basic.sum(FI.gather(FI.narrow(input, 0, 0, n), 1, index))
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.ops import creation
 from flowserve.ops import functional as F
 from flowserve.ops import indexing as I
 from flowserve.ops import shape as S
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
 MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -65,7 +65,7 @@ def _constant(x, pairs, value: float):
         return placed
     inside = np.zeros(shape[min(axes):], dtype=bool)
     inside[tuple(slice(s, e) for s, e in zip(starts[::-1], ends[::-1]))] = True
-    return F.where(creation.tensor(inside, device=x.device), placed, value)
+    return F.where(from_array(inside, device=x.device), placed, value)
 
 
 def pad(x, pad, mode: str = "constant", value=None):
@@ -83,5 +83,5 @@ def pad(x, pad, mode: str = "constant", value=None):
         if b or a:
             axis = x.ndim - 1 - i
             index = _source_index(x.shape[axis], b, a, mode)
-            x = I.take(x, creation.tensor(index, device=x.device), axis=axis)
+            x = I.take(x, from_array(index, device=x.device), axis=axis)
     return x

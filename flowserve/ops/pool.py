@@ -23,9 +23,9 @@ from flowserve import dtypes
 from flowserve.ops import basic as F
 from flowserve.ops import conv as C
 from flowserve.ops import conv_kernels as K
-from flowserve.ops import creation
 from flowserve.ops.indexing import take
 from flowserve.ops.registry import Meta, fail_shape, primitive
+from flowserve.tensor import from_array
 
 
 def pool_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -142,7 +142,7 @@ def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=Tr
     if min(out) < 1:
         fail_shape("avg_pool2d", "an input at least as large as the kernel", f"input {tuple(x.shape)}, kernel {kernel}")
     ends = [max(padding[i], (out[i] - 1) * stride[i] + kernel[i] - x.shape[2 + i] - padding[i]) for i in range(2)]
-    ones = creation.ones(c, 1, *kernel, dtype=x.dtype, device=x.device)
+    ones = from_array(np.ones((c, 1, *kernel)), dtype=x.dtype, device=x.device)
     sums = C.conv(x, ones, stride=list(stride), pads=[padding[0], padding[1], ends[0], ends[1]],
                   dilation=[1, 1], groups=c)
     sums = F.getitem(sums, (slice(None), slice(None), slice(0, out[0]), slice(0, out[1])))
@@ -151,7 +151,7 @@ def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=Tr
     sizes = [_window_sizes(x.shape[2 + i], out[i], kernel[i], stride[i], padding[i], count_include_pad)
              for i in range(2)]
     inverse = 1.0 / np.outer(sizes[0], sizes[1])
-    return sums * creation.tensor(inverse, dtype=x.dtype, device=x.device)
+    return sums * from_array(inverse, dtype=x.dtype, device=x.device)
 
 
 def adaptive_avg_pool2d(x, output_size):
@@ -179,8 +179,8 @@ def _adaptive_matrix(size: int, out: int) -> np.ndarray:
 
 def _resample(x, rows: np.ndarray, cols: np.ndarray):
     """``rows @ x @ cols.T`` over the last two dims (a separable linear resampling)."""
-    r = creation.tensor(rows, dtype=x.dtype, device=x.device)
-    c = creation.tensor(cols.T.copy(), dtype=x.dtype, device=x.device)
+    r = from_array(rows, dtype=x.dtype, device=x.device)
+    c = from_array(cols.T.copy(), dtype=x.dtype, device=x.device)
     return F.matmul(r, F.matmul(x, c))
 
 

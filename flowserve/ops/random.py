@@ -24,10 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import creation as C
 from flowserve.ops import functional as F
 from flowserve.ops.functional_index import argsort, cumsum, topk
+from flowserve.ops.generator import default_generator, rng_of
 from flowserve.ops.registry import Meta, current_trace, fail_dtype, fail_shape, primitive
+from flowserve.tensor import from_array
 
 RANDOM_PRIMITIVES = ("uniform_like", "normal_like", "dropout_mask", "uniform_seeded")
 
@@ -52,12 +53,12 @@ def _float_like(op: str):
 
 @primitive("uniform_like", shape=_float_like("uniform_like"), differentiable=False)
 def uniform_like(xp, x, low: float, high: float):
-    return xp.asarray(C.default_generator.rng.uniform(low, high, x.shape)).astype(x.dtype)
+    return xp.asarray(default_generator.rng.uniform(low, high, x.shape)).astype(x.dtype)
 
 
 @primitive("normal_like", shape=_float_like("normal_like"), differentiable=False)
 def normal_like(xp, x, mean: float, std: float):
-    return xp.asarray(C.default_generator.rng.normal(mean, std, x.shape)).astype(x.dtype)
+    return xp.asarray(default_generator.rng.normal(mean, std, x.shape)).astype(x.dtype)
 
 
 def _seeded_meta(x: Meta, seed: Meta, stream: int) -> Meta:
@@ -171,8 +172,8 @@ def bernoulli(input, p=None, *, generator=None):  # noqa: A002 - PyTorch's argum
                                              list(input.shape))
     if _tracing():
         return F.cast(F.lt(uniform_as(probs, generator=generator), probs), input.dtype)
-    draws = C._rng(generator).random(tuple(input.shape))
-    return C._make((draws < probs.numpy()).astype(input.dtype.np), None, input.device)
+    draws = rng_of(generator).random(tuple(input.shape))
+    return from_array((draws < probs.numpy()).astype(input.dtype.np), None, input.device)
 
 
 def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None):  # noqa: A002
@@ -195,10 +196,10 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     if (weights < 0).any() or not np.isfinite(weights).all() or (weights.sum(-1) <= 0).any():
         raise RuntimeError("multinomial: probability tensor contains either inf, nan or element < 0, "
                            "or a row that sums to 0")
-    rng = C._rng(generator)
+    rng = rng_of(generator)
     rows = [rng.choice(n, num_samples, replace=replacement, p=w / w.sum()) for w in weights]
     out = np.stack(rows).astype(np.int64)
-    return C._make(out[0] if input.ndim == 1 else out, None, input.device)
+    return from_array(out[0] if input.ndim == 1 else out, None, input.device)
 
 
 def _traced_multinomial(input, num_samples: int, replacement: bool, generator):  # noqa: A002

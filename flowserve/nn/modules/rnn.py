@@ -21,7 +21,6 @@ from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
-from flowserve.ops import graph_creation as GC
 from flowserve.ops import functional as OF
 from flowserve.ops import rnn as R
 from flowserve.ops.autocast_policy import lower_precision
@@ -116,7 +115,7 @@ class RNNBase(Module):
         self._check_input(x, hx)
         batch = x.shape[1]
         shape = (self.num_layers * self._directions, batch, self.hidden_size)
-        hx = [GC.zeros(*shape, dtype=x.dtype, device=x.device) if h is None else h for h in hx]
+        hx = [creation.zeros(*shape, dtype=x.dtype, device=x.device) if h is None else h for h in hx]
         out, finals = self._run(x, hx)
         if unbatched:
             return out.squeeze(1), [f.squeeze(1) for f in finals]
@@ -208,7 +207,7 @@ class RNNCellBase(Module):
                              f"({self.input_size},), got {tuple(x.shape)}")
         unbatched = x.ndim == 1
         x = x.unsqueeze(0) if unbatched else x
-        states = [GC.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if s is None
+        states = [creation.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if s is None
                   else (s.unsqueeze(0) if unbatched else s) for s in states]
         zeros = creation.zeros(self.weight_ih.shape[0], dtype=x.dtype, device=x.device)
         biases = [self.bias_ih, self.bias_hh] if self.bias else [zeros, zeros]
