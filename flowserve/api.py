@@ -28,7 +28,7 @@ from flowserve import amp  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402
 from flowserve.ops.random import bernoulli, multinomial  # noqa: E402
-from flowserve.ops.functional_special import erfinv  # noqa: E402
+from flowserve.ops.special_functions import erfinv  # noqa: E402
 from flowserve.amp import autocast  # noqa: E402 - torch.autocast's spelling
 from flowserve.amp.autocast import cuda_amp as _cuda_amp  # noqa: E402
 

@@ -17,10 +17,10 @@ import warnings
 
 import numpy as np
 
-from flowserve.ops import activation as A
-from flowserve.ops import conv as C
+from flowserve.ops import activation as activation_ops
+from flowserve.ops import conv as conv_ops
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.nn.functional_3d import adaptive_max_pool3d
 from flowserve.ops.norm import group_norm
 from flowserve.ops.registry import fail_shape
@@ -38,53 +38,53 @@ def _maybe_inplace(x, out, inplace: bool):
 
 
 def relu(input, inplace: bool = False):  # noqa: A002 - PyTorch's argument names
-    return _maybe_inplace(input, F.relu(input), inplace)
+    return _maybe_inplace(input, ops_functional.relu(input), inplace)
 
 
 def relu6(input, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.relu6(input), inplace)
+    return _maybe_inplace(input, activation_ops.relu6(input), inplace)
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.elu(input, alpha), inplace)
+    return _maybe_inplace(input, activation_ops.elu(input, alpha), inplace)
 
 
 def selu(input, inplace: bool = False):  # noqa: A002
     alpha, scale = 1.6732632423543772, 1.0507009873554805
-    return _maybe_inplace(input, A.elu(input, alpha) * scale, inplace)
+    return _maybe_inplace(input, activation_ops.elu(input, alpha) * scale, inplace)
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False):  # noqa: A002
-    out = F.where(F.gt(input, 0), input, (F.exp(F.minimum(input, 0.0) / alpha) - 1.0) * alpha)
+    out = ops_functional.where(ops_functional.gt(input, 0), input, (ops_functional.exp(ops_functional.minimum(input, 0.0) / alpha) - 1.0) * alpha)
     return _maybe_inplace(input, out, inplace)
 
 
 def leaky_relu(input, negative_slope: float = 0.01, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.leaky_relu(input, negative_slope), inplace)
+    return _maybe_inplace(input, activation_ops.leaky_relu(input, negative_slope), inplace)
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.hardtanh(input, min_val, max_val), inplace)
+    return _maybe_inplace(input, activation_ops.hardtanh(input, min_val, max_val), inplace)
 
 
 def hardswish(input, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.hardswish(input), inplace)
+    return _maybe_inplace(input, activation_ops.hardswish(input), inplace)
 
 
 def hardsigmoid(input, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.hardsigmoid(input), inplace)
+    return _maybe_inplace(input, activation_ops.hardsigmoid(input), inplace)
 
 
 def silu(input, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.silu(input), inplace)
+    return _maybe_inplace(input, activation_ops.silu(input), inplace)
 
 
 def mish(input, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, A.mish(input), inplace)
+    return _maybe_inplace(input, activation_ops.mish(input), inplace)
 
 
 def threshold(input, threshold: float, value: float, inplace: bool = False):  # noqa: A002
-    return _maybe_inplace(input, F.where(F.gt(input, threshold), input, value), inplace)
+    return _maybe_inplace(input, ops_functional.where(ops_functional.gt(input, threshold), input, value), inplace)
 
 
 def relu_(input):  # noqa: A002
@@ -104,7 +104,7 @@ def hardtanh_(input, min_val: float = -1.0, max_val: float = 1.0):  # noqa: A002
 
 
 def softsign(input):  # noqa: A002
-    return input / (F.abs(input) + 1)
+    return input / (ops_functional.abs(input) + 1)
 
 
 def glu(input, dim: int = -1):  # noqa: A002
@@ -112,7 +112,7 @@ def glu(input, dim: int = -1):  # noqa: A002
         fail_shape("glu", f"an even size in dim {dim}", tuple(input.shape))
     dim = dim % input.ndim
     half = input.shape[dim] // 2
-    return F.slice_axis(input, dim, 0, half) * F.sigmoid(F.slice_axis(input, dim, half, 2 * half))
+    return ops_functional.slice_axis(input, dim, 0, half) * ops_functional.sigmoid(ops_functional.slice_axis(input, dim, half, 2 * half))
 
 
 # -- distances -------------------------------------------------------------------------------------
@@ -120,24 +120,24 @@ def glu(input, dim: int = -1):  # noqa: A002
 
 def _norm(x, p: float, dim, keepdim: bool):
     if p == 2:
-        return F.sqrt(F.sum(x * x, dim=dim, keepdim=keepdim))
+        return ops_functional.sqrt(ops_functional.sum(x * x, dim=dim, keepdim=keepdim))
     if p == 1:
-        return F.sum(F.abs(x), dim=dim, keepdim=keepdim)
+        return ops_functional.sum(ops_functional.abs(x), dim=dim, keepdim=keepdim)
     if math.isinf(p):
-        return F.amax(F.abs(x), dim=dim, keepdim=keepdim)
-    return F.pow(F.sum(F.pow(F.abs(x), p), dim=dim, keepdim=keepdim), 1.0 / p)
+        return ops_functional.amax(ops_functional.abs(x), dim=dim, keepdim=keepdim)
+    return ops_functional.pow(ops_functional.sum(ops_functional.pow(ops_functional.abs(x), p), dim=dim, keepdim=keepdim), 1.0 / p)
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):  # noqa: A002
     """``input / max(||input||_p, eps)`` along ``dim`` (``torch.nn.functional.normalize``)."""
-    return input / F.clamp(_norm(input, p, dim, True), min=eps)
+    return input / ops_functional.clamp(_norm(input, p, dim, True), min=eps)
 
 
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """PyTorch's formula: ``sum(x1 * x2) / sqrt(clamp(|x1|^2 * |x2|^2, eps^2))``."""
-    dot = F.sum(x1 * x2, dim=dim)
-    squares = F.sum(x1 * x1, dim=dim) * F.sum(x2 * x2, dim=dim)
-    return dot / F.sqrt(F.clamp(squares, min=eps * eps))
+    dot = ops_functional.sum(x1 * x2, dim=dim)
+    squares = ops_functional.sum(x1 * x1, dim=dim) * ops_functional.sum(x2 * x2, dim=dim)
+    return dot / ops_functional.sqrt(ops_functional.clamp(squares, min=eps * eps))
 
 
 def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
@@ -164,8 +164,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
         fail_shape("unfold", "a 4-d input (N, C, H, W)", tuple(input.shape))
     kernel, channels = _pair(kernel_size), input.shape[1]
     weight = _one_hot_kernels(channels, kernel, input.dtype, input.device)
-    cols = C.conv_nd(input, weight, None, _pair(stride), _pair(padding), _pair(dilation), channels, 2, "unfold")
-    return F.reshape(cols, (input.shape[0], cols.shape[1], -1))
+    cols = conv_ops.conv_nd(input, weight, None, _pair(stride), _pair(padding), _pair(dilation), channels, 2, "unfold")
+    return ops_functional.reshape(cols, (input.shape[0], cols.shape[1], -1))
 
 
 def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
@@ -179,11 +179,11 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # n
     if blocks[0] * blocks[1] != input.shape[2]:
         fail_shape("fold", f"L = {blocks[0] * blocks[1]} blocks for output_size {size}", tuple(input.shape))
     channels = input.shape[1] // taps
-    grid = F.reshape(input, (input.shape[0], input.shape[1], blocks[0], blocks[1]))
+    grid = ops_functional.reshape(input, (input.shape[0], input.shape[1], blocks[0], blocks[1]))
     weight = _one_hot_kernels(channels, kernel, input.dtype, input.device)
     extra = [size[i] + 2 * padding[i] - ((blocks[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1)
              for i in range(2)]
-    return C.conv_transpose_nd(grid, weight, None, stride, padding, tuple(extra), channels, dilation, 2, "fold")
+    return conv_ops.conv_transpose_nd(grid, weight, None, stride, padding, tuple(extra), channels, dilation, 2, "fold")
 
 
 def pixel_shuffle(input, upscale_factor: int):  # noqa: A002
@@ -191,8 +191,8 @@ def pixel_shuffle(input, upscale_factor: int):  # noqa: A002
     r = upscale_factor
     if c % (r * r):
         fail_shape("pixel_shuffle", f"channels divisible by {r * r}", tuple(input.shape))
-    x = F.reshape(input, (n, c // (r * r), r, r, h, w))
-    return F.reshape(F.permute(x, (0, 1, 4, 2, 5, 3)), (n, c // (r * r), h * r, w * r))
+    x = ops_functional.reshape(input, (n, c // (r * r), r, r, h, w))
+    return ops_functional.reshape(ops_functional.permute(x, (0, 1, 4, 2, 5, 3)), (n, c // (r * r), h * r, w * r))
 
 
 def pixel_unshuffle(input, downscale_factor: int):  # noqa: A002
@@ -200,8 +200,8 @@ def pixel_unshuffle(input, downscale_factor: int):  # noqa: A002
     r = downscale_factor
     if h % r or w % r:
         fail_shape("pixel_unshuffle", f"height and width divisible by {r}", tuple(input.shape))
-    x = F.reshape(input, (n, c, h // r, r, w // r, r))
-    return F.reshape(F.permute(x, (0, 1, 3, 5, 2, 4)), (n, c * r * r, h // r, w // r))
+    x = ops_functional.reshape(input, (n, c, h // r, r, w // r, r))
+    return ops_functional.reshape(ops_functional.permute(x, (0, 1, 3, 5, 2, 4)), (n, c * r * r, h // r, w // r))
 
 
 # -- channel dropout, instance norm, adaptive max pooling -------------------------------------------
@@ -219,8 +219,8 @@ def _channel_dropout(input, p: float, training: bool, inplace: bool, spatial: in
         return input
     lead_dims = input.ndim - spatial if lead_dims is None else lead_dims
     lead = tuple(input.shape[:lead_dims])
-    keep = F.ge(creation.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p)
-    out = input * F.cast(keep, input.dtype) * (1.0 / (1.0 - p)) if p < 1 else input * 0.0
+    keep = ops_functional.ge(creation.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p)
+    out = input * ops_functional.cast(keep, input.dtype) * (1.0 / (1.0 - p)) if p < 1 else input * 0.0
     return _maybe_inplace(input, out, inplace)
 
 
@@ -255,12 +255,12 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     """Normalise each (sample, channel) plane: a group norm with one group per channel."""
     if not use_input_stats:
         shape = (1, -1) + (1,) * (input.ndim - 2)
-        out = (input - F.reshape(running_mean, shape)) / F.sqrt(F.reshape(running_var, shape) + eps)
+        out = (input - ops_functional.reshape(running_mean, shape)) / ops_functional.sqrt(ops_functional.reshape(running_var, shape) + eps)
     else:
         out = group_norm(input, input.shape[1], None, None, eps)
     if weight is not None:
         shape = (1, -1) + (1,) * (input.ndim - 2)
-        out = out * F.reshape(weight, shape) + F.reshape(bias, shape)
+        out = out * ops_functional.reshape(weight, shape) + ops_functional.reshape(bias, shape)
     return out
 
 
@@ -275,23 +275,23 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False):  # no
         if input.ndim not in (3, 4):
             fail_shape("adaptive_max_pool2d", "input (N, C, H, W) or (C, H, W)", tuple(input.shape))
         size = _pair(output_size)
-        values, at = adaptive_max_pool3d(F.unsqueeze(input, -3), (1, size[0], size[1]), return_indices=True)
-        return F.squeeze(values, -3), F.squeeze(at, -3)
+        values, at = adaptive_max_pool3d(ops_functional.unsqueeze(input, -3), (1, size[0], size[1]), return_indices=True)
+        return ops_functional.squeeze(values, -3), ops_functional.squeeze(at, -3)
     out = _pair(output_size)
     size = input.shape[-2:]
     out = tuple(s if o is None else o for o, s in zip(out, size))
     rows, h_axis, w_axis = [], input.ndim - 2, input.ndim - 1
     for top, bottom in _adaptive_bounds(size[0], out[0]):
-        band = F.slice_axis(input, h_axis, top, bottom)
-        cells = [F.amax(F.slice_axis(band, w_axis, left, right), dim=(h_axis, w_axis), keepdim=True)
+        band = ops_functional.slice_axis(input, h_axis, top, bottom)
+        cells = [ops_functional.amax(ops_functional.slice_axis(band, w_axis, left, right), dim=(h_axis, w_axis), keepdim=True)
                  for left, right in _adaptive_bounds(size[1], out[1])]
-        rows.append(F.cat(cells, w_axis))
-    return F.cat(rows, h_axis)
+        rows.append(ops_functional.cat(cells, w_axis))
+    return ops_functional.cat(rows, h_axis)
 
 
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False):  # noqa: A002
-    out = adaptive_max_pool2d(F.unsqueeze(input, -2), (1, output_size), return_indices)
-    return tuple(F.squeeze(t, -2) for t in out) if return_indices else F.squeeze(out, -2)
+    out = adaptive_max_pool2d(ops_functional.unsqueeze(input, -2), (1, output_size), return_indices)
+    return tuple(ops_functional.squeeze(t, -2) for t in out) if return_indices else ops_functional.squeeze(out, -2)
 
 
 # -- sampling grids --------------------------------------------------------------------------------
@@ -303,8 +303,8 @@ def affine_grid(theta, size, align_corners: bool = False):
     xs, ys = (np.linspace(-1, 1, k) * (1 if align_corners else (k - 1) / k) if k > 1 else np.zeros(1)
               for k in (w, h))
     base = np.stack(np.broadcast_arrays(xs[None, :], ys[:, None], np.ones((1, 1))), -1).reshape(1, h * w, 3)
-    grid = F.matmul(creation.tensor(base, dtype=theta.dtype), F.transpose(theta, 1, 2))
-    return F.reshape(grid, (n, h, w, 2))
+    grid = ops_functional.matmul(creation.tensor(base, dtype=theta.dtype), ops_functional.transpose(theta, 1, 2))
+    return ops_functional.reshape(grid, (n, h, w, 2))
 
 
 def _unnormalize(coord, size: int, align_corners: bool):
@@ -313,9 +313,9 @@ def _unnormalize(coord, size: int, align_corners: bool):
 
 def _gather_plane(flat, ix, iy, w: int, valid):
     """Values of ``flat`` (N, C, H*W) at integer pixels (ix, iy) (N, P); 0 where not ``valid``."""
-    index = F.cast(F.clamp(iy, min=0) * w + F.clamp(ix, min=0), "int64")
-    index = F.expand(F.unsqueeze(index, 1), (flat.shape[0], flat.shape[1], index.shape[1]))
-    return flat.gather(2, index) * F.unsqueeze(F.cast(valid, flat.dtype), 1)
+    index = ops_functional.cast(ops_functional.clamp(iy, min=0) * w + ops_functional.clamp(ix, min=0), "int64")
+    index = ops_functional.expand(ops_functional.unsqueeze(index, 1), (flat.shape[0], flat.shape[1], index.shape[1]))
+    return flat.gather(2, index) * ops_functional.unsqueeze(ops_functional.cast(valid, flat.dtype), 1)
 
 
 def grid_sample(input, grid, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
@@ -329,24 +329,24 @@ def grid_sample(input, grid, mode: str = "bilinear", padding_mode: str = "zeros"
         fail_shape("grid_sample", "input (N, C, H, W) and grid (N, Ho, Wo, 2)", (tuple(input.shape), tuple(grid.shape)))
     n, c, h, w = input.shape
     ho, wo = grid.shape[1], grid.shape[2]
-    points = F.reshape(grid, (n, ho * wo, 2))
-    x = _unnormalize(F.squeeze(F.slice_axis(points, 2, 0, 1), 2), w, align_corners)
-    y = _unnormalize(F.squeeze(F.slice_axis(points, 2, 1, 2), 2), h, align_corners)
+    points = ops_functional.reshape(grid, (n, ho * wo, 2))
+    x = _unnormalize(ops_functional.squeeze(ops_functional.slice_axis(points, 2, 0, 1), 2), w, align_corners)
+    y = _unnormalize(ops_functional.squeeze(ops_functional.slice_axis(points, 2, 1, 2), 2), h, align_corners)
     if padding_mode == "border":
-        x, y = F.clamp(x, 0, w - 1), F.clamp(y, 0, h - 1)
-    flat = F.reshape(input, (n, c, h * w))
+        x, y = ops_functional.clamp(x, 0, w - 1), ops_functional.clamp(y, 0, h - 1)
+    flat = ops_functional.reshape(input, (n, c, h * w))
     if mode == "nearest":
-        ix, iy = F.round(x), F.round(y)  # half to even, as PyTorch's nearbyint
+        ix, iy = ops_functional.round(x), ops_functional.round(y)  # half to even, as PyTorch's nearbyint
         corners = [(ix, iy, None)]
     else:
-        x0, y0 = F.floor(x), F.floor(y)
+        x0, y0 = ops_functional.floor(x), ops_functional.floor(y)
         x1, y1 = x0 + 1, y0 + 1
         corners = [(x0, y0, (x1 - x) * (y1 - y)), (x1, y0, (x - x0) * (y1 - y)),
                    (x0, y1, (x1 - x) * (y - y0)), (x1, y1, (x - x0) * (y - y0))]
     out = None
     for ix, iy, weight in corners:
-        valid = F.logical_and(F.logical_and(F.ge(ix, 0), F.le(ix, w - 1)), F.logical_and(F.ge(iy, 0), F.le(iy, h - 1)))
-        value = _gather_plane(flat, F.clamp(ix, max=w - 1), F.clamp(iy, max=h - 1), w, valid)
-        term = value if weight is None else value * F.unsqueeze(weight, 1)
+        valid = ops_functional.logical_and(ops_functional.logical_and(ops_functional.ge(ix, 0), ops_functional.le(ix, w - 1)), ops_functional.logical_and(ops_functional.ge(iy, 0), ops_functional.le(iy, h - 1)))
+        value = _gather_plane(flat, ops_functional.clamp(ix, max=w - 1), ops_functional.clamp(iy, max=h - 1), w, valid)
+        term = value if weight is None else value * ops_functional.unsqueeze(weight, 1)
         out = term if out is None else out + term
-    return F.reshape(out, (n, c, ho, wo))
+    return ops_functional.reshape(out, (n, c, ho, wo))

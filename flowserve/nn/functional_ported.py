@@ -17,8 +17,8 @@ import math
 import ml_dtypes
 
 from flowserve.nn.functional_more import celu, pairwise_distance, selu, threshold
-from flowserve.ops import functional_math as FM
-from flowserve.ops import functional as F
+from flowserve.ops import math_functions
+from flowserve.ops import functional as ops_functional
 from flowserve.ops import pool
 from flowserve.ops.activation import logsigmoid
 from flowserve.ops.loss import reduce as _reduce
@@ -38,21 +38,21 @@ __all__ = [
 
 def softshrink(input, lambd: float = 0.5):  # noqa: A002
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
-    return F.where(input > lambd, input - lambd, F.where(input < -lambd, input + lambd, input * 0))
+    return ops_functional.where(input > lambd, input - lambd, ops_functional.where(input < -lambd, input + lambd, input * 0))
 
 
 def hardshrink(input, lambd: float = 0.5):  # noqa: A002
     """``x`` where ``|x| > lambd``, else 0."""
-    return F.where(F.abs(input) > lambd, input, input * 0)
+    return ops_functional.where(ops_functional.abs(input) > lambd, input, input * 0)
 
 
 def tanhshrink(input):  # noqa: A002
-    return input - F.tanh(input)
+    return input - ops_functional.tanh(input)
 
 
 def softmin(input, dim=None, _stacklevel: int = 3, dtype=None):  # noqa: A002
-    x = F.cast(-input, dtype) if dtype is not None else -input
-    return F.softmax(x, -1 if dim is None else dim)
+    x = ops_functional.cast(-input, dtype) if dtype is not None else -input
+    return ops_functional.softmax(x, -1 if dim is None else dim)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
@@ -63,15 +63,15 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
         fail_shape("rms_norm", f"an input ending in {shape}", tuple(input.shape))
     eps = float(ml_dtypes.finfo(input.dtype.np).eps) if eps is None else eps
     dims = list(range(input.ndim - len(shape), input.ndim))
-    out = input * F.rsqrt(F.mean(input * input, dims, keepdim=True) + eps)
+    out = input * ops_functional.rsqrt(ops_functional.mean(input * input, dims, keepdim=True) + eps)
     return out * weight if weight is not None else out
 
 
 def prelu(input, weight):  # noqa: A002
     """``x`` where positive, ``weight * x`` elsewhere; ``weight`` one slope or one per channel (dim 1)."""
     if weight.numel() > 1:
-        weight = F.reshape(weight, (-1,) + (1,) * (input.ndim - 2))
-    return F.where(F.gt(input, 0), input, input * weight)
+        weight = ops_functional.reshape(weight, (-1,) + (1,) * (input.ndim - 2))
+    return ops_functional.where(ops_functional.gt(input, 0), input, input * weight)
 
 
 def selu_(input):  # noqa: A002
@@ -88,7 +88,7 @@ def threshold_(input, threshold_value: float, value: float):  # noqa: A002
 
 def bilinear(input1, input2, weight, bias=None):
     """``y[..., o] = x1 @ weight[o] @ x2 + bias[o]`` (``torch.nn.functional.bilinear``)."""
-    out = FM.einsum("...i,oij,...j->...o", input1, weight, input2)
+    out = math_functions.einsum("...i,oij,...j->...o", input1, weight, input2)
     return out + bias if bias is not None else out
 
 
@@ -101,16 +101,16 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
     first = lambda v: v if isinstance(v, int) else v[0]  # noqa: E731
     kernel = first(kernel_size)
     step = kernel if stride is None else first(stride)
-    out = pool.avg_pool2d(F.unsqueeze(input, 2), (1, kernel), (1, step), (0, first(padding)), ceil_mode,
+    out = pool.avg_pool2d(ops_functional.unsqueeze(input, 2), (1, kernel), (1, step), (0, first(padding)), ceil_mode,
                           count_include_pad)
-    return F.squeeze(out, 2)
+    return ops_functional.squeeze(out, 2)
 
 
 def adaptive_avg_pool1d(input, output_size):  # noqa: A002
     if input.ndim not in (2, 3):
         fail_shape("adaptive_avg_pool1d", "input (N, C, L) or (C, L)", tuple(input.shape))
     size = output_size if isinstance(output_size, int) else output_size[0]
-    return F.squeeze(pool.adaptive_avg_pool2d(F.unsqueeze(input, -2), (1, size)), -2)
+    return ops_functional.squeeze(pool.adaptive_avg_pool2d(ops_functional.unsqueeze(input, -2), (1, size)), -2)
 
 
 def lp_pool2d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):  # noqa: A002
@@ -118,12 +118,12 @@ def lp_pool2d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
     sh, sw = (kh, kw) if stride is None else ((stride, stride) if isinstance(stride, int) else stride)
     out = pool.avg_pool2d(input ** norm_type, (kh, kw), (sh, sw), (0, 0), ceil_mode)
-    return (F.sign(out) * F.relu(F.abs(out)) * (kh * kw)) ** (1.0 / norm_type)
+    return (ops_functional.sign(out) * ops_functional.relu(ops_functional.abs(out)) * (kh * kw)) ** (1.0 / norm_type)
 
 
 def lp_pool1d(input, norm_type: float, kernel_size: int, stride=None, ceil_mode: bool = False):  # noqa: A002
     out = avg_pool1d(input ** norm_type, kernel_size, stride, 0, ceil_mode)
-    return (F.sign(out) * F.relu(F.abs(out)) * kernel_size) ** (1.0 / norm_type)
+    return (ops_functional.sign(out) * ops_functional.relu(ops_functional.abs(out)) * kernel_size) ** (1.0 / norm_type)
 
 
 def upsample_nearest(input, size=None, scale_factor=None):  # noqa: A002
@@ -138,36 +138,36 @@ def channel_shuffle(input, groups: int):  # noqa: A002
     """ShuffleNet's shuffle: ``(N, g*c, ...)`` viewed as ``(N, g, c, ...)``, transposed, flattened."""
     n, channels = input.shape[0], input.shape[1]
     rest = list(input.shape[2:])
-    out = F.transpose(F.reshape(input, [n, groups, channels // groups] + rest), 1, 2)
-    return F.reshape(out, [n, channels] + rest)
+    out = ops_functional.transpose(ops_functional.reshape(input, [n, groups, channels // groups] + rest), 1, 2)
+    return ops_functional.reshape(out, [n, channels] + rest)
 
 
 # -- losses --------------------------------------------------------------------------------------
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                         reduction: str = "mean"):
-    return _reduce(F.clamp(-target * (input1 - input2) + margin, min=0.0), reduction, "margin_ranking_loss")
+    return _reduce(ops_functional.clamp(-target * (input1 - input2) + margin, min=0.0), reduction, "margin_ranking_loss")
 
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,  # noqa: A002
                          reduction: str = "mean"):
     zero = input * 0
-    loss = F.where(target == 1, input, zero) + F.where(target == -1, F.clamp(margin - input, min=0.0), zero)
+    loss = ops_functional.where(target == 1, input, zero) + ops_functional.where(target == -1, ops_functional.clamp(margin - input, min=0.0), zero)
     return _reduce(loss, reduction, "hinge_embedding_loss")
 
 
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):  # noqa: A002
-    return _reduce(F.log(1 + F.exp(-target * input)), reduction, "soft_margin_loss")
+    return _reduce(ops_functional.log(1 + ops_functional.exp(-target * input)), reduction, "soft_margin_loss")
 
 
 def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                           reduction: str = "mean"):
     """``1 - cos`` for pairs labelled 1, ``max(0, cos - margin)`` for pairs labelled -1."""
     eps = 1e-12  # PyTorch's EPSILON
-    dot = F.sum(input1 * input2, -1)
-    cos = dot / F.sqrt((F.sum(input1 * input1, -1) + eps) * (F.sum(input2 * input2, -1) + eps))
+    dot = ops_functional.sum(input1 * input2, -1)
+    cos = dot / ops_functional.sqrt((ops_functional.sum(input1 * input1, -1) + eps) * (ops_functional.sum(input2 * input2, -1) + eps))
     zero = cos * 0
-    loss = F.where(target == 1, 1 - cos, zero) + F.where(target == -1, F.clamp(cos - margin, min=0.0), zero)
+    loss = ops_functional.where(target == 1, 1 - cos, zero) + ops_functional.where(target == -1, ops_functional.clamp(cos - margin, min=0.0), zero)
     return _reduce(loss, reduction, "cosine_embedding_loss")
 
 
@@ -176,17 +176,17 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_pos = pairwise_distance(anchor, positive, p, eps)
     d_neg = pairwise_distance(anchor, negative, p, eps)
     if swap:
-        d_neg = F.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
-    return _reduce(F.clamp(margin + d_pos - d_neg, min=0.0), reduction, "triplet_margin_loss")
+        d_neg = ops_functional.minimum(d_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce(ops_functional.clamp(margin + d_pos - d_neg, min=0.0), reduction, "triplet_margin_loss")
 
 
 def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, size_average=None,  # noqa: A002
                      eps: float = 1e-8, reduce=None, reduction: str = "mean"):
-    loss = F.exp(input) - target * input if log_input else input - target * F.log(input + eps)
+    loss = ops_functional.exp(input) - target * input if log_input else input - target * ops_functional.log(input + eps)
     if full:  # Stirling's term where target > 1
-        safe = F.where(target > 1, target, target * 0 + 1)
-        stirling = safe * F.log(safe) - safe + 0.5 * F.log(2 * math.pi * safe)
-        loss = loss + F.where(target > 1, stirling, stirling * 0)
+        safe = ops_functional.where(target > 1, target, target * 0 + 1)
+        stirling = safe * ops_functional.log(safe) - safe + 0.5 * ops_functional.log(2 * math.pi * safe)
+        loss = loss + ops_functional.where(target > 1, stirling, stirling * 0)
     return _reduce(loss, reduction, "poisson_nll_loss")
 
 
@@ -195,9 +195,9 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     """``0.5 (log var + (input - target)^2 / var)``; ``var`` clamped at ``eps`` (the clamp passes
     the gradient through, as PyTorch's in-place clamp under no_grad does)."""
     if var.ndim == input.ndim - 1 and tuple(var.shape) == tuple(input.shape[:-1]):
-        var = F.unsqueeze(var, -1)
-    var = var + (F.clamp(var, min=eps) - var).detach()
-    loss = 0.5 * (F.log(var) + (input - target) ** 2 / var)
+        var = ops_functional.unsqueeze(var, -1)
+    var = var + (ops_functional.clamp(var, min=eps) - var).detach()
+    loss = 0.5 * (ops_functional.log(var) + (input - target) ** 2 / var)
     if full:
         loss = loss + 0.5 * math.log(2 * math.pi)
     return _reduce(loss, reduction, "gaussian_nll_loss")
@@ -208,4 +208,4 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
         loss = loss * weight
-    return _reduce(F.sum(loss, -1) / input.shape[-1], reduction, "multilabel_soft_margin_loss")
+    return _reduce(ops_functional.sum(loss, -1) / input.shape[-1], reduction, "multilabel_soft_margin_loss")

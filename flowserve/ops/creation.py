@@ -24,9 +24,9 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.autograd import no_grad
 from flowserve.device import CPU, as_device
-from flowserve.ops import basic, random
+from flowserve.ops import core_functions, random
 from flowserve.ops.dims import BatchDim, as_dim
-from flowserve.ops.functional_index import cumsum
+from flowserve.ops.indexing_functions import cumsum
 from flowserve.ops.generator import Generator, default_generator, manual_seed, rng_of
 from flowserve.ops.registry import broadcast_shapes, current_trace
 from flowserve.tensor import array_from, from_array
@@ -91,7 +91,7 @@ def _batch_sized(size: tuple) -> bool:
 
 def _traced_full(size: tuple, value, dtype, device):
     """``full`` inside a trace with a batch-sized shape: an ``expand`` that follows the batch."""
-    return basic.expand(basic.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device)), list(size))
+    return core_functions.expand(core_functions.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device)), list(size))
 
 
 # -- from data -------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None and isinstance(start, BatchDim) and current_trace() is not None and step == 1:
         ones_ = _traced_full((start,), 1, dtypes.int64, device)  # a running count that follows the batch
-        return basic.cast(cumsum(ones_, 0) - 1, dtypes.as_dtype(dtype) if dtype else dtypes.int64)
+        return core_functions.cast(cumsum(ones_, 0) - 1, dtypes.as_dtype(dtype) if dtype else dtypes.int64)
     if end is None:
         start, end = 0, start
     is_float = any(isinstance(v, float) for v in (start, end, step))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn.module import Module
 
 
@@ -26,14 +26,14 @@ class _Activation(Module):
 
 class ReLU(_Activation):
     def fn(self, x):
-        return F.relu(x)
+        return nn_functional.relu(x)
 
 
 class ReLU6(_Activation):
     """``min(max(x, 0), 6)``, as in MobileNetV2."""
 
     def fn(self, x):
-        return F.relu6(x)
+        return nn_functional.relu6(x)
 
 
 class Hardtanh(_Activation):
@@ -42,7 +42,7 @@ class Hardtanh(_Activation):
         self.min_val, self.max_val = min_val, max_val
 
     def fn(self, x):
-        return F.hardtanh(x, self.min_val, self.max_val)
+        return nn_functional.hardtanh(x, self.min_val, self.max_val)
 
     def extra_repr(self) -> str:
         return f"min_val={self.min_val}, max_val={self.max_val}" + (", inplace=True" if self.inplace else "")
@@ -54,7 +54,7 @@ class LeakyReLU(_Activation):
         self.negative_slope = negative_slope
 
     def fn(self, x):
-        return F.leaky_relu(x, self.negative_slope)
+        return nn_functional.leaky_relu(x, self.negative_slope)
 
     def extra_repr(self) -> str:
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
@@ -66,27 +66,27 @@ class ELU(_Activation):
         self.alpha = alpha
 
     def fn(self, x):
-        return F.elu(x, self.alpha)
+        return nn_functional.elu(x, self.alpha)
 
 
 class SiLU(_Activation):
     def fn(self, x):
-        return F.silu(x)
+        return nn_functional.silu(x)
 
 
 class Hardswish(_Activation):
     def fn(self, x):
-        return F.hardswish(x)
+        return nn_functional.hardswish(x)
 
 
 class Hardsigmoid(_Activation):
     def fn(self, x):
-        return F.hardsigmoid(x)
+        return nn_functional.hardsigmoid(x)
 
 
 class Mish(_Activation):
     def fn(self, x):
-        return F.mish(x)
+        return nn_functional.mish(x)
 
 
 class GELU(Module):
@@ -99,7 +99,7 @@ class GELU(Module):
         self.approximate = approximate
 
     def forward(self, x):
-        return F.gelu(x, self.approximate)
+        return nn_functional.gelu(x, self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
@@ -111,7 +111,7 @@ class Softplus(Module):
         self.beta, self.threshold = beta, threshold
 
     def forward(self, x):
-        return F.softplus(x, self.beta, self.threshold)
+        return nn_functional.softplus(x, self.beta, self.threshold)
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
@@ -119,17 +119,17 @@ class Softplus(Module):
 
 class LogSigmoid(Module):
     def forward(self, x):
-        return F.logsigmoid(x)
+        return nn_functional.logsigmoid(x)
 
 
 class Sigmoid(Module):
     def forward(self, x):
-        return F.sigmoid(x)
+        return nn_functional.sigmoid(x)
 
 
 class Tanh(Module):
     def forward(self, x):
-        return F.tanh(x)
+        return nn_functional.tanh(x)
 
 
 class Softmax(Module):
@@ -138,7 +138,7 @@ class Softmax(Module):
         self.dim = dim
 
     def forward(self, x):
-        return F.softmax(x, -1 if self.dim is None else self.dim)
+        return nn_functional.softmax(x, -1 if self.dim is None else self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -146,4 +146,4 @@ class Softmax(Module):
 
 class LogSoftmax(Softmax):
     def forward(self, x):
-        return F.log_softmax(x, -1 if self.dim is None else self.dim)
+        return nn_functional.log_softmax(x, -1 if self.dim is None else self.dim)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn.module import Module
 
 
@@ -20,7 +20,7 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.training, self.inplace)
+        return nn_functional.dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

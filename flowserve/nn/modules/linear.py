@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
@@ -36,7 +36,7 @@ class Linear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+        return nn_functional.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -48,7 +48,7 @@ class Flatten(Module):
         self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, x):
-        return F.flatten(x, self.start_dim, self.end_dim)
+        return nn_functional.flatten(x, self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

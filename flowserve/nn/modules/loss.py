@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn.module import Module
 
 
@@ -22,12 +22,12 @@ class _WeightedLoss(_Loss):
 
 class MSELoss(_Loss):
     def forward(self, input, target):
-        return F.mse_loss(input, target, self.reduction)
+        return nn_functional.mse_loss(input, target, self.reduction)
 
 
 class L1Loss(_Loss):
     def forward(self, input, target):
-        return F.l1_loss(input, target, self.reduction)
+        return nn_functional.l1_loss(input, target, self.reduction)
 
 
 class SmoothL1Loss(_Loss):
@@ -36,7 +36,7 @@ class SmoothL1Loss(_Loss):
         self.beta = beta
 
     def forward(self, input, target):
-        return F.smooth_l1_loss(input, target, self.reduction, self.beta)
+        return nn_functional.smooth_l1_loss(input, target, self.reduction, self.beta)
 
 
 class HuberLoss(_Loss):
@@ -45,7 +45,7 @@ class HuberLoss(_Loss):
         self.delta = delta
 
     def forward(self, input, target):
-        return F.huber_loss(input, target, self.reduction, self.delta)
+        return nn_functional.huber_loss(input, target, self.reduction, self.delta)
 
 
 class NLLLoss(_WeightedLoss):
@@ -54,7 +54,7 @@ class NLLLoss(_WeightedLoss):
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+        return nn_functional.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
 
 
 class CrossEntropyLoss(_WeightedLoss):
@@ -67,13 +67,13 @@ class CrossEntropyLoss(_WeightedLoss):
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
-        return F.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
+        return nn_functional.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
                                self.label_smoothing)
 
 
 class BCELoss(_WeightedLoss):
     def forward(self, input, target):
-        return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+        return nn_functional.binary_cross_entropy(input, target, self.weight, self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
@@ -82,7 +82,7 @@ class BCEWithLogitsLoss(_WeightedLoss):
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input, target):
-        return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+        return nn_functional.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
 
 
 class KLDivLoss(_Loss):
@@ -91,4 +91,4 @@ class KLDivLoss(_Loss):
         self.reduction, self.log_target = reduction, log_target
 
     def forward(self, input, target):
-        return F.kl_div(input, target, self.reduction, self.log_target)
+        return nn_functional.kl_div(input, target, self.reduction, self.log_target)

@@ -4,7 +4,7 @@ distances and a few activations; PyTorch's constructor arguments and parameter n
 
 from __future__ import annotations
 
-from flowserve.nn import functional as NF
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import functional_3d as F3
 from flowserve.nn import functional_more as FX
 from flowserve.nn.module import Module
@@ -12,7 +12,7 @@ from flowserve.nn.modules.dropout import Dropout
 from flowserve.nn.modules.normalization import BatchNorm2d
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops.padding import pad
 from flowserve.ops.registry import fail_shape
@@ -66,25 +66,25 @@ class _InstanceNorm(Module):
             fail_shape(type(self).__name__, f"a {self._spatial + 1}-d or {self._spatial + 2}-d input",
                        tuple(x.shape))
         unbatched = x.ndim == self._spatial + 1
-        x = F.unsqueeze(x, 0) if unbatched else x
+        x = ops_functional.unsqueeze(x, 0) if unbatched else x
         use_running = self.track_running_stats and not self.training
         if self.track_running_stats and self.training:
             self._update_running_stats(x)
         out = FX.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                                not use_running, self.momentum, self.eps)
-        return F.squeeze(out, 0) if unbatched else out
+        return ops_functional.squeeze(out, 0) if unbatched else out
 
     def _update_running_stats(self, x) -> None:
         """PyTorch's rule: the per-instance statistics (unbiased variance), averaged over the batch."""
         axes = tuple(range(2, x.ndim))
         count = x.numel() // (x.shape[0] * x.shape[1])
         with_grad_off = x.detach()
-        mean = F.mean(with_grad_off, dim=axes)
-        var = F.mean((with_grad_off - F.reshape(mean, tuple(mean.shape) + (1,) * len(axes))) ** 2, dim=axes)
+        mean = ops_functional.mean(with_grad_off, dim=axes)
+        var = ops_functional.mean((with_grad_off - ops_functional.reshape(mean, tuple(mean.shape) + (1,) * len(axes))) ** 2, dim=axes)
         var = var * (count / max(count - 1, 1))
         m = self.momentum  # (PyTorch's instance norm leaves num_batches_tracked at 0)
-        self.running_mean.copy_(self.running_mean * (1 - m) + F.mean(mean, dim=0) * m)
-        self.running_var.copy_(self.running_var * (1 - m) + F.mean(var, dim=0) * m)
+        self.running_mean.copy_(self.running_mean * (1 - m) + ops_functional.mean(mean, dim=0) * m)
+        self.running_var.copy_(self.running_var * (1 - m) + ops_functional.mean(var, dim=0) * m)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -199,7 +199,7 @@ class Unflatten(Module):
 
     def forward(self, x):
         dim = self.dim % x.ndim
-        return F.reshape(x, tuple(x.shape[:dim]) + self.unflattened_size + tuple(x.shape[dim + 1:]))
+        return ops_functional.reshape(x, tuple(x.shape[:dim]) + self.unflattened_size + tuple(x.shape[dim + 1:]))
 
 
 class CosineSimilarity(Module):
@@ -235,8 +235,8 @@ class PReLU(Module):
 @lower_precision  # under flow.autocast: in float16/bfloat16, as PyTorch's prelu
 def _prelu(x, w):
     if w.shape[0] > 1:
-        w = F.reshape(w, (-1,) + (1,) * (x.ndim - 2))
-    return F.where(F.gt(x, 0), x, x * w)
+        w = ops_functional.reshape(w, (-1,) + (1,) * (x.ndim - 2))
+    return ops_functional.where(ops_functional.gt(x, 0), x, x * w)
 
 
 def _activation(name: str, fn, *arg_names):
@@ -272,7 +272,7 @@ class GLU(Module):
 
 class Softmax2d(Module):
     def forward(self, x):
-        return NF.softmax(x, dim=-3)
+        return nn_functional.softmax(x, dim=-3)
 
 
 class FusedBatchNorm2d(BatchNorm2d):
@@ -283,7 +283,7 @@ class FusedBatchNorm2d(BatchNorm2d):
 
     def forward(self, x, addend=None):
         y = super().forward(x)
-        return F.relu(y if addend is None else y + addend)
+        return ops_functional.relu(y if addend is None else y + addend)
 
 
 class MaxPool3d(Module):

@@ -8,8 +8,8 @@ from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
-from flowserve.ops import functional as F
-from flowserve.ops import norm as N
+from flowserve.ops import functional as ops_functional
+from flowserve.ops import norm as norm_ops
 from flowserve.ops.registry import fail_shape
 
 
@@ -55,10 +55,10 @@ class _BatchNorm(Module):
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average
-                factor = 1.0 / F.cast(self.num_batches_tracked, x.dtype)
+                factor = 1.0 / ops_functional.cast(self.num_batches_tracked, x.dtype)
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
-        return N.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
+        return norm_ops.batch_norm(x, self.running_mean if track else None, self.running_var if track else None,
                             self.weight, self.bias, use_batch_stats, factor, self.eps, op=name,
                             sync=self._sync and use_batch_stats and env.get_world_size() > 1)
 
@@ -129,7 +129,7 @@ class LayerNorm(Module):
             if elementwise_affine and bias else None
 
     def forward(self, x):
-        return N.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return norm_ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -149,7 +149,7 @@ class GroupNorm(Module):
     def forward(self, x):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             fail_shape("GroupNorm", f"input (N, {self.num_channels}, ...)", tuple(x.shape))
-        return N.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return norm_ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"

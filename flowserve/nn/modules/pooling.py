@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn.module import Module
 
 
@@ -17,7 +17,7 @@ class MaxPool2d(Module):
         self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, x):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+        return nn_functional.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                             self.return_indices, type(self).__name__)
 
     def extra_repr(self) -> str:
@@ -27,7 +27,7 @@ class MaxPool2d(Module):
 
 class MaxPool1d(MaxPool2d):
     def forward(self, x):
-        return F.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+        return nn_functional.max_pool1d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                             self.return_indices)
 
 
@@ -40,7 +40,7 @@ class AvgPool2d(Module):
         self.count_include_pad, self.divisor_override = count_include_pad, divisor_override
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+        return nn_functional.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
     def extra_repr(self) -> str:
@@ -55,7 +55,7 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
 
     def forward(self, x):
-        return F.adaptive_avg_pool2d(x, self.output_size)
+        return nn_functional.adaptive_avg_pool2d(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -69,7 +69,7 @@ class Upsample(Module):
         self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
 
     def forward(self, x):
-        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+        return nn_functional.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
 
     def extra_repr(self) -> str:
         what = f"size={self.size}" if self.size is not None else f"scale_factor={float(self.scale_factor)}"

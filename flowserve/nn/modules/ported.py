@@ -5,7 +5,7 @@ constructors, parameter names and initialisation; the functional forms are in
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.modules.conv import _ConvTransposeNd
@@ -22,7 +22,7 @@ class ConvTranspose3d(_ConvTransposeNd):
     _dims = 3
 
     def forward(self, x):
-        return F.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+        return nn_functional.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
                                   self.groups, self.dilation)
 
 
@@ -34,7 +34,7 @@ class AdaptiveAvgPool3d(Module):
         self.output_size = output_size
 
     def forward(self, x):
-        return F.adaptive_avg_pool3d(x, self.output_size)
+        return nn_functional.adaptive_avg_pool3d(x, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -48,7 +48,7 @@ class AdaptiveMaxPool3d(Module):
         self.output_size, self.return_indices = output_size, return_indices
 
     def forward(self, x):
-        return F.adaptive_max_pool3d(x, self.output_size, self.return_indices)
+        return nn_functional.adaptive_max_pool3d(x, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -101,7 +101,7 @@ class EmbeddingBag(Module):
         return bag
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
-        return F.embedding_bag(input, self.weight, offsets, mode=self.mode, sparse=self.sparse,
+        return nn_functional.embedding_bag(input, self.weight, offsets, mode=self.mode, sparse=self.sparse,
                                per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset,
                                padding_idx=self.padding_idx)
 
@@ -119,5 +119,5 @@ class CTCLoss(_Loss):
         self.blank, self.zero_infinity = blank, zero_infinity
 
     def forward(self, log_probs, targets, input_lengths, target_lengths):
-        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+        return nn_functional.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
                           self.zero_infinity)

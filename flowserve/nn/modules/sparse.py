@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
@@ -50,7 +50,7 @@ class Embedding(Module):
         return cls(rows, cols, padding_idx, _weight=embeddings.detach().clone(), _freeze=freeze)
 
     def forward(self, x):
-        return F.embedding(x, self.weight, self.padding_idx)
+        return nn_functional.embedding(x, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"

@@ -6,7 +6,7 @@ beyond the op; the reflected operators swap their operands."""
 
 from __future__ import annotations
 
-from flowserve.ops import autocast_policy, basic, functional, functional_special
+from flowserve.ops import autocast_policy, core_functions, functional, special_functions
 
 
 class ArithmeticMethods:
@@ -17,7 +17,7 @@ class ArithmeticMethods:
     __add__ = add = functional.add
     __sub__ = sub = subtract = functional.sub
     __mul__ = mul = multiply = functional.mul
-    __truediv__ = basic.div  # true division (``div`` adds PyTorch's rounding_mode)
+    __truediv__ = core_functions.div  # true division (``div`` adds PyTorch's rounding_mode)
     div = divide = true_divide = functional.div
     __pow__ = pow = functional.pow  # noqa: A003 - PyTorch's method name
     __neg__ = neg = negative = functional.neg
@@ -36,7 +36,7 @@ class ArithmeticMethods:
         return functional.mul(other, self)
 
     def __rtruediv__(self, other):
-        return basic.div(other, self)
+        return core_functions.div(other, self)
 
     def __rpow__(self, other):
         return functional.pow(other, self)
@@ -62,7 +62,7 @@ class ArithmeticMethods:
     sqrt, rsqrt, square, reciprocal = functional.sqrt, functional.rsqrt, functional.square, functional.reciprocal
     sin, cos, tan, sinh, cosh = functional.sin, functional.cos, functional.tan, functional.sinh, functional.cosh
     tanh, sigmoid, relu, logit = functional.tanh, functional.sigmoid, functional.relu, functional.logit
-    erf, erfc, erfinv = functional.erf, functional.erfc, functional_special.erfinv
+    erf, erfc, erfinv = functional.erf, functional.erfc, special_functions.erfinv
     sign, fmod, hypot, xlogy = functional.sign, functional.fmod, functional.hypot, functional.xlogy
     floor, ceil, round, trunc, frac = (  # noqa: A003
         functional.floor, functional.ceil, functional.round, functional.trunc, functional.frac)

@@ -8,7 +8,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.errors import ShapeError
-from flowserve.ops import basic, creation, functional, random
+from flowserve.ops import core_functions, creation, functional, random
 from flowserve.ops.generator import rng_of
 from flowserve.ops.registry import current_trace
 from flowserve.tensor import from_array
@@ -61,15 +61,15 @@ class FillMethods:
                             lambda t: functional.lt(random.uniform_as(t, dtype=dtypes.float32, generator=generator), p))
 
     def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
-        return creation.zeros(basic._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
+        return creation.zeros(core_functions._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
                               requires_grad=requires_grad)
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
-        return creation.ones(basic._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
+        return creation.ones(core_functions._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
                              requires_grad=requires_grad)
 
     def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
-        return creation.empty(basic._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
+        return creation.empty(core_functions._shape_arg(size), dtype=dtype or self.dtype, device=device or self.device,
                               requires_grad=requires_grad)
 
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
