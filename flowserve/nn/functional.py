@@ -218,10 +218,17 @@ def multi_head_attention_forward(query, key, value, num_heads: int, in_proj_weig
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "fail_shape")]
 
 
-from flowserve.nn.functional_more import *  # noqa: E402,F401,F403 - activations with inplace=, im2col, ...
-from flowserve.nn.functional_3d import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d
-from flowserve.nn.functional_seq import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
-from flowserve.nn.functional_ported import *  # noqa: E402,F401,F403 - shrinks, rms_norm, 1-d pools, more losses
+from flowserve.nn.activation_functions import *  # noqa: E402,F401,F403 - inplace= forms, selu, glu, shrinks, ...
+from flowserve.nn.distance_functions import *  # noqa: E402,F401,F403 - normalize, cosine_similarity, pairwise_distance
+from flowserve.nn.dropout_functions import *  # noqa: E402,F401,F403 - dropout1d/2d/3d
+from flowserve.nn.linear_functions import *  # noqa: E402,F401,F403 - bilinear
+from flowserve.nn.loss_functions import *  # noqa: E402,F401,F403 - margin, embedding, likelihood losses
+from flowserve.nn.normalization_functions import *  # noqa: E402,F401,F403 - instance_norm, rms_norm
+from flowserve.nn.patch_functions import *  # noqa: E402,F401,F403 - unfold/fold, pixel and channel shuffles
+from flowserve.nn.pooling_functions import *  # noqa: E402,F401,F403 - adaptive max, 1-d and power pooling
+from flowserve.nn.sampling_functions import *  # noqa: E402,F401,F403 - affine_grid, grid_sample, upsample_*
+from flowserve.nn.sequence_functions import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
+from flowserve.nn.volumetric_functions import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d, ...
 
 from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
 

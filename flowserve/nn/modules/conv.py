@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 
 from flowserve.nn import init
-from flowserve.nn.functional_3d import conv3d
+from flowserve.nn.volumetric_functions import conv3d
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import conv as conv_ops
 from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops import creation
 from flowserve.ops import padding as padding_ops
+from flowserve.nn import functional as nn_functional
 _conv_nd = lower_precision(conv_ops.conv_nd)  # under flow.autocast: in float16/bfloat16, as PyTorch
 _conv_transpose_nd = lower_precision(conv_ops.conv_transpose_nd)
 
@@ -136,7 +137,7 @@ class ConvTranspose2d(_ConvTransposeNd):
 
 class Conv3d(_ConvNd):
     """3-d convolution over (N, C, D, H, W), as ``torch.nn.Conv3d`` (a composite of 2-d
-    convolutions over the kernel's depth taps: ``flowserve.nn.functional_3d``)."""
+    convolutions over the kernel's depth taps: ``flowserve.nn.volumetric_functions``)."""
 
     _dims = 3
 
@@ -147,3 +148,14 @@ class Conv3d(_ConvNd):
             order = [p for i in reversed(range(3)) for p in (pads[i], pads[3 + i])]
             x = padding_ops.pad(x, order, "constant" if self.padding_mode == "zeros" else self.padding_mode)
         return conv3d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution over (N, C, D, H, W), as ``torch.nn.ConvTranspose3d``
+    (weight (in, out/groups, kD, kH, kW))."""
+
+    _dims = 3
+
+    def forward(self, x):
+        return nn_functional.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)
