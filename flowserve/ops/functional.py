@@ -1,11 +1,11 @@
 """The op functions users call (``flow.add``, ``flow.sum``, ``flow.gather``, ...), in one
 explicit namespace: each name below is defined in one op family module and re-exported
-here. ``flowserve`` re-exports ``__all__`` as ``flow.*``; ``Tensor`` methods come from the
-table in ``flowserve.ops.methods``.
+here. ``flowserve`` re-exports ``__all__`` as ``flow.*``; ``Tensor`` methods are the mixin
+classes of ``flowserve.ops.tensor_methods``.
 
 >>> import flowserve as flow
->>> from flowserve.ops import functional as F
->>> F.add(flow.ones(2), 1).tolist()
+>>> from flowserve.ops import functional
+>>> functional.add(flow.ones(2), 1).tolist()
 [2.0, 2.0]
 """
 
