@@ -11,6 +11,8 @@ Each in-place method is made from its out-of-place method of the other groups by
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from flowserve import dtypes
 from flowserve.errors import DTypeError, ShapeError
 from flowserve.ops.tensor_methods.arithmetic import ArithmeticMethods as Arith
@@ -18,8 +20,9 @@ from flowserve.ops.tensor_methods.comparison import ComparisonMethods as Compare
 from flowserve.ops.tensor_methods.indexing import IndexingMethods as Index
 from flowserve.ops.tensor_methods.shape import ShapeMethods as Shape
 
-_TORCH_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
-                "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_TORCH_NAMES = MappingProxyType({"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+                                 "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+                                 "bool": "Bool"})
 
 
 def _kind(dt: dtypes.dtype) -> int:
