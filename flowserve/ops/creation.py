@@ -91,7 +91,8 @@ def _batch_sized(size: tuple) -> bool:
 
 def _traced_full(size: tuple, value, dtype, device):
     """``full`` inside a trace with a batch-sized shape: an ``expand`` that follows the batch."""
-    return core_functions.expand(core_functions.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device)), list(size))
+    scalar = core_functions.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device))
+    return core_functions.expand(scalar, list(size))
 
 
 # -- from data -------------------------------------------------------------------------------
