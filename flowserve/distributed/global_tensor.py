@@ -235,7 +235,9 @@ class GlobalTensor(Tensor):
         """A copy with its own pieces (``copy.deepcopy(model)`` of a global model): a leaf
         stays a leaf of the same class, with its gradient copied."""
         with no_grad():
-            out = type(self)._make(ops_functional.clone(self._local.detach()), self._placement, self._sbp, self._logical)
+            out = type(self)._make(
+                ops_functional.clone(self._local.detach()), self._placement, self._sbp, self._logical
+            )
             if self.requires_grad and self.is_leaf:
                 out.requires_grad_()
             if self._local.grad is not None:
@@ -303,7 +305,9 @@ def _root_only(local: Tensor, rank: int) -> Tensor:
     rank stays out of the sum); differentiable, with a zero gradient on the other ranks."""
     if rank == 0:
         return local
-    return ops_functional.where(creation.zeros(*local.shape, dtype=dtypes.bool_, device=local.device), local, creation.zeros_like(local))
+    return ops_functional.where(
+        creation.zeros(*local.shape, dtype=dtypes.bool_, device=local.device), local, creation.zeros_like(local)
+    )
 
 
 def _grad_sync(shape, s: sbp_types.sbp):

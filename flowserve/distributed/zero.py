@@ -27,7 +27,11 @@ from flowserve.tensor import Tensor
 
 def flat(tensors: list):
     """One 1-d lazy tensor holding ``tensors`` one after the other."""
-    return ops_functional.cat([ops_functional.reshape(t, (-1,)) for t in tensors], 0) if len(tensors) > 1 else ops_functional.reshape(tensors[0], (-1,))
+    return (
+        ops_functional.cat([ops_functional.reshape(t, (-1,)) for t in tensors], 0)
+        if len(tensors) > 1
+        else ops_functional.reshape(tensors[0], (-1,))
+    )
 
 
 def split_like(flat_tensor, like: list) -> list:
@@ -35,7 +39,9 @@ def split_like(flat_tensor, like: list) -> list:
     out, offset = [], 0
     for t in like:
         n = t.numel()
-        out.append(ops_functional.reshape(ops_functional.slice_axis(flat_tensor, 0, offset, offset + n), tuple(t.shape)))
+        out.append(
+            ops_functional.reshape(ops_functional.slice_axis(flat_tensor, 0, offset, offset + n), tuple(t.shape))
+        )
         offset += n
     return out
 
@@ -43,7 +49,9 @@ def split_like(flat_tensor, like: list) -> list:
 def _padded(flat, pad: int):
     if not pad:
         return flat
-    return ops_functional.cat([flat, ops_functional.expand(ops_functional.scalar_tensor(0.0, flat.dtype, flat.device), (pad,))], 0)
+    return ops_functional.cat(
+        [flat, ops_functional.expand(ops_functional.scalar_tensor(0.0, flat.dtype, flat.device), (pad,))], 0
+    )
 
 
 class _GroupShards:

@@ -45,7 +45,11 @@ def selu(input, inplace: bool = False):  # noqa: A002
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False):  # noqa: A002
-    out = ops_functional.where(ops_functional.gt(input, 0), input, (ops_functional.exp(ops_functional.minimum(input, 0.0) / alpha) - 1.0) * alpha)
+    out = ops_functional.where(
+        ops_functional.gt(input, 0),
+        input,
+        (ops_functional.exp(ops_functional.minimum(input, 0.0) / alpha) - 1.0) * alpha,
+    )
     return maybe_inplace(input, out, inplace)
 
 
@@ -102,12 +106,16 @@ def glu(input, dim: int = -1):  # noqa: A002
         fail_shape("glu", f"an even size in dim {dim}", tuple(input.shape))
     dim = dim % input.ndim
     half = input.shape[dim] // 2
-    return ops_functional.slice_axis(input, dim, 0, half) * ops_functional.sigmoid(ops_functional.slice_axis(input, dim, half, 2 * half))
+    return ops_functional.slice_axis(input, dim, 0, half) * ops_functional.sigmoid(
+        ops_functional.slice_axis(input, dim, half, 2 * half)
+    )
 
 
 def softshrink(input, lambd: float = 0.5):  # noqa: A002
     """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
-    return ops_functional.where(input > lambd, input - lambd, ops_functional.where(input < -lambd, input + lambd, input * 0))
+    return ops_functional.where(
+        input > lambd, input - lambd, ops_functional.where(input < -lambd, input + lambd, input * 0)
+    )
 
 
 def hardshrink(input, lambd: float = 0.5):  # noqa: A002

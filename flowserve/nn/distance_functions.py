@@ -19,7 +19,9 @@ def _norm(x, p: float, dim, keepdim: bool):
         return ops_functional.sum(ops_functional.abs(x), dim=dim, keepdim=keepdim)
     if math.isinf(p):
         return ops_functional.amax(ops_functional.abs(x), dim=dim, keepdim=keepdim)
-    return ops_functional.pow(ops_functional.sum(ops_functional.pow(ops_functional.abs(x), p), dim=dim, keepdim=keepdim), 1.0 / p)
+    return ops_functional.pow(
+        ops_functional.sum(ops_functional.pow(ops_functional.abs(x), p), dim=dim, keepdim=keepdim), 1.0 / p
+    )
 
 
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12, out=None):  # noqa: A002

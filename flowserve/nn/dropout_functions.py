@@ -27,7 +27,9 @@ def _channel_dropout(input, p: float, training: bool, inplace: bool, spatial: in
         return input
     lead_dims = input.ndim - spatial if lead_dims is None else lead_dims
     lead = tuple(input.shape[:lead_dims])
-    keep = ops_functional.ge(creation.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p)
+    keep = ops_functional.ge(
+        creation.rand(*lead, *([1] * (input.ndim - lead_dims)), dtype=input.dtype, device=input.device), p
+    )
     out = input * ops_functional.cast(keep, input.dtype) * (1.0 / (1.0 - p)) if p < 1 else input * 0.0
     return maybe_inplace(input, out, inplace)
 

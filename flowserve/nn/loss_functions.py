@@ -21,13 +21,17 @@ __all__ = [
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, size_average=None, reduce=None,
                         reduction: str = "mean"):
-    return _reduce(ops_functional.clamp(-target * (input1 - input2) + margin, min=0.0), reduction, "margin_ranking_loss")
+    return _reduce(
+        ops_functional.clamp(-target * (input1 - input2) + margin, min=0.0), reduction, "margin_ranking_loss"
+    )
 
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, size_average=None, reduce=None,  # noqa: A002
                          reduction: str = "mean"):
     zero = input * 0
-    loss = ops_functional.where(target == 1, input, zero) + ops_functional.where(target == -1, ops_functional.clamp(margin - input, min=0.0), zero)
+    loss = ops_functional.where(target == 1, input, zero) + ops_functional.where(
+        target == -1, ops_functional.clamp(margin - input, min=0.0), zero
+    )
     return _reduce(loss, reduction, "hinge_embedding_loss")
 
 
@@ -40,9 +44,13 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0, size_aver
     """``1 - cos`` for pairs labelled 1, ``max(0, cos - margin)`` for pairs labelled -1."""
     eps = 1e-12  # PyTorch's EPSILON
     dot = ops_functional.sum(input1 * input2, -1)
-    cos = dot / ops_functional.sqrt((ops_functional.sum(input1 * input1, -1) + eps) * (ops_functional.sum(input2 * input2, -1) + eps))
+    cos = dot / ops_functional.sqrt(
+        (ops_functional.sum(input1 * input1, -1) + eps) * (ops_functional.sum(input2 * input2, -1) + eps)
+    )
     zero = cos * 0
-    loss = ops_functional.where(target == 1, 1 - cos, zero) + ops_functional.where(target == -1, ops_functional.clamp(cos - margin, min=0.0), zero)
+    loss = ops_functional.where(target == 1, 1 - cos, zero) + ops_functional.where(
+        target == -1, ops_functional.clamp(cos - margin, min=0.0), zero
+    )
     return _reduce(loss, reduction, "cosine_embedding_loss")
 
 

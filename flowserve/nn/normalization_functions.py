@@ -19,7 +19,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     """Normalise each (sample, channel) plane: a group norm with one group per channel."""
     if not use_input_stats:
         shape = (1, -1) + (1,) * (input.ndim - 2)
-        out = (input - ops_functional.reshape(running_mean, shape)) / ops_functional.sqrt(ops_functional.reshape(running_var, shape) + eps)
+        out = (input - ops_functional.reshape(running_mean, shape)) / ops_functional.sqrt(
+            ops_functional.reshape(running_var, shape) + eps
+        )
     else:
         out = group_norm(input, input.shape[1], None, None, eps)
     if weight is not None:

@@ -34,7 +34,9 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
         fail_shape("unfold", "a 4-d input (N, C, H, W)", tuple(input.shape))
     kernel, channels = as_pair(kernel_size), input.shape[1]
     weight = _one_hot_kernels(channels, kernel, input.dtype, input.device)
-    cols = conv_ops.conv_nd(input, weight, None, as_pair(stride), as_pair(padding), as_pair(dilation), channels, 2, "unfold")
+    cols = conv_ops.conv_nd(
+        input, weight, None, as_pair(stride), as_pair(padding), as_pair(dilation), channels, 2, "unfold"
+    )
     return ops_functional.reshape(cols, (input.shape[0], cols.shape[1], -1))
 
 

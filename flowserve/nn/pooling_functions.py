@@ -30,7 +30,9 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False):  # no
         if input.ndim not in (3, 4):
             fail_shape("adaptive_max_pool2d", "input (N, C, H, W) or (C, H, W)", tuple(input.shape))
         size = as_pair(output_size)
-        values, at = adaptive_max_pool3d(ops_functional.unsqueeze(input, -3), (1, size[0], size[1]), return_indices=True)
+        values, at = adaptive_max_pool3d(
+            ops_functional.unsqueeze(input, -3), (1, size[0], size[1]), return_indices=True
+        )
         return ops_functional.squeeze(values, -3), ops_functional.squeeze(at, -3)
     out = as_pair(output_size)
     size = input.shape[-2:]

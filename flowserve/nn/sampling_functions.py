@@ -62,7 +62,10 @@ def grid_sample(input, grid, mode: str = "bilinear", padding_mode: str = "zeros"
                    (x0, y1, (x1 - x) * (y - y0)), (x1, y1, (x - x0) * (y - y0))]
     out = None
     for ix, iy, weight in corners:
-        valid = ops_functional.logical_and(ops_functional.logical_and(ops_functional.ge(ix, 0), ops_functional.le(ix, w - 1)), ops_functional.logical_and(ops_functional.ge(iy, 0), ops_functional.le(iy, h - 1)))
+        valid = ops_functional.logical_and(
+            ops_functional.logical_and(ops_functional.ge(ix, 0), ops_functional.le(ix, w - 1)),
+            ops_functional.logical_and(ops_functional.ge(iy, 0), ops_functional.le(iy, h - 1)),
+        )
         value = _gather_plane(flat, ops_functional.clamp(ix, max=w - 1), ops_functional.clamp(iy, max=h - 1), w, valid)
         term = value if weight is None else value * ops_functional.unsqueeze(weight, 1)
         out = term if out is None else out + term

@@ -39,12 +39,18 @@ def _bag_matrix(offsets, n: int, include_last_offset: bool, dtype):
     """(bags, n): 1 where position i belongs to bag b (``offsets[b] <= i < end[b]``)."""
     offsets = ops_functional.cast(offsets, dtypes.int64)
     if include_last_offset:
-        starts, ends = ops_functional.slice_axis(offsets, 0, 0, offsets.shape[0] - 1), ops_functional.slice_axis(offsets, 0, 1, offsets.shape[0])
+        starts, ends = (
+            ops_functional.slice_axis(offsets, 0, 0, offsets.shape[0] - 1),
+            ops_functional.slice_axis(offsets, 0, 1, offsets.shape[0]),
+        )
     else:
         starts = offsets
         ends = pad(ops_functional.slice_axis(offsets, 0, 1, offsets.shape[0]), [0, 1], value=n)
     pos = ops_functional.unsqueeze(creation.arange(n, dtype=dtypes.int64, device=offsets.device), 0)
-    inside = ops_functional.logical_and(ops_functional.ge(pos, ops_functional.unsqueeze(starts, 1)), ops_functional.lt(pos, ops_functional.unsqueeze(ends, 1)))
+    inside = ops_functional.logical_and(
+        ops_functional.ge(pos, ops_functional.unsqueeze(starts, 1)),
+        ops_functional.lt(pos, ops_functional.unsqueeze(ends, 1)),
+    )
     return ops_functional.cast(inside, dtype)
 
 
@@ -102,7 +108,10 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
     else:
         member = keep if keep is not None else None
         if mode == "max":
-            return _bag_max(rows, member if member is not None else ops_functional.cast(ops_functional.eq(input, input), weight.dtype))
+            return _bag_max(
+                rows,
+                member if member is not None else ops_functional.cast(ops_functional.eq(input, input), weight.dtype),
+            )
         scale = member
         if per_sample_weights is not None:
             scale = per_sample_weights if scale is None else scale * per_sample_weights
@@ -206,7 +215,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
         raise ValueError(f"ctc_loss expected blank within the {classes} classes, got {blank}")
     device = log_probs.device
     input_lengths = ops_functional.cast(ops_functional.reshape(_int_tensor(input_lengths, device), (-1,)), dtypes.int64)
-    target_lengths = ops_functional.cast(ops_functional.reshape(_int_tensor(target_lengths, device), (-1,)), dtypes.int64)
+    target_lengths = ops_functional.cast(
+        ops_functional.reshape(_int_tensor(target_lengths, device), (-1,)), dtypes.int64
+    )
     targets = _int_tensor(targets, device)
     for name, t in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
         if t.shape[0] != n:
@@ -220,9 +231,13 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
     width = labels.shape[1]
     blanks = ops_functional.cast(labels * 0 + blank, dtypes.int64)
     ext = ops_functional.reshape(ops_functional.stack([blanks, labels], 2), (n, 2 * width))
-    ext = ops_functional.cast(pad(ext, [0, 1], value=blank), dtypes.int64)  # (N, 2S+1): blank, l1, blank, l2, ..., blank
+    ext = ops_functional.cast(
+        pad(ext, [0, 1], value=blank), dtypes.int64
+    )  # (N, 2S+1): blank, l1, blank, l2, ..., blank
     states = 2 * width + 1
-    gathered = ops_functional.gather(log_probs, 2, ops_functional.expand(ops_functional.unsqueeze(ext, 0), (steps, n, states)))  # (T, N, 2S+1)
+    gathered = ops_functional.gather(
+        log_probs, 2, ops_functional.expand(ops_functional.unsqueeze(ext, 0), (steps, n, states))
+    )  # (T, N, 2S+1)
     before = ops_functional.cast(ops_functional.slice_axis(pad(ext, [2, 0], value=blank), 1, 0, states), dtypes.int64)
     skip = ops_functional.logical_and(ops_functional.ne(ext, blank), ops_functional.ne(ext, before))  # s-2 -> s allowed
     position = creation.arange(states, dtype=dtypes.int64, device=device)
@@ -232,7 +247,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
     if steps == 0:
         alpha = ops_functional.expand(unreachable, (n, states))
     for t in range(1, steps):
-        step = _lse(alpha, _shift(alpha, 1), ops_functional.where(skip, _shift(alpha, 2), unreachable)) + ops_functional.getitem(gathered, t)
+        step = _lse(
+            alpha, _shift(alpha, 1), ops_functional.where(skip, _shift(alpha, 2), unreachable)
+        ) + ops_functional.getitem(gathered, t)
         alpha = ops_functional.where(ops_functional.gt(alive, t), step, alpha)
     last = ops_functional.unsqueeze(2 * target_lengths, 1)
     end_blank = ops_functional.squeeze(ops_functional.gather(alpha, 1, last), 1)
@@ -240,18 +257,26 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
                         ops_functional.squeeze(ops_functional.gather(alpha, 1, ops_functional.maximum(last - 1, ops_functional.scalar_tensor(0, dtypes.int64, device))), 1),
                         unreachable)
     likelihood = _lse(end_blank, end_label)
-    impossible = ops_functional.logical_or(ops_functional.lt(likelihood, _UNREACHABLE / 2), ops_functional.le(input_lengths, 0))
-    loss = ops_functional.where(impossible, ops_functional.scalar_tensor(float("inf"), log_probs.dtype, device), -likelihood)
+    impossible = ops_functional.logical_or(
+        ops_functional.lt(likelihood, _UNREACHABLE / 2), ops_functional.le(input_lengths, 0)
+    )
+    loss = ops_functional.where(
+        impossible, ops_functional.scalar_tensor(float("inf"), log_probs.dtype, device), -likelihood
+    )
     # PyTorch's gradient adds exp(log_probs) over the frames within each input length: a term of value 0
     frames = ops_functional.cast(ops_functional.lt(ops_functional.unsqueeze(creation.arange(steps, dtype=dtypes.int64, device=device), 1),
                          ops_functional.unsqueeze(input_lengths, 0)), log_probs.dtype)
     probs = ops_functional.exp(log_probs)
-    loss = loss + ops_functional.sum(ops_functional.sum((probs - probs.detach()) * ops_functional.unsqueeze(frames, -1), 2), 0)
+    loss = loss + ops_functional.sum(
+        ops_functional.sum((probs - probs.detach()) * ops_functional.unsqueeze(frames, -1), 2), 0
+    )
     if zero_infinity:
         loss = ops_functional.where(impossible, ops_functional.scalar_tensor(0.0, log_probs.dtype, device), loss)
     if reduction == "none":
         return ops_functional.squeeze(loss, 0) if unbatched else loss
     if reduction == "sum":
         return ops_functional.sum(loss)
-    divisor = ops_functional.cast(ops_functional.maximum(target_lengths, ops_functional.scalar_tensor(1, dtypes.int64, device)), log_probs.dtype)
+    divisor = ops_functional.cast(
+        ops_functional.maximum(target_lengths, ops_functional.scalar_tensor(1, dtypes.int64, device)), log_probs.dtype
+    )
     return ops_functional.mean(loss / divisor)

@@ -187,7 +187,9 @@ def adaptive_max_pool3d(input, output_size, return_indices: bool = False):  # no
     for d0, d1 in _bounds(d, out[0]):
         for h0, h1 in _bounds(h, out[1]):
             for w0, w1 in _bounds(w, out[2]):
-                cell = ops_functional.slice_axis(ops_functional.slice_axis(ops_functional.slice_axis(x, 2, d0, d1), 3, h0, h1), 4, w0, w1)
+                cell = ops_functional.slice_axis(
+                    ops_functional.slice_axis(ops_functional.slice_axis(x, 2, d0, d1), 3, h0, h1), 4, w0, w1
+                )
                 flat = ops_functional.reshape(cell, (n, c, (d1 - d0) * (h1 - h0) * (w1 - w0)))
                 values.append(ops_functional.amax(flat, 2, keepdim=True))
                 if return_indices:

@@ -22,7 +22,11 @@ from flowserve.tensor import from_array
 
 def _allowed_to_bias(allowed, dtype):
     """Additive bias: 0 where ``allowed`` is True, -inf elsewhere."""
-    return functional.where(allowed, 0.0, float("-inf")) if allowed.dtype is dtypes.bool_ else functional.cast(allowed, dtype)
+    return (
+        functional.where(allowed, 0.0, float("-inf"))
+        if allowed.dtype is dtypes.bool_
+        else functional.cast(allowed, dtype)
+    )
 
 
 @lower_precision
@@ -101,7 +105,9 @@ def multi_head_attention(query, key, value, heads: int, q_proj, k_proj, v_proj, 
         scores = scores + bias
     weights = functional.softmax(scores, -1)
     dropped = activation_ops.dropout(weights, dropout_p, training=True) if dropout_p > 0.0 else weights
-    out = functional.reshape(functional.permute(functional.matmul(dropped, v), [0, 2, 1, 3]), (n, L, v.shape[1] * v.shape[3]))
+    out = functional.reshape(
+        functional.permute(functional.matmul(dropped, v), [0, 2, 1, 3]), (n, L, v.shape[1] * v.shape[3])
+    )
     out = functional.matmul(out, functional.t(out_proj[0]))
     if out_proj[1] is not None:
         out = out + out_proj[1]

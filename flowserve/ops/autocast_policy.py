@@ -43,7 +43,9 @@ def _cast_args(args, kwargs, wanted, source, through=None):
             return type(v)(cast(u) for u in v)
         if getattr(v, "dtype", None) not in source or not hasattr(v, "_data"):
             return v
-        return core_functions.cast(core_functions.cast(v, through) if through is not None and v.dtype is not through else v, wanted)
+        return core_functions.cast(
+            core_functions.cast(v, through) if through is not None and v.dtype is not through else v, wanted
+        )
     return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
 
 

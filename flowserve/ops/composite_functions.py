@@ -67,13 +67,22 @@ def meshgrid(*tensors, indexing: str = "ij"):
     order = [1, 0] + list(range(2, len(flat))) if swap else list(range(len(flat)))
     shape = tuple(flat[i].shape[0] for i in order)
     ones = (1,) * len(flat)
-    return tuple(core_functions.expand(core_functions.reshape(t, _with(ones, order.index(k), -1)), shape) for k, t in enumerate(flat))
+    return tuple(
+        core_functions.expand(core_functions.reshape(t, _with(ones, order.index(k), -1)), shape)
+        for k, t in enumerate(flat)
+    )
 
 
 # -- other names of existing functions (NumPy's and the Python Array API's spellings) ----------
 
 absolute, multiply, subtract, negative = core_functions.abs, core_functions.mul, core_functions.sub, core_functions.neg
-greater, greater_equal, less, less_equal, not_equal = core_functions.gt, core_functions.ge, core_functions.lt, core_functions.le, core_functions.ne
+greater, greater_equal, less, less_equal, not_equal = (
+    core_functions.gt,
+    core_functions.ge,
+    core_functions.lt,
+    core_functions.le,
+    core_functions.ne,
+)
 concatenate, swapaxes, swapdims = core_functions.cat, core_functions.transpose, core_functions.transpose
 
 
@@ -224,7 +233,11 @@ def mv(input, vec):  # noqa: A002
 
 
 def inner(input, other):  # noqa: A002
-    return core_functions.sum(core_functions.unsqueeze(input, -2) * other, -1) if input.ndim and other.ndim else input * other
+    return (
+        core_functions.sum(core_functions.unsqueeze(input, -2) * other, -1)
+        if input.ndim and other.ndim
+        else input * other
+    )
 
 
 def vdot(input, other):  # noqa: A002

@@ -35,7 +35,9 @@ def as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, numbers.Number):
         dt = dtypes.scalar_result(like.dtype, x) if like is not None else dtypes.as_dtype(type(x))
         return scalar_tensor(x, dt, like.device if like is not None else CPU)
-    return from_array(np.array(array_from(x, dtypes.default_float), copy=True), device=like.device if like is not None else None)
+    return from_array(
+        np.array(array_from(x, dtypes.default_float), copy=True), device=like.device if like is not None else None
+    )
 
 
 def _result_dtype(a: Tensor, b: Tensor) -> dtypes.dtype:
@@ -188,7 +190,10 @@ def _compare(prim):
     return fn
 
 
-eq, ne, lt, le, gt, ge = (_compare(p) for p in (elementwise.eq, elementwise.ne, elementwise.lt, elementwise.le, elementwise.gt, elementwise.ge))
+eq, ne, lt, le, gt, ge = (
+    _compare(p)
+    for p in (elementwise.eq, elementwise.ne, elementwise.lt, elementwise.le, elementwise.gt, elementwise.ge)
+)
 
 
 def where(condition, x, y):

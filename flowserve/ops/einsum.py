@@ -62,7 +62,9 @@ def _contract(a, ta: str, b, tb: str, keep: set, sizes: dict):
     a = core_functions.permute(a, [ta.index(c) for c in batch + left + summed])
     b = core_functions.permute(b, [tb.index(c) for c in batch + summed + right])
     n = [math.prod(sizes[c] for c in group) for group in (batch, left, summed, right)]
-    out = core_functions.matmul(core_functions.reshape(a, (n[0], n[1], n[2])), core_functions.reshape(b, (n[0], n[2], n[3])))
+    out = core_functions.matmul(
+        core_functions.reshape(a, (n[0], n[1], n[2])), core_functions.reshape(b, (n[0], n[2], n[3]))
+    )
     term = "".join(batch + left + right)
     return core_functions.reshape(out, [sizes[c] for c in term]), term
 

@@ -135,7 +135,9 @@ def _take_many(y: Tensor, dims: list, indices: list) -> Tensor:
 def _mask_setitem(x: Tensor, mask: Tensor, value) -> Tensor:
     """``x[mask] = value`` for a mask over x's leading dims and one value: a ``where``."""
     m = core_functions.reshape(mask, list(mask.shape) + [1] * (x.ndim - mask.ndim))
-    return elementwise.where(m, *core_functions.coerce(core_functions.cast(core_functions.as_tensor(value, like=x), x.dtype), x))
+    return elementwise.where(
+        m, *core_functions.coerce(core_functions.cast(core_functions.as_tensor(value, like=x), x.dtype), x)
+    )
 
 
 def setitem(x: Tensor, key, value) -> None:
@@ -144,7 +146,9 @@ def setitem(x: Tensor, key, value) -> None:
             tuple(key.shape) == tuple(x.shape[:key.ndim]) and _numel(value) == 1:
         x._assign(_mask_setitem(x, key, value))
         return
-    positions = getitem(core_functions.reshape(core_functions.as_tensor(np.arange(x.numel(), dtype=np.int64)), x.shape), key)
+    positions = getitem(
+        core_functions.reshape(core_functions.as_tensor(np.arange(x.numel(), dtype=np.int64)), x.shape), key
+    )
     value = core_functions.cast(core_functions.as_tensor(value, like=x), x.dtype)
     while value.ndim > positions.ndim and value.shape[0] == 1:
         value = core_functions.reshape(value, value.shape[1:])
@@ -153,7 +157,12 @@ def setitem(x: Tensor, key, value) -> None:
     except ShapeError:
         fail_shape("setitem", f"a value that broadcasts to the indexed size {tuple(positions.shape)}",
                    tuple(value.shape))
-    flat = indexing_ops.scatter(core_functions.reshape(x, [-1]), core_functions.reshape(positions, [-1]), core_functions.reshape(value, [-1]), axis=0)
+    flat = indexing_ops.scatter(
+        core_functions.reshape(x, [-1]),
+        core_functions.reshape(positions, [-1]),
+        core_functions.reshape(value, [-1]),
+        axis=0,
+    )
     x._assign(core_functions.reshape(flat, x.shape))
 
 
@@ -207,7 +216,9 @@ def index_select(input, dim: int, index):  # noqa: A002
     if index.ndim > 1:
         fail_shape("index_select", "a 0-d or 1-d index", tuple(index.shape))
     axis = normalize_axis("index_select", dim, input.ndim)
-    return indexing_ops.take(input, _wrap_index(core_functions.reshape(index, [-1]), input.shape[axis], axis), axis=axis)
+    return indexing_ops.take(
+        input, _wrap_index(core_functions.reshape(index, [-1]), input.shape[axis], axis), axis=axis
+    )
 
 
 def _along(index, dim: int, shape) -> Tensor:
@@ -228,7 +239,9 @@ def index_add(input, dim: int, index, source, alpha=1):  # noqa: A002
 def index_copy(input, dim: int, index, source):  # noqa: A002
     axis = normalize_axis("index_copy", dim, input.ndim)
     wrapped = _wrap_index(core_functions.reshape(index, [-1]), input.shape[axis], axis)
-    return indexing_ops.scatter(input, _along(wrapped, axis, source.shape), core_functions.cast(source, input.dtype), axis=axis)
+    return indexing_ops.scatter(
+        input, _along(wrapped, axis, source.shape), core_functions.cast(source, input.dtype), axis=axis
+    )
 
 
 def index_fill(input, dim: int, index, value):  # noqa: A002
@@ -259,7 +272,11 @@ def nonzero(input, as_tuple: bool = False):  # noqa: A002
         return tuple(found)
     if not found:
         return core_functions.as_tensor(np.zeros((0, 0), np.int64))
-    return core_functions.stack(found, 1) if input.ndim else core_functions.as_tensor(np.zeros((int(input.item() != 0), 0), np.int64))
+    return (
+        core_functions.stack(found, 1)
+        if input.ndim
+        else core_functions.as_tensor(np.zeros((int(input.item() != 0), 0), np.int64))
+    )
 
 
 def argwhere(input):  # noqa: A002

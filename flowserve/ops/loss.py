@@ -73,7 +73,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str 
     """Sigmoid + binary cross entropy in one stable expression, as PyTorch."""
     _same_shape("binary_cross_entropy_with_logits", input, target)
     max_val = functional.relu(-input)
-    log_terms = functional.log(functional.exp(-max_val) + functional.exp(-input - max_val)) + max_val  # log(1 + exp(-x))
+    log_terms = (
+        functional.log(functional.exp(-max_val) + functional.exp(-input - max_val)) + max_val
+    )  # log(1 + exp(-x))
     if pos_weight is not None:
         log_terms = log_terms * ((pos_weight - 1.0) * target + 1.0)
     loss = (1.0 - target) * input + log_terms
@@ -110,7 +112,9 @@ def _picked_weights(input, target, weight, ignore_index: int):
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input``."""
     if input.ndim == 1:
-        return nll_loss(functional.unsqueeze(input, 0), functional.unsqueeze(target, 0), weight, ignore_index, reduction)
+        return nll_loss(
+            functional.unsqueeze(input, 0), functional.unsqueeze(target, 0), weight, ignore_index, reduction
+        )
     _check_class_target("nll_loss", input, target)
     w, hot = _picked_weights(input, target, weight, ignore_index)
     picked = -functional.sum(_class_last(input) * hot, -1)

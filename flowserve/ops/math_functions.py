@@ -247,11 +247,15 @@ def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return var(x, dim, unbiased, keepdim, correction=correction), core_functions.mean(core_functions._floatify(x), dim, keepdim)
+    return var(x, dim, unbiased, keepdim, correction=correction), core_functions.mean(
+        core_functions._floatify(x), dim, keepdim
+    )
 
 
 def std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return std(x, dim, unbiased, keepdim, correction=correction), core_functions.mean(core_functions._floatify(x), dim, keepdim)
+    return std(x, dim, unbiased, keepdim, correction=correction), core_functions.mean(
+        core_functions._floatify(x), dim, keepdim
+    )
 
 
 def prod(x, dim=None, keepdim=False, dtype=None):
@@ -274,7 +278,11 @@ def _safe_sqrt(s):
     """sqrt whose gradient at 0 is 0 (as PyTorch's norm), not inf * 0 = nan."""
     is_zero = elementwise.eq(s, core_functions.scalar_tensor(0, s.dtype, s.device))
     one = core_functions.scalar_tensor(1, s.dtype, s.device)
-    return elementwise.where(is_zero, core_functions.scalar_tensor(0, s.dtype, s.device), core_functions.sqrt(elementwise.where(is_zero, one, s)))
+    return elementwise.where(
+        is_zero,
+        core_functions.scalar_tensor(0, s.dtype, s.device),
+        core_functions.sqrt(elementwise.where(is_zero, one, s)),
+    )
 
 
 def norm(x, p="fro", dim=None, keepdim=False, dtype=None):

@@ -262,7 +262,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     out, scales = _out_sizes(x, size, scale_factor)
     if mode == "area":
         squeeze_area = x.ndim == 3
-        y = adaptive_avg_pool2d(core_functions.unsqueeze(x, 2) if squeeze_area else x, ([1] if squeeze_area else []) + out)
+        y = adaptive_avg_pool2d(
+            core_functions.unsqueeze(x, 2) if squeeze_area else x, ([1] if squeeze_area else []) + out
+        )
         return core_functions.squeeze(y, 2) if squeeze_area else y
     squeeze = x.ndim == 3
     if squeeze:

@@ -139,13 +139,17 @@ def uniform_as(like, low: float = 0.0, high: float = 1.0, dtype=None, generator=
 def normal_as(like, mean: float = 0.0, std: float = 1.0, dtype=None, generator=None):
     base, dtype = _float_base(like, dtype)
     if std == 0:
-        return functional.cast(functional.expand(functional.scalar_tensor(float(mean), base.dtype, base.device), list(base.shape)), dtype)
+        return functional.cast(
+            functional.expand(functional.scalar_tensor(float(mean), base.dtype, base.device), list(base.shape)), dtype
+        )
     return functional.cast(_normal(base, mean, std, generator), dtype)
 
 
 def integers_from(uniform, low: int, high: int, dtype):
     """Integers in ``[low, high)`` from uniform draws in ``[low, high)``."""
-    return functional.cast(functional.clamp(functional.floor(uniform), max=float(high - 1)), dtypes.as_dtype(dtype or dtypes.int64))
+    return functional.cast(
+        functional.clamp(functional.floor(uniform), max=float(high - 1)), dtypes.as_dtype(dtype or dtypes.int64)
+    )
 
 
 def traced_randperm(n: int, dtype, device, generator=None):

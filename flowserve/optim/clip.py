@@ -34,9 +34,14 @@ def clip_grads_(grads: list, max_norm: float, norm_type: float = 2.0, error_if_n
         return creation.tensor(0.0)
     norm_type = float(norm_type)
     if norm_type == float("inf"):
-        total = ops_functional.amax(ops_functional.stack([_replicated(ops_functional.amax(ops_functional.abs(_whole(g)))) for g in grads]))
+        total = ops_functional.amax(
+            ops_functional.stack([_replicated(ops_functional.amax(ops_functional.abs(_whole(g)))) for g in grads])
+        )
     else:
-        sums = [_replicated(ops_functional.sum(ops_functional.pow(ops_functional.abs(_summable(g)), norm_type))) for g in grads]
+        sums = [
+            _replicated(ops_functional.sum(ops_functional.pow(ops_functional.abs(_summable(g)), norm_type)))
+            for g in grads
+        ]
         total = ops_functional.pow(ops_functional.sum(ops_functional.stack(sums)), 1.0 / norm_type)
     if error_if_nonfinite and total._lazy is None and not math.isfinite(float(total)):
         raise RuntimeError(f"the total norm of order {norm_type} for gradients from `parameters` is "

@@ -99,7 +99,9 @@ class RAdam(Optimizer):
         corrected = exp_avg / ops_functional.cast(correction1, exp_avg.dtype)
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step64 * (beta2**step64) / correction2
-        rect = ops_functional.sqrt(ops_functional.clamp((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), min=0.0))
+        rect = ops_functional.sqrt(
+            ops_functional.clamp((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), min=0.0)
+        )
         adaptive = ops_functional.sqrt(correction2) / (ops_functional.sqrt(exp_avg_sq) + group["eps"])
         rectified = corrected * lr * ops_functional.cast(adaptive * rect, corrected.dtype)
         p.copy_(p - ops_functional.where(rho_t > 5.0, rectified, corrected * lr))

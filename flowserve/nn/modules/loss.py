@@ -82,7 +82,9 @@ class BCEWithLogitsLoss(_WeightedLoss):
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input, target):
-        return nn_functional.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+        return nn_functional.binary_cross_entropy_with_logits(
+            input, target, self.weight, self.reduction, self.pos_weight
+        )
 
 
 class KLDivLoss(_Loss):

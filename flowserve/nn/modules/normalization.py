@@ -200,7 +200,9 @@ class _InstanceNorm(Module):
         count = x.numel() // (x.shape[0] * x.shape[1])
         with_grad_off = x.detach()
         mean = ops_functional.mean(with_grad_off, dim=axes)
-        var = ops_functional.mean((with_grad_off - ops_functional.reshape(mean, tuple(mean.shape) + (1,) * len(axes))) ** 2, dim=axes)
+        var = ops_functional.mean(
+            (with_grad_off - ops_functional.reshape(mean, tuple(mean.shape) + (1,) * len(axes))) ** 2, dim=axes
+        )
         var = var * (count / max(count - 1, 1))
         m = self.momentum  # (PyTorch's instance norm leaves num_batches_tracked at 0)
         self.running_mean.copy_(self.running_mean * (1 - m) + ops_functional.mean(mean, dim=0) * m)
