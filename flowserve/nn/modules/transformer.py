@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+from types import MappingProxyType
 
 from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
@@ -95,7 +96,7 @@ class MultiheadAttention(Module):
         return (out if self.batch_first else ops_functional.transpose(out, 0, 1)), weights
 
 
-_ACTIVATIONS = {"relu": nn_functional.relu, "gelu": nn_functional.gelu}
+_ACTIVATIONS = MappingProxyType({"relu": nn_functional.relu, "gelu": nn_functional.gelu})
 
 
 def activation_of(activation, owner: str):
