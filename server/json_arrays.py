@@ -88,50 +88,60 @@ def _numeric_extent(body: bytes, start: int) -> int:
 def _parse_numbers(view: memoryview):
     """The numbers of a (possibly nested) JSON array, or None when numpy cannot be sure.
 
-    Two passes over ``view`` in chunks split at commas (each chunk holds whole numbers):
-    the first counts values and brackets and finds the dtype, the second parses into one
-    preallocated array; nothing larger than a chunk is copied."""
-    spans, start = [], 0
-    while start < len(view):
-        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
-        end = len(view) if end < 0 else start + CHUNK_BYTES + end
-        spans.append((start, end))
-        start = end + 1
-    commas = opened = closed = 0
-    floats = False
-    for a, b in spans:
-        chunk = bytes(view[a:b])
-        commas, opened, closed = (commas + chunk.count(b","), opened + chunk.count(b"["),
-                                  closed + chunk.count(b"]"))
-        floats = floats or _FLOAT_MARK.search(chunk) is not None
+    ``view`` is parsed in chunks split at commas (each chunk holds whole numbers), one
+    array per chunk, joined at the end; nothing larger than a chunk is copied as text.
+    Floats are parsed by orjson and moved into numpy by ``np.fromiter`` (one pass, no
+    dtype discovery); an array with no ``.``/``e`` anywhere is read as integers."""
     tail = bytes(view[-64:]).rstrip(b"] \t\r\n")
-    if not spans or opened != closed or tail.endswith(b",") or tail.endswith(b"["):
+    if tail.endswith(b",") or tail.endswith(b"["):
         return None
-    dtype = np.float64 if floats else np.int64
-    out, filled = np.empty(commas + len(spans), dtype), 0
+    floats = any(_FLOAT_MARK.search(bytes(view[a:b])) for a, b in _chunk_spans(view))
     parse = _parse_floats if floats else _parse_integers
-    for a, b in spans:
-        values = parse(bytes(view[a:b]))
-        if values is None or filled + len(values) > out.size:
+    parts, depth = [], 0
+    for a, b in _chunk_spans(view):
+        chunk = bytes(view[a:b])
+        opened, closed = chunk.count(b"["), chunk.count(b"]")
+        depth += opened - closed
+        if opened or closed:
+            chunk = chunk.translate(None, b"[]")
+        values = parse(chunk)
+        if values is None:
             return None  # malformed: let json say where
-        out[filled:filled + len(values)] = values
-        filled += len(values)
-    if filled != out.size or (dtype == np.int64 and _may_have_overflowed(out)):
+        parts.append(values)
+    if not parts or depth != 0:
+        return None
+    out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if not floats and _may_have_overflowed(out):
         return None  # numpy saturates integers beyond int64; json's are exact
     return out
 
 
+def _chunk_spans(view: memoryview):
+    """``(start, end)`` of the chunks of ``view``, cut at the first comma past each
+    ``CHUNK_BYTES``."""
+    start = 0
+    while start < len(view):
+        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
+        end = len(view) if end < 0 else start + CHUNK_BYTES + end
+        yield start, end
+        start = end + 1
+
+
 def _parse_floats(chunk: bytes):
-    """The numbers of ``chunk`` (whole numbers, brackets anywhere) as a list, by orjson."""
+    """The numbers of ``chunk`` (whole numbers, no brackets) as float64, by orjson."""
     try:
-        return orjson.loads(b"[%b]" % chunk.translate(None, b"[]"))
+        values = orjson.loads(b"[%b]" % chunk)
     except orjson.JSONDecodeError:
+        return None
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except (TypeError, OverflowError):  # an integer too large for a float
         return None
 
 
 def _parse_integers(chunk: bytes):
-    """The integers of ``chunk`` as int64 (saturated beyond its limits), by numpy."""
-    chunk = chunk.translate(None, b"[] \t\r\n")
+    """The integers of ``chunk`` (no brackets) as int64 (saturated beyond its limits)."""
+    chunk = chunk.translate(None, b" \t\r\n")
     try:
         values = np.fromstring(chunk.decode("ascii"), dtype=np.int64, sep=",")
     except ValueError:
