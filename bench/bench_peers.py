@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import onnx
@@ -148,6 +149,18 @@ def measure(server: Server, row: Row, driver: str, urls: dict, inputs: dict, arg
             "p99_us": report.percentile_ms(99) * 1e3}
 
 
+def wait_for_models(urls: dict, models: dict, timeout_s: float) -> None:
+    """Wait until every model is ready (Triton is ready before PyTriton binds them)."""
+    client, deadline = HTTPClient("http://" + urls["http"]), time.monotonic() + timeout_s
+    try:
+        while not all(client.is_model_ready(model) for model in models):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"models {list(models)} not ready in {timeout_s} s")
+            time.sleep(0.5)
+    finally:
+        client.close()
+
+
 def check_answers(server: Server, urls: dict, models: dict, inputs: dict, expected: dict) -> None:
     """Every model's answer over every protocol ``server`` speaks matches onnxruntime's."""
     for model in models:
@@ -185,6 +198,7 @@ def run_round(server: Server, rows: list, models: dict, inputs: dict, expected: 
         log = workdir / f"{server.name.split()[0]}.log"
         process = start(command, "http://" + urls["http"], timeout_s=300, log=log)
         try:
+            wait_for_models(urls, group, timeout_s=300)
             check_answers(server, urls, group, inputs, expected)
             for row in rows:
                 if row.model not in group or row.protocol not in server.protocols:

@@ -97,12 +97,11 @@ def _parse_numbers(view: memoryview):
         return None
     floats = any(_FLOAT_MARK.search(bytes(view[a:b])) for a, b in _chunk_spans(view))
     parse = _parse_floats if floats else _parse_integers
-    parts, depth = [], 0
-    for a, b in _chunk_spans(view):
-        chunk = bytes(view[a:b])
-        opened, closed = chunk.count(b"["), chunk.count(b"]")
-        depth += opened - closed
-        if opened or closed:
+    parts, depth, inner = [], 0, view[1:len(view) - 1]  # within the outer brackets
+    for a, b in _chunk_spans(inner):
+        chunk = bytes(inner[a:b])
+        if chunk.find(b"[") >= 0 or chunk.find(b"]") >= 0:  # nested (find is memchr: fast)
+            depth += chunk.count(b"[") - chunk.count(b"]")
             chunk = chunk.translate(None, b"[]")
         values = parse(chunk)
         if values is None:

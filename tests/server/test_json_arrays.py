@@ -58,6 +58,18 @@ def test_malformed_numbers_are_still_malformed_json():
         decode_infer_request(unbalanced, None, "m")
 
 
+def test_a_float_past_the_first_chunk_makes_the_whole_array_float():
+    data = [3] * ROWS + [0.5]  # the integers' chunks come first; the float is in the last
+    request, _ = decode_infer_request(_body(data, "FP64"), None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array(data))
+
+
+def test_brackets_out_of_place_inside_a_lifted_array_are_malformed():
+    body = _body([[0.5, 0.5]] * (ROWS // 2)).replace(b"0.5], [0.5", b"0.5, [0.5", 1)
+    with pytest.raises(InvalidRequestError, match="malformed JSON"):
+        decode_infer_request(body, None, "m")
+
+
 def test_a_data_key_inside_a_string_is_left_alone():
     text = 'say "data": [' + "1, " * 40_000 + '1] ' + " " * LIFT_BODY_BYTES  # long: liftable
     body = _body([0.25] * ROWS, id=text)
