@@ -77,6 +77,13 @@ def flowserve_command(python, models, http, grpc, workdir):
             "--grpc-port", str(grpc), "--log-level", "warning"]
 
 
+def flowserve_workers_command(python, models, http, grpc, workdir, workers=2):
+    """flowserve with ``workers`` processes, each with one ONNX Runtime thread per session
+    (workers x threads = the 2 cores of the machine these figures come from)."""
+    return [*flowserve_command(python, models, http, grpc, workdir), "--workers", str(workers),
+            "--intra-op-threads", "1"]
+
+
 def pytriton_command(python, models, http, grpc, workdir):
     return [python, str(HERE / "peers" / "pytriton_server.py"), str(http), str(grpc),
             *(f"{n}={p}" for n, p in models.items()), "--metrics-port", str(free_port()),
@@ -96,7 +103,12 @@ def plain_command(python, models, http, grpc, workdir):
 
 
 def servers(args) -> list[Server]:
-    """The servers to measure; a peer whose Python lacks it is left out, saying why."""
+    """The servers to measure; a peer whose Python lacks it is left out, saying why.
+    With ``--workers-scaling``: flowserve with 1 process and with 2 instead of the peers."""
+    if args.workers_scaling:
+        return [Server("flowserve", sys.executable, PROTOCOLS, True, flowserve_command),
+                Server("flowserve 2 workers", sys.executable, ("http-binary", "grpc"), True,
+                       flowserve_workers_command)]
     candidates = [
         (Server("flowserve", sys.executable, PROTOCOLS, True, flowserve_command), ""),
         (Server("triton (pytriton)", args.pytriton_python, PROTOCOLS, True, pytriton_command),
@@ -218,7 +230,7 @@ def median_figures(runs: list) -> dict:
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
-def print_table(rows: list, results: dict) -> None:
+def print_table(rows: list, results: dict, scaling: bool = False) -> None:
     print(f"\n{'model':<10}{'protocol':<12}{'c':>3}  {'server':<19}{'driver':<14}"
           f"{'infer/s':>9}{'p50 ms':>9}{'p99 ms':>9}  flowserve / it")
     for row in rows:
@@ -235,7 +247,9 @@ def print_table(rows: list, results: dict) -> None:
             print(f"{row.model:<10}{row.protocol:<12}{row.concurrency:>3}  {name:<19}{driver:<14}"
                   f"{f['throughput']:>9,.1f}{f['p50_us'] / 1e3:>9.2f}{f['p99_us'] / 1e3:>9.2f}"
                   f"  {ratio}")
-        if ratios:
+        if ratios and scaling:
+            print(f"{'':<25}-> 2 workers / 1 worker {1 / ratios[0][0]:.2f}x")
+        elif ratios:
             ratio, name, driver, p99_ok = min(ratios)
             goal = 1.5 if row.concurrency == 1 else 1.1
             verdict = "met" if ratio >= goal and (row.concurrency != 32 or p99_ok) else "NOT met"
@@ -257,7 +271,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="concurrency 1 and 32, HTTP JSON and gRPC only")
     parser.add_argument("--models", default="mlp,mobilenet")
+    parser.add_argument("--workers-scaling", action="store_true",
+                        help="flowserve --workers 1 against 2 on the MLP, HTTP binary and gRPC")
     args = parser.parse_args()
+    if args.workers_scaling:
+        args.models = "mlp"
     env = dict(os.environ)
     if args.cudart_dir:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
@@ -266,6 +284,8 @@ def main() -> None:
     if not have_pa:
         print("# perf_analyzer not found: every server is driven by clients/perf.py")
     protocols = ("http-json", "grpc") if args.quick else PROTOCOLS
+    if args.workers_scaling:
+        protocols = ("http-binary", "grpc")
     concurrencies = (1, 32) if args.quick else CONCURRENCIES
     names = args.models.split(",")
     rows = [Row(m, p, c) for m in names for p in protocols for c in concurrencies]
@@ -297,7 +317,7 @@ def main() -> None:
             for server in order:
                 run_round(server, rows, paths, inputs, expected, results, plan, args, env,
                           workdir)
-    print_table(rows, results)
+    print_table(rows, results, args.workers_scaling)
     print(f"# load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} "
           f"(1, 5, 15 min) on {os.cpu_count()} cores")
 

@@ -11,14 +11,16 @@ placeholder string that ``take`` resolves::
     header = json.loads(body)
     data = arrays.take(header["inputs"][0]["data"])     # the ndarray, or the list as it was
 
-Arrays that are short, unbalanced, or hold anything but plain numbers (``true``,
-``"NaN"``, integers at or beyond the int64 limits) stay in the JSON and take the ordinary
-path, as does every small body. Nesting is not checked here: the element count must
+Arrays that are short, unbalanced, or hold anything but numbers (``true``, ``"NaN"``,
+integers at or beyond the int64 limits) stay in the JSON and take the ordinary path, as
+does every small body. The ``NaN`` and ``Infinity`` literals, which ``json`` reads and
+Triton's clients write (perf_analyzer's random FP32 data holds hundreds), count as numbers. Nesting is not checked here: the element count must
 match the shape, as for flat data.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -29,8 +31,8 @@ LIFT_ARRAY_BYTES = 1 << 16  # arrays below this stay in the JSON
 CHUNK_BYTES = 1 << 20  # bytes scanned or parsed per C call (a few ms; the GIL is free between)
 _PLACEHOLDER = "\0flowserve-array-"
 _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
-_NUMERIC_CHARS = b"0123456789eE+-.,[] \t\r\n"
-_FLOAT_MARK = re.compile(rb"[.eE]")
+_NUMERIC_CHARS = b"0123456789eE+-.,[] \t\r\nNaInfity"  # and the letters of NaN, Infinity
+_FLOAT_MARK = re.compile(rb"[.eENI]")
 
 
 class LiftedArrays:
@@ -127,14 +129,32 @@ def _chunk_spans(view: memoryview):
 
 
 def _parse_floats(chunk: bytes):
-    """The numbers of ``chunk`` (whole numbers, no brackets) as float64, by orjson."""
+    """The numbers of ``chunk`` (whole numbers, no brackets) as float64.
+
+    orjson parses them, ``NaN`` read as ``null`` (which the chunk cannot hold: its letters
+    are not number characters) and turned back into NaN by numpy; a chunk with
+    ``Infinity``, which orjson refuses, is parsed by ``json``."""
+    text = b"[%b]" % chunk
+    if chunk.find(b"I") >= 0:
+        try:
+            values = json.loads(text)
+        except ValueError:
+            return None
+    else:
+        has_nan = chunk.find(b"N") >= 0
+        try:
+            values = orjson.loads(text.replace(b"NaN", b"null") if has_nan else text)
+        except orjson.JSONDecodeError:
+            return None
+        if has_nan:
+            return _floats_of(lambda: np.array(values, dtype=np.float64))
+    return _floats_of(lambda: np.fromiter(values, dtype=np.float64, count=len(values)))
+
+
+def _floats_of(convert):
     try:
-        values = orjson.loads(b"[%b]" % chunk)
-    except orjson.JSONDecodeError:
-        return None
-    try:
-        return np.fromiter(values, dtype=np.float64, count=len(values))
-    except (TypeError, OverflowError):  # an integer too large for a float
+        return convert()
+    except (TypeError, ValueError, OverflowError):  # an integer too large for a float
         return None
 
 

@@ -58,6 +58,17 @@ def test_malformed_numbers_are_still_malformed_json():
         decode_infer_request(unbalanced, None, "m")
 
 
+@pytest.mark.parametrize("specials", [["nan"], ["nan", "inf", "-inf"]])
+def test_nan_and_infinity_literals_are_lifted_and_read_as_json_reads_them(specials):
+    values = np.random.default_rng(5).standard_normal(ROWS).tolist()
+    for i in range(0, ROWS, 997):  # json.dumps writes NaN, Infinity, -Infinity
+        values[i] = float(specials[i // 997 % len(specials)])
+    body = _body(values)
+    assert b"NaN" in body and len(lift_numeric_arrays(body)[1].arrays) == 1
+    request, _ = decode_infer_request(body, None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array(values, dtype=np.float32))
+
+
 def test_a_float_past_the_first_chunk_makes_the_whole_array_float():
     data = [3] * ROWS + [0.5]  # the integers' chunks come first; the float is in the last
     request, _ = decode_infer_request(_body(data, "FP64"), None, "m")
