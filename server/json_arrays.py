@@ -54,10 +54,12 @@ class LiftedArrays:
         return data
 
 
-def lift_numeric_arrays(body: bytes) -> tuple[bytes, LiftedArrays]:
-    """``body`` with its long numeric ``data`` arrays replaced by placeholders."""
+def lift_numeric_arrays(body: bytes, body_bytes: int = LIFT_BODY_BYTES,
+                        array_bytes: int = LIFT_ARRAY_BYTES) -> tuple[bytes, LiftedArrays]:
+    """``body`` with its numeric ``data`` arrays of ``array_bytes`` or more replaced by
+    placeholders; a body shorter than ``body_bytes`` is left as it is."""
     lifted, pieces, kept = LiftedArrays(), [], 0
-    if len(body) < LIFT_BODY_BYTES:
+    if len(body) < body_bytes:
         return body, lifted
     position = 0
     while (match := _DATA_KEY.search(body, position)) is not None:
@@ -66,7 +68,7 @@ def lift_numeric_arrays(body: bytes) -> tuple[bytes, LiftedArrays]:
             continue  # an escaped quote: the key is inside a string
         start = match.end() - 1
         end = _numeric_extent(body, start)
-        long_enough = end - start >= LIFT_ARRAY_BYTES
+        long_enough = end - start >= array_bytes
         array = _parse_numbers(memoryview(body)[start:end]) if long_enough else None
         if array is not None:
             pieces += [body[kept:start], lifted.add(array)]

@@ -69,6 +69,20 @@ def test_nan_and_infinity_literals_are_lifted_and_read_as_json_reads_them(specia
     np.testing.assert_array_equal(request.inputs["x"], np.array(values, dtype=np.float32))
 
 
+def test_a_small_body_with_nan_is_read_as_json_reads_it():
+    values = [0.5, float("nan"), -2.0, float("inf")] * 196
+    body = _body([values], shape=[1, len(values)], id="NaN stays text")
+    request, _ = decode_infer_request(body, None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array([values], dtype=np.float32))
+    assert request.id == "NaN stays text"
+
+
+def test_a_small_malformed_body_with_nan_is_refused_where_it_is_malformed():
+    body = _body([0.5, float("nan")] * 100).replace(b"]}]}", b"]}]", 1)
+    with pytest.raises(InvalidRequestError, match=rf"char {len(body)}\)"):
+        decode_infer_request(body, None, "m")
+
+
 def test_a_float_past_the_first_chunk_makes_the_whole_array_float():
     data = [3] * ROWS + [0.5]  # the integers' chunks come first; the float is in the last
     request, _ = decode_infer_request(_body(data, "FP64"), None, "m")
