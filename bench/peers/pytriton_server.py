@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import DEFAULT_PROTECTED_ENDPOINTS, Triton, TritonConfig, TritonSecurityConfig
 
 from onnx_models import session_and_signature
 
@@ -39,7 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     config = TritonConfig(http_port=args.http_port, grpc_port=args.grpc_port,
                           metrics_port=args.metrics_port, allow_metrics=False, exit_on_error=True)
-    with Triton(config=config) as triton:
+    # perf_analyzer reads the statistics endpoint, which PyTriton guards with a token
+    security = TritonSecurityConfig(restricted_endpoints=[
+        e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "statistics"])
+    with Triton(config=config, security_config=security) as triton:
         for spec in args.models:
             name, path = spec.split("=", 1)
             session, (input_name, in_shape), (output_name, out_shape) = session_and_signature(path)
