@@ -238,7 +238,7 @@ def median_figures(runs: list) -> dict:
 
 
 def print_table(rows: list, results: dict, scaling: bool = False) -> None:
-    print(f"\n{'model':<10}{'protocol':<12}{'c':>3}  {'server':<19}{'driver':<14}"
+    print(f"\n{'model':<10}{'protocol':<12}{'c':>3}  {'server':<20}{'driver':<14}"
           f"{'infer/s':>9}{'p50 ms':>9}{'p99 ms':>9}  flowserve / it")
     for row in rows:
         here = {k[3:]: median_figures(v) for k, v in results.items()
@@ -251,7 +251,7 @@ def print_table(rows: list, results: dict, scaling: bool = False) -> None:
                 ratios.append((ours["throughput"] / f["throughput"], name, driver,
                                ours["p99_us"] <= f["p99_us"]))
                 ratio = f"{ratios[-1][0]:.2f}x"
-            print(f"{row.model:<10}{row.protocol:<12}{row.concurrency:>3}  {name:<19}{driver:<14}"
+            print(f"{row.model:<10}{row.protocol:<12}{row.concurrency:>3}  {name:<20}{driver:<14}"
                   f"{f['throughput']:>9,.1f}{f['p50_us'] / 1e3:>9.2f}{f['p99_us'] / 1e3:>9.2f}"
                   f"  {ratio}")
         if ratios and scaling:
