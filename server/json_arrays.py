@@ -14,8 +14,9 @@ placeholder string that ``take`` resolves::
 Arrays that are short, unbalanced, or hold anything but numbers (``true``, ``"NaN"``,
 integers at or beyond the int64 limits) stay in the JSON and take the ordinary path, as
 does every small body. The ``NaN`` and ``Infinity`` literals, which ``json`` reads and
-Triton's clients write (perf_analyzer's random FP32 data holds hundreds), count as numbers. Nesting is not checked here: the element count must
-match the shape, as for flat data.
+Triton's clients write (perf_analyzer's random FP32 data holds hundreds), count as
+numbers. Nesting is not checked here: the element count must match the shape, as for
+flat data.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def _parse_numbers(view: memoryview):
     ``view`` is parsed in chunks split at commas (each chunk holds whole numbers), one
     array per chunk, joined at the end; nothing larger than a chunk is copied as text.
     Floats are parsed by orjson and moved into numpy by ``np.fromiter`` (one pass, no
-    dtype discovery); an array with no ``.``/``e`` anywhere is read as integers."""
+    dtype discovery); an array with no ``.``, ``e``, ``NaN`` or ``Infinity`` anywhere is
+    read as integers."""
     tail = bytes(view[-64:]).rstrip(b"] \t\r\n")
     if tail.endswith(b",") or tail.endswith(b"["):
         return None
