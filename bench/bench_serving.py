@@ -176,19 +176,16 @@ def start(command: list[str], ready_url: str, timeout_s: float = 120,
 
 
 def stop(process: subprocess.Popen) -> None:
-    """End ``process`` and what it started (its session)."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
-    try:  # children that outlived their parent
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """End ``process`` and what it started (its session): SIGTERM, then SIGKILL for
+    whatever outlives it (the process itself after 30 s)."""
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
 
 
 def ort_latency_us(model: onnx.ModelProto, x: np.ndarray, seconds: float) -> float:
