@@ -88,7 +88,8 @@ def flowserve_workers_command(python, models, http, grpc, workdir, workers=2):
 def pytriton_command(python, models, http, grpc, workdir):
     return [python, str(HERE / "peers" / "pytriton_server.py"), str(http), str(grpc),
             *(f"{n}={p}" for n, p in models.items()), "--metrics-port", str(free_port()),
-            "--max-batch-size", str(MAX_BATCH), "--max-queue-delay-us", str(QUEUE_DELAY_US)]
+            "--max-batch-size", str(MAX_BATCH), "--max-queue-delay-us", str(QUEUE_DELAY_US),
+            "--workspace", str(workdir / f"pytriton-{http}")]
 
 
 def mlserver_command(python, models, http, grpc, workdir):

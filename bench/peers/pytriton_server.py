@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("grpc_port", type=int)
     parser.add_argument("models", nargs="+", help="NAME=PATH.onnx")
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--workspace", help="folder for Triton's model store (default: a new "
+                        "one in PyTriton's cache, removed on a clean exit only)")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--max-queue-delay-us", type=int, default=500)
     args = parser.parse_args()
@@ -42,7 +44,7 @@ def main() -> None:
     # perf_analyzer reads the statistics endpoint, which PyTriton guards with a token
     security = TritonSecurityConfig(restricted_endpoints=[
         e for e in DEFAULT_PROTECTED_ENDPOINTS if e != "statistics"])
-    with Triton(config=config, security_config=security) as triton:
+    with Triton(config=config, security_config=security, workspace=args.workspace) as triton:
         for spec in args.models:
             name, path = spec.split("=", 1)
             session, (input_name, in_shape), (output_name, out_shape) = session_and_signature(path)
