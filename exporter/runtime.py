@@ -25,12 +25,12 @@ import onnxruntime as ort
 from flowserve.backends import engine_flags
 from flowserve.errors import DeviceError
 from flowserve.exporter import openvino
-from flowserve.nn.graph.config import EXECUTION_PROVIDERS
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 CPU_PROVIDER = "CPUExecutionProvider"
 DEVICES = ("auto", "cpu", "cuda")
+EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")  # what a graph runs on (GraphConfig)
 _QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
 
 

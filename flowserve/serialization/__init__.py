@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 
 from flowserve.errors import SavedGraphError
-from flowserve.serialization.examples import ExampleSet, read_examples  # noqa: F401
+from flowserve.format.examples import ExampleSet, read_examples  # noqa: F401
+from flowserve.format.manifest import MANIFEST, SavedGraphManifest, TensorSpec, read_manifest  # noqa: F401
+from flowserve.format.tensors import read_tensors, write_bytes, write_tensors
 from flowserve.serialization.graph_dir import load_graph, read_graph_dir, save_graph  # noqa: F401
-from flowserve.serialization.manifest import MANIFEST, SavedGraphManifest, TensorSpec, read_manifest  # noqa: F401
-from flowserve.serialization.tensors import decode_state, encode_state, read_tensors, write_bytes, write_tensors
+from flowserve.serialization.tensors import decode_state, encode_state
 from flowserve.nn.graph.graph import Graph
 from flowserve.ops.creation import from_numpy
 import numpy as np

@@ -30,8 +30,8 @@ from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
-from flowserve.serialization.examples import ExampleSet, collect_examples
-from flowserve.serialization.manifest import (
+from flowserve.format.examples import ExampleSet
+from flowserve.format.manifest import (
     BASE_VERSION,
     EXAMPLES_DIR,
     NAMED_DIMS_VERSION,
@@ -43,7 +43,8 @@ from flowserve.serialization.manifest import (
     check_inside,
     read_manifest,
 )
-from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
+from flowserve.format.tensors import read_tensors, write_bytes, write_tensors
+from flowserve.serialization.examples import collect_examples
 
 
 def _signature(values, batch: int | None, named: dict | None = None) -> list[TensorSpec]:

@@ -8,7 +8,7 @@ from google.protobuf import descriptor_pb2
 
 from flowserve.clients import GRPCClient, protos
 from flowserve.clients.errors import InferenceServerError
-from flowserve.clients.protos import health
+from flowserve.protocol.protos import health
 
 from .conftest import running_server
 

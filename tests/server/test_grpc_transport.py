@@ -17,7 +17,7 @@ from onnx import TensorProto
 
 from flowserve.clients import grpc_client, protos
 from flowserve.clients import http2_wire as wire
-from flowserve.server.grpc_app import MAX_CONCURRENT_STREAMS
+from flowserve.server.grpc.app import MAX_CONCURRENT_STREAMS
 
 from . import hostile
 from .conftest import running_server
