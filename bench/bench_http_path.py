@@ -31,7 +31,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from bench_serving import mlp_model
-from flowserve.clients import grpc_client, protos, rest
+from flowserve.clients import grpc_client, rest
+from flowserve.protocol import protos
 from flowserve.server import DataPlane, ServerSettings
 from flowserve.server.app import NoDelayHTTPProtocol
 from flowserve.server.grpc.app import InferenceServicer

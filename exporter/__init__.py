@@ -12,13 +12,13 @@ import importlib
 import sys
 import types
 
-_LAZY = {"export": "flowserve.exporter.export", "ExportResult": "flowserve.exporter.export"}
+_FROM_EXPORT = frozenset({"export", "ExportResult"})  # names of flowserve.exporter.export
 
 
 def __getattr__(name: str):
-    if name not in _LAZY:
+    if name not in _FROM_EXPORT:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
+    value = getattr(importlib.import_module(f"{__name__}.export"), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
@@ -37,4 +37,4 @@ sys.modules[__name__].__class__ = _Package
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | _FROM_EXPORT)
