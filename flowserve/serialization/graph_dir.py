@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -22,14 +21,11 @@ from pathlib import Path
 import numpy as np
 
 import flowserve
-from flowserve import dtypes
 from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
-from flowserve.ir.passes.dce import eliminate_dead_code
-from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
 from flowserve.format.examples import ExampleSet
 from flowserve.format.manifest import (
     BASE_VERSION,
@@ -40,11 +36,10 @@ from flowserve.format.manifest import (
     PARAMS_FILE,
     SavedGraphManifest,
     TensorSpec,
-    check_inside,
-    read_manifest,
 )
-from flowserve.format.tensors import read_tensors, write_bytes, write_tensors
+from flowserve.format.tensors import write_bytes, write_tensors
 from flowserve.serialization.examples import collect_examples
+from flowserve.serialization.graph_read import file_sha256, read_graph_dir
 
 
 def _signature(values, batch: int | None, named: dict | None = None) -> list[TensorSpec]:
@@ -129,7 +124,7 @@ def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: b
     try:
         write_bytes(tmp / GRAPH_FILE, graph_bytes)
         write_tensors(tmp / PARAMS_FILE, arrays)
-        manifest.files = {name: _sha256(tmp / name) for name in (GRAPH_FILE, PARAMS_FILE)}
+        manifest.files = {name: file_sha256(tmp / name) for name in (GRAPH_FILE, PARAMS_FILE)}
         if example_set is not None:
             written = example_set.write(tmp / EXAMPLES_DIR)
             manifest.examples = {f"{EXAMPLES_DIR}/{name}": digest for name, digest in written.items()}
@@ -217,77 +212,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
-    """Manifest, inference IR and state arrays of a saved directory, all checked."""
-    directory = Path(directory)
-    manifest = read_manifest(directory)
-    for name, digest in manifest.files.items():
-        path = directory / name
-        if not path.is_file():
-            raise SavedGraphError(f"{path}: missing (listed in {MANIFEST})")
-        check_inside(path, directory)
-        if _sha256(path) != digest:
-            raise SavedGraphError(f"{path}: checksum mismatch (the file was changed or damaged after saving)")
-    graph_path = directory / GRAPH_FILE
-    try:
-        doc = json.loads(graph_path.read_text(encoding="utf-8"))
-        ir_json = doc["inference"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise SavedGraphError(f"{graph_path}: not a flowserve graph ({type(exc).__name__}: {exc})") from None
-    except RecursionError:
-        raise SavedGraphError(f"{graph_path}: not a flowserve graph (JSON nested too deeply)") from None
-    check_ir_json(ir_json, graph_path)
-    ir = GraphIR.from_json(ir_json, where=str(graph_path))
-    _check_names(ir, graph_path)
-    check_node_attributes(ir, graph_path)
-    params = read_tensors(directory / PARAMS_FILE)
-    _check_state(ir, params, directory / PARAMS_FILE)
-    _check_signature(manifest, ir, directory / MANIFEST)
-    check_signature_shapes(manifest, ir, directory / MANIFEST)
-    eliminate_dead_code(ir)  # nodes no output needs are never run, whatever they would cost
-    return manifest, ir, params
-
-
-def _check_names(ir: GraphIR, where: Path) -> None:
-    """Value names are identifiers, never paths: no ``..`` segment, no leading ``/`` or
-    ``\\``, no control characters, at most 512 characters."""
-    for name in list(ir.values) + list(ir.state):
-        parts = name.replace("\\", "/").split("/")
-        bad = (not name or len(name) > 512 or ".." in parts or name.startswith(("/", "\\"))
-               or any(ord(c) < 32 for c in name))
-        if bad:
-            raise SavedGraphError(f"{where}: tensor name {name[:80]!r} is not allowed "
-                                  "(names may not be empty, path-like or contain control characters)")
-
-
-def _check_state(ir: GraphIR, params: dict, where: Path) -> None:
-    for name, v in ir.state.items():
-        if name not in params:
-            raise SavedGraphError(f"{where}: tensor {name!r} needed by the graph is missing")
-        a = params[name]
-        if dtypes.from_numpy(a.dtype).name != v.dtype or tuple(a.shape) != tuple(v.shape):
-            raise SavedGraphError(f"{where}: tensor {name!r} is {tuple(a.shape)} {a.dtype}, "
-                                  f"the graph expects {tuple(v.shape)} {v.dtype}")
-
-
-def _check_signature(manifest: SavedGraphManifest, ir: GraphIR, where: Path) -> None:
-    for kind, specs, values in (("input", manifest.inputs, ir.inputs), ("output", manifest.outputs, ir.outputs)):
-        if [s.name for s in specs] != [v.name for v in values]:
-            raise SavedGraphError(f"{where}: {kind}s {[s.name for s in specs]} do not match the graph's "
-                                  f"{[v.name for v in values]}")
-        for s, v in zip(specs, values):
-            if s.dtype != v.dtype:
-                raise SavedGraphError(f"{where}: {kind} {s.name!r} has dtype {s.dtype}, the graph's is {v.dtype}")
 
 
 def load_graph(directory):

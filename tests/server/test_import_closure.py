@@ -70,6 +70,29 @@ def test_the_protocol_and_format_packages_load_only_themselves():
     assert {m for m in names if not m.startswith(own)} <= allowed, names
 
 
+def test_loading_a_saved_directory_loads_no_nn_or_optim(tmp_path):
+    """A saved directory is exported when it loads: that loads the exporter's lowering and
+    flowserve's ops, but not ``nn`` (modules, ``nn.Graph``) nor ``optim``."""
+    import flowserve as flow
+
+    class TinyGraph(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = flow.nn.Sequential(flow.nn.Linear(4, 8), flow.nn.ReLU())
+
+        def build(self, x):
+            return self.model(x)
+
+    graph = TinyGraph()
+    graph(flow.randn(2, 4))
+    flow.save(graph, tmp_path / "m")
+    names = loaded_by("import pathlib\nfrom flowserve.server.loading import load_model_proto\n"
+                      f"path = pathlib.Path({str(tmp_path / 'm')!r})\n"
+                      "assert load_model_proto(path, root=path).graph.node")
+    assert "flowserve.exporter.export" in names
+    assert not [m for m in names if m.startswith(("flowserve.nn", "flowserve.optim"))]
+
+
 def imports_of(package: str) -> dict[str, list[str]]:
     """Module of ``package`` -> every flowserve module it imports, inside functions too."""
     found = {}
