@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import types
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,9 @@ def _stored_kinds(meta: dict, path: Path) -> dict:
     return kinds
 
 
-_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": dtypes.bfloat16.np,
-              "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_ST_DTYPES = types.MappingProxyType({
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": dtypes.bfloat16.np,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_})
 _MAX_HEADER = 100_000_000  # the safetensors library's limit
 
 
