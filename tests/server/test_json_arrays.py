@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from flowserve.server.errors import InvalidRequestError
-from flowserve.server.http_codec import decode_infer_request
-from flowserve.server.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
+from flowserve.server.http.codec import decode_infer_request
+from flowserve.server.http.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
 
 ROWS = 300_000  # a body of a few MB: large enough to be lifted
 

@@ -19,19 +19,20 @@ from typing import Optional
 import numpy as np
 import orjson
 
-from .dataplane import InferenceRequest, InferenceResponse, refuse_sequence
-from .datatypes import (
+from flowserve.protocol.tensors import array_to_raw
+
+from ..dataplane import InferenceRequest, InferenceResponse, refuse_sequence
+from ..datatypes import (
     DecodeLimits,
     array_from_raw,
-    array_to_raw,
     check_bytes_elements,
     datatype_of,
     element_count,
     numpy_dtype,
 )
-from .errors import InvalidRequestError, RequestTooLargeError
+from ..errors import InvalidRequestError, RequestTooLargeError
+from ..shared_memory import SharedInput, shared_tensor
 from .json_arrays import LiftedArrays, lift_numeric_arrays
-from .shared_memory import SharedInput, shared_tensor
 
 HEADER_LENGTH = "inference-header-content-length"
 
