@@ -4,7 +4,7 @@
 >>> result = export("saved_dir", "model.onnx")   # doctest: +SKIP
 
 The package loads lazily (PEP 562): importing one of its light modules
-(``flowserve.exporter.runtime``, ``flowserve.exporter.proof``), as the server does, loads
+(``flowserve.exporter.proof``), as the server does, loads
 no lowering, op or tensor module; ``export`` and ``ExportResult`` load them when first named.
 """
 
