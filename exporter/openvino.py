@@ -18,6 +18,7 @@ tolerance) with a latency hint and the thread count graph mode asks for.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,15 @@ def runtime_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def version() -> str | None:
+    """OpenVINO's version where its runtime is installed, else None."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return openvino.__version__
 
 
 def available() -> bool:
@@ -130,6 +140,20 @@ class OpenVINOSession:
         self.request.infer(tensors)
         return {name: self.request.get_tensor(port).data for name, port in self._ports.items()}
 
+    def run_within(self, output_names, feeds: dict, seconds: float) -> list | None:
+        """``run(output_names, feeds)``, cancelled after ``seconds``: None when cancelled."""
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise GraphError(f"OpenVINO session expected inputs {self._inputs}, missing {missing}")
+        self.request.start_async({name: self._ov.Tensor(_contiguous(feeds[name]), shared_memory=True)
+                                  for name in self._inputs})
+        if not self.request.wait_for(max(1, int(seconds * 1000))):
+            self.request.cancel()  # takes effect between kernels: a thread waits out the current one
+            threading.Thread(target=_wait_quietly, args=(self.request,), daemon=True).start()
+            self.request = self.compiled.create_infer_request()
+            return None
+        return [np.array(self.request.get_tensor(self._ports[name]).data) for name in (output_names or self._outputs)]
+
     def io_binding(self) -> "_Binding":
         return _Binding(self)
 
@@ -158,6 +182,13 @@ class _Binding:
 
     def copy_outputs_to_cpu(self) -> list:
         return [np.array(self.results[name]) for name in self.outputs]
+
+
+def _wait_quietly(request) -> None:
+    try:
+        request.wait()
+    except RuntimeError:  # "Infer Request was canceled"
+        pass
 
 
 def _contiguous(array) -> np.ndarray:

@@ -16,6 +16,7 @@ out) and are rebuilt when a parameter changes in eager mode (version counters).
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
@@ -51,19 +52,47 @@ class CompiledGraph:
         self._out_ring: list = []
         self._out_index = 0
         self.peak_memory = None
+        self._log = graph._log if graph is not None else None
+        self.engine = None  # the engine measured fastest ("auto"), else the configured one
+        self.engine_choice = None  # EngineChoice where "auto" compared engines
+        self._choice_pending = None  # "auto": the cache path to write the measurement to
+        self._runs = 0
+        self._explicit_check = self.training and self.options.get("execution_provider") == "openvino"
         self._build_session()
 
-    def _lower(self, fed: list, baked: dict):
+    def engine_options(self, engine: str | None = None) -> dict:
+        """The options the model is lowered and its session made with: the configured ones,
+        the execution provider replaced by ``engine`` (else the engine in use) where set."""
+        engine = engine or self.engine
+        return self.options if engine is None else {**self.options, "execution_provider": engine}
+
+    def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
         from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
 
-        ir, _ = lowering_ir(self.traced.ir, self.options)
-        cpu = runtime.runs_on_cpu_provider(self.options)
+        options = self.engine_options() if options is None else options
+        ir, _ = lowering_ir(self.traced.ir, options)
+        cpu = runtime.runs_on_cpu_provider(options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
-        blocked = cpu and self.training and self.options.get("cpu_blocked_kernels", True)
+        blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                              dynamic_batch=self.dynamic_batch, cpu_provider=cpu,
-                              nchwc_block=runtime.nchwc_block_size() if blocked else 0,
+                              dynamic_batch=self.dynamic_batch if dynamic_batch is None else dynamic_batch,
+                              cpu_provider=cpu, nchwc_block=runtime.nchwc_block_size() if blocked else 0,
                               dynamic_dims=self.dynamic_dims)
+
+    def _session_for(self, engine: str) -> tuple:
+        """(model, session, dynamic batch) lowered and compiled for ``engine``, with the
+        dynamic batch where the engine compiles it, else the static one."""
+        from flowserve.exporter.runtime import create_session  # local: as above
+
+        options = self.engine_options(engine)
+        try:
+            model = self._lower(self.fed_state, self._baked, options)
+            return model, create_session(model, options=options), self.dynamic_batch
+        except Exception:
+            if not self.dynamic_batch:
+                raise
+        model = self._lower(self.fed_state, self._baked, options, dynamic_batch=False)
+        return model, create_session(model, options=options), False
 
     def _build_session(self) -> None:
         from flowserve.exporter.runtime import create_session  # local: as above
@@ -77,10 +106,10 @@ class CompiledGraph:
             fed = list(self.traced.system_feeds) + self.update_names  # buffers a build updates
             baked = {**self.traced.constants,
                      **{k: t.numpy() for k, t in state.items() if k not in fed}}
-        self.fed_state = fed
+        self.fed_state, self._baked = fed, baked
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = create_session(self.model, options=self.engine_options())
         except Exception as exc:
             missing = _missing_kernel(exc, self.traced.ir)
             if missing is not None:
@@ -89,9 +118,90 @@ class CompiledGraph:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = create_session(self.model, options=self.engine_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
+        if self.options.get("execution_provider", "auto") == "auto" and self.engine is None:
+            self._take_cached_choice()
+
+    # -- the engine ("auto": measured; an explicit one: checked against ONNX Runtime) ----------
+
+    def _ort_engine(self) -> str:
+        from flowserve.exporter import runtime  # local: as above
+
+        return "cuda" if runtime.cuda_usable() else "cpu"
+
+    def _take_cached_choice(self) -> None:
+        """"auto" at the first compile: the engine of an earlier measurement of this graph
+        on this machine, else a measurement at the next call (where there is a choice)."""
+        from flowserve.nn.graph import engine  # local: imports ONNX Runtime, as above
+
+        ort_name = self._ort_engine()
+        self.engine = ort_name
+        names = engine.candidates(ort_name)
+        if len(names) == 1:
+            return
+        path = engine.cache_path(self.model)
+        choice = engine.load_cached(path, names)
+        if choice is None:
+            self._choice_pending = path
+            return
+        self.engine_choice = choice
+        self._note(f"engine {choice.describe()}")
+        if choice.engine != ort_name:
+            self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
+
+    def _choose_engine(self, feeds: dict) -> None:
+        """"auto" at the second call: time the candidates on this call's feeds, keep the
+        fastest, cache the choice."""
+        from flowserve.nn.graph import engine  # local: as above
+
+        path, self._choice_pending = self._choice_pending, None
+        ort_name, built = self.engine, {}
+
+        def build(name):
+            def make():
+                built[name] = (self.model, self.session, self.dynamic_batch) if name == ort_name \
+                    else self._session_for(name)
+                return built[name][1]
+            return make
+
+        choice = engine.measure({name: build(name) for name in engine.candidates(ort_name)}, feeds,
+                                   self.output_names, self.traced.ir.name)
+        self.engine_choice = choice
+        engine.save_cached(path, choice)
+        self._note(f"engine {choice.describe()}")
+        self.engine = choice.engine
+        self.model, self.session, self.dynamic_batch = built[choice.engine]
+        self._out_ring = []
+
+    def _check_explicit_engine(self, feeds: dict) -> None:
+        """An explicitly chosen OpenVINO, at the second call of a training graph: timed
+        against ONNX Runtime on this call's feeds; a warning where it is ``SLOWER`` times
+        slower or more."""
+        from flowserve.nn.graph import engine  # local: as above
+
+        self._explicit_check = False
+        chosen, ort_name = self.options["execution_provider"], self._ort_engine()
+        ref = {}
+
+        def ort_session():
+            ref["session"] = self._session_for(ort_name)[1]
+            return ref["session"]
+
+        choice = engine.measure({ort_name: ort_session, chosen: lambda: self.session}, feeds,
+                                   self.output_names, self.traced.ir.name, quiet=True)
+        self.engine_choice = choice
+        times = choice.step_ms
+        if chosen in choice.dropped or (ort_name in times and times[chosen] >= engine.SLOWER * times[ort_name]):
+            warnings.warn(f"nn.Graph {self.traced.ir.name}: execution provider {chosen!r} is "
+                          f"{engine.SLOWER:g}x slower than ONNX Runtime or more for this graph on this machine "
+                          f"({choice.describe()}); set_execution_provider('auto') picks the fastest",
+                          UserWarning, stacklevel=4)
+
+    def _note(self, message: str) -> None:
+        if self._log is not None:
+            self._log(0, message)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -104,6 +214,12 @@ class CompiledGraph:
         for name in self.fed_state:
             feed = self.traced.system_feeds.get(name)
             fed.append((name, feed() if feed is not None else _host(state[name])))
+        self._runs += 1
+        if self._runs > 1 and self._choice_pending is not None:  # the first call traced and compiled
+            self._choose_engine(dict(fed))
+            binding = self.session.io_binding()
+        elif self._runs > 1 and self._explicit_check:
+            self._check_explicit_engine(dict(fed))
         for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
             binding.bind_cpu_input(name, array)
         new_state = self._bind_state_outputs(binding)
