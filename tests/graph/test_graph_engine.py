@@ -55,6 +55,15 @@ def test_measure_drops_a_different_loss_a_failure_and_a_slow_engine(caplog):
     assert choice.engine == "cpu" and "openvino" in choice.dropped and "openvino" not in choice.step_ms
 
 
+def test_measure_without_comparing_checks_shapes_and_finiteness():
+    random = {"cpu": _Session(0.002, [2.0]), "openvino": _Session(0.0, [2.3])}
+    choice = engine.measure({k: (lambda s=s: s) for k, s in random.items()}, {}, ["loss"], "G", compare=False)
+    assert choice.engine == "openvino" and "outputs not compared" in choice.describe()
+    nan = {"cpu": _Session(0.002, [2.0]), "openvino": _Session(0.0, [float("nan")])}
+    choice = engine.measure({k: (lambda s=s: s) for k, s in nan.items()}, {}, ["loss"], "G", compare=False)
+    assert choice.dropped["openvino"] == "output 0 is not finite where ONNX Runtime's is"
+
+
 def test_choice_cache_round_trip_and_damaged_files(tmp_path, monkeypatch):
     monkeypatch.setenv("FLOWSERVE_CACHE_DIR", str(tmp_path))
     model = _train("cpu")[2]._compiled.model

@@ -167,7 +167,7 @@ class CompiledGraph:
             return make
 
         choice = engine.measure({name: build(name) for name in engine.candidates(ort_name)}, feeds,
-                                   self.output_names, self.traced.ir.name)
+                                self.output_names, self.traced.ir.name, compare=not engine.draws_random(self.model))
         self.engine_choice = choice
         engine.save_cached(path, choice)
         self._note(f"engine {choice.describe()}")
@@ -189,8 +189,8 @@ class CompiledGraph:
             ref["session"] = self._session_for(ort_name)[1]
             return ref["session"]
 
-        choice = engine.measure({ort_name: ort_session, chosen: lambda: self.session}, feeds,
-                                   self.output_names, self.traced.ir.name, quiet=True)
+        choice = engine.measure({ort_name: ort_session, chosen: lambda: self.session}, feeds, self.output_names,
+                                self.traced.ir.name, quiet=True, compare=not engine.draws_random(self.model))
         self.engine_choice = choice
         times = choice.step_ms
         if chosen in choice.dropped or (ort_name in times and times[chosen] >= engine.SLOWER * times[ort_name]):

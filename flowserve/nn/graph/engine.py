@@ -9,6 +9,8 @@ each candidate on that call's inputs and state, a few times, inside a budget of
 A candidate is dropped, with one log line, when it fails to compile or run, when its
 outputs (the loss) differ from ONNX Runtime's beyond float32 rounding (``RTOL``), or when
 its first run is ``SLOWER`` times ONNX Runtime's step or more (the run is cut off there).
+A graph that draws random numbers (dropout) cannot give the same outputs on two engines
+(each has its own generator): there only shapes and finiteness are checked.
 
 The choice is written as JSON under the cache directory (``FLOWSERVE_CACHE_DIR``, else
 ``~/.cache/flowserve``), keyed by the SHA-256 of the graph's ONNX model (ONNX Runtime's
@@ -30,7 +32,7 @@ import os
 import platform
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,24 +61,25 @@ class EngineChoice:
     dropped: dict
     measure_s: float
     cached: bool = False
-    warned: set = field(default_factory=set, repr=False)
+    compared: bool = True
 
     def describe(self) -> str:
         times = ", ".join(f"{k} {v:.1f}" for k, v in self.step_ms.items())
         drops = "".join(f"; {k} dropped: {why}" for k, why in self.dropped.items())
+        unchecked = "" if self.compared else "; outputs not compared: the graph draws random numbers"
         origin = "cached" if self.cached else f"{self.measure_s:.1f} s measuring"
-        return f"{self.engine} (measured ms per step: {times}{drops}; {origin})"
+        return f"{self.engine} (measured ms per step: {times}{drops}{unchecked}; {origin})"
 
     def to_json(self) -> dict:
         return {"format": CACHE_FORMAT, "engine": self.engine, "step_ms": self.step_ms,
-                "dropped": self.dropped, "measure_s": self.measure_s}
+                "dropped": self.dropped, "measure_s": self.measure_s, "compared": self.compared}
 
     @classmethod
     def from_json(cls, data: dict) -> "EngineChoice":
         if data.get("format") != CACHE_FORMAT or not isinstance(data.get("engine"), str):
             raise ValueError(f"expected an engine choice of format {CACHE_FORMAT}, got {sorted(data)}")
         return cls(data["engine"], dict(data.get("step_ms", {})), dict(data.get("dropped", {})),
-                   float(data.get("measure_s", 0.0)), cached=True)
+                   float(data.get("measure_s", 0.0)), cached=True, compared=bool(data.get("compared", True)))
 
 
 def ort_engine(device_is_cuda: bool) -> str:
@@ -169,12 +172,27 @@ def run_within(session, names: list, feeds: dict, seconds: float) -> list | None
         timer.cancel()
 
 
-def _agree(got: list, want: list) -> str | None:
-    """Why the outputs of a candidate disagree with the reference's, or None."""
+RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli",
+                        "Multinomial"})
+
+
+def draws_random(model) -> bool:
+    """Whether ONNX ``model`` draws random numbers (dropout): each engine has its own
+    generator, so its outputs cannot match another engine's."""
+    return any(node.op_type in RANDOM_OPS for node in model.graph.node)
+
+
+def _agree(got: list, want: list, compare: bool = True) -> str | None:
+    """Why the outputs of a candidate disagree with the reference's, or None; without
+    ``compare`` (a graph drawing random numbers) only shapes and finiteness are checked."""
     for i, (a, b) in enumerate(zip(got, want)):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape:
             return f"output {i} has shape {a.shape}, ONNX Runtime's {b.shape}"
+        if not compare:
+            if a.dtype.kind == "f" and np.isfinite(b).all() and not np.isfinite(a).all():
+                return f"output {i} is not finite where ONNX Runtime's is"
+            continue
         if a.dtype.kind == "f" and not np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True):
             worst = float(np.max(np.abs(a.astype(np.float64) - b)))
             return f"output {i} differs from ONNX Runtime's by {worst:.3g} (beyond float32 rounding)"
@@ -199,10 +217,12 @@ def _time_runs(session, names: list, feeds: dict, first_limit: float, deadline: 
     return times, first
 
 
-def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bool = False) -> EngineChoice:
+def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bool = False,
+            compare: bool = True) -> EngineChoice:
     """Time each engine of ``builders`` (name -> function returning its session; the first
     is ONNX Runtime, the reference) on ``feeds``, comparing outputs ``names`` (the graph's
-    own outputs: the loss). ``quiet``: no log lines (the caller reports)."""
+    own outputs: the loss) unless ``compare`` is False (a graph drawing random numbers).
+    ``quiet``: no log lines (the caller reports)."""
     start = time.perf_counter()
     deadline = start + BUDGET_S
     step_ms, dropped = {}, {}
@@ -219,8 +239,8 @@ def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bo
             continue
         if outs is None:
             dropped[name] = f"first step cut off at {limit:.1f} s ({SLOWER:g}x ONNX Runtime's step + {FIRST_RUN_GRACE_S:g} s)"
-        elif reference is not None and _agree(outs, reference):
-            dropped[name] = _agree(outs, reference)
+        elif reference is not None and _agree(outs, reference, compare):
+            dropped[name] = _agree(outs, reference, compare)
         elif ref_step is not None and min(times) >= SLOWER * ref_step:
             dropped[name] = f"{min(times) * 1e3:.1f} ms per step, {min(times) / ref_step:.1f}x ONNX Runtime's"
         if name in dropped:
@@ -232,7 +252,7 @@ def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bo
     if not step_ms:
         raise GraphError(f"nn.Graph {graph_name}: no engine ran the graph ({dropped})")
     engine = min(step_ms, key=step_ms.get)
-    choice = EngineChoice(engine, step_ms, dropped, round(time.perf_counter() - start, 3))
+    choice = EngineChoice(engine, step_ms, dropped, round(time.perf_counter() - start, 3), compared=compare)
     if not quiet:
         LOG.info("nn.Graph %s runs on %s", graph_name, choice.describe())
     return choice
