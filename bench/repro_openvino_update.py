@@ -1,6 +1,6 @@
 """OpenVINO's fused optimizer-update "Subgraph": the MobileNetV2 training step lowered with the
 step written ``Add(p, Mul(d, Neg(lr)))`` (the optimizers' ``p + d * (-lr)``) and as
-``Sub(p, Mul(d, lr))`` (``exporter/lowering/training.py``), compiled by OpenVINO's CPU plugin.
+``Sub(p, Mul(d, lr))`` (``flowserve/onnx_backend/lowering/training.py``), compiled by OpenVINO's CPU plugin.
 
 OpenVINO merges the identical ``Neg(lr)`` nodes of all updates into one, and its Snippets
 tokenizer then fuses updates of different shapes through it into one "Subgraph" kernel
@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flowserve as flow  # noqa: E402
 import flowserve.models as models  # noqa: E402
 import flowserve.nn as nn  # noqa: E402
-from flowserve.exporter import openvino, runtime  # noqa: E402
-from flowserve.exporter.lowering import training  # noqa: E402
+from flowserve.onnx_backend import openvino, runtime  # noqa: E402
+from flowserve.onnx_backend.lowering import training  # noqa: E402
 from flowserve.nn.graph import engine  # noqa: E402
 
 

@@ -39,7 +39,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 from flowserve.errors import ExportError
 from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.packed_attention import drop_unused_initializers, pack_self_attention
-from flowserve.exporter.runtime import cuda_usable
+from flowserve.onnx_backend.runtime import cuda_usable
 from flowserve.serialization.examples import ExampleSet
 
 PRECISIONS = ("fp32", "int8", "int8-dynamic", "fp16", "bf16")

@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 import flowserve as flow
-from flowserve.exporter import openvino
+from flowserve.onnx_backend import openvino
 from flowserve.nn.graph import engine
 from tests.graph.helpers import TrainGraph
 from tests.graph.test_graph_provider import _data, _model, _train

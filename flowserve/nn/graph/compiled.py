@@ -23,8 +23,10 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
+from flowserve.nn.graph import engine
 from flowserve.nn.graph.passes import lowering_ir
 from flowserve.nn.graph.trace import Traced
+from flowserve.onnx_backend import lower, runtime
 from flowserve.tensor import Tensor
 
 
@@ -67,8 +69,6 @@ class CompiledGraph:
         return self.options if engine is None else {**self.options, "execution_provider": engine}
 
     def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
-        from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
-
         options = self.engine_options() if options is None else options
         ir, _ = lowering_ir(self.traced.ir, options)
         cpu = runtime.runs_on_cpu_provider(options)
@@ -82,21 +82,17 @@ class CompiledGraph:
     def _session_for(self, engine: str) -> tuple:
         """(model, session, dynamic batch) lowered and compiled for ``engine``, with the
         dynamic batch where the engine compiles it, else the static one."""
-        from flowserve.exporter.runtime import create_session  # local: as above
-
         options = self.engine_options(engine)
         try:
             model = self._lower(self.fed_state, self._baked, options)
-            return model, create_session(model, options=options), self.dynamic_batch
+            return model, runtime.create_session(model, options=options), self.dynamic_batch
         except Exception:
             if not self.dynamic_batch:
                 raise
         model = self._lower(self.fed_state, self._baked, options, dynamic_batch=False)
-        return model, create_session(model, options=options), False
+        return model, runtime.create_session(model, options=options), False
 
     def _build_session(self) -> None:
-        from flowserve.exporter.runtime import create_session  # local: as above
-
         state = self.traced.state
         if self.training:
             ir = self.traced.ir
@@ -109,7 +105,7 @@ class CompiledGraph:
         self.fed_state, self._baked = fed, baked
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.engine_options())
+            self.session = runtime.create_session(self.model, options=self.engine_options())
         except Exception as exc:
             missing = _missing_kernel(exc, self.traced.ir)
             if missing is not None:
@@ -118,7 +114,7 @@ class CompiledGraph:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.engine_options())
+            self.session = runtime.create_session(self.model, options=self.engine_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
         if self.options.get("execution_provider", "auto") == "auto" and self.engine is None:
@@ -127,15 +123,11 @@ class CompiledGraph:
     # -- the engine ("auto": measured; an explicit one: checked against ONNX Runtime) ----------
 
     def _ort_engine(self) -> str:
-        from flowserve.exporter import runtime  # local: as above
-
         return "cuda" if runtime.cuda_usable() else "cpu"
 
     def _take_cached_choice(self) -> None:
         """"auto" at the first compile: the engine of an earlier measurement of this graph
         on this machine, else a measurement at the next call (where there is a choice)."""
-        from flowserve.nn.graph import engine  # local: imports ONNX Runtime, as above
-
         ort_name = self._ort_engine()
         self.engine = ort_name
         names = engine.candidates(ort_name)
@@ -154,8 +146,6 @@ class CompiledGraph:
     def _choose_engine(self, feeds: dict) -> None:
         """"auto" at the second call: time the candidates on this call's feeds, keep the
         fastest, cache the choice."""
-        from flowserve.nn.graph import engine  # local: as above
-
         path, self._choice_pending = self._choice_pending, None
         ort_name, built = self.engine, {}
 
@@ -179,8 +169,6 @@ class CompiledGraph:
         """An explicitly chosen OpenVINO, at the second call of a training graph: timed
         against ONNX Runtime on this call's feeds; a warning where it is ``SLOWER`` times
         slower or more."""
-        from flowserve.nn.graph import engine  # local: as above
-
         self._explicit_check = False
         chosen, ort_name = self.options["execution_provider"], self._ort_engine()
         ref = {}
@@ -236,8 +224,6 @@ class CompiledGraph:
 
     def _bind_state_outputs(self, binding) -> dict:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
-        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
-
         new = {}
         for name in self.update_names:
             current = self.traced.state[name]._data
@@ -247,15 +233,13 @@ class CompiledGraph:
                     current.flags.c_contiguous else [np.empty_like(current), np.empty_like(current)]
                 self._buffers[name] = pair
             target = pair[1] if current is pair[0] else pair[0]
-            binding.bind_ortvalue_output(name + ":new", OrtValue.ortvalue_from_numpy(target))
+            binding.bind_ortvalue_output(name + ":new", runtime.ort_value(target))
             new[name] = target
         return new
 
     def _bind_user_outputs(self, binding, inputs) -> list:
         """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
         the shapes stay the same (outputs are copied out after the run)."""
-        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
-
         shapes = self._output_shapes(inputs)
         size = self.options.get("outputs_buffer_size", 2)
         if len(self._out_ring) != size or any(s is None for s in shapes):
@@ -271,7 +255,7 @@ class CompiledGraph:
             if array is None:
                 binding.bind_output(v.name)
             else:
-                binding.bind_ortvalue_output(v.name, OrtValue.ortvalue_from_numpy(array))
+                binding.bind_ortvalue_output(v.name, runtime.ort_value(array))
             arrays.append(array)
         if any(a is None for a in arrays):
             return _Deferred(binding, arrays)

@@ -39,7 +39,7 @@ import numpy as np
 import onnxruntime as ort
 
 from flowserve.errors import GraphError
-from flowserve.exporter import openvino
+from flowserve.onnx_backend import openvino
 
 LOG = logging.getLogger("flowserve.graph")
 BUDGET_S = 10.0  # all candidates' compiling and timed runs together

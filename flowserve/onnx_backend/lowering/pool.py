@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import pool as prims
 
 
 def _max_pool_attrs(a) -> dict:
@@ -13,23 +15,21 @@ def _max_pool_attrs(a) -> dict:
                 dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
 
 
-@lowering("max_pool2d")
+@lowering(prims.max_pool2d)
 def lower_max_pool2d(b, node, ctx):
     b.op("MaxPool", node.inputs, node.outputs, **_max_pool_attrs(node.attrs))
 
 
-@lowering("max_pool2d_indices")
+@lowering(prims.max_pool2d_indices)
 def lower_max_pool2d_indices(b, node, ctx):
     b.op("MaxPool", node.inputs, [b.fresh("max_pool_values"), node.outputs[0]], **_max_pool_attrs(node.attrs))
 
 
-@lowering("max_pool2d_backward")
+@lowering(prims.max_pool2d_backward)
 def lower_max_pool2d_backward(b, node, ctx):
     g, indices = node.inputs
     shape = list(node.attrs["shape"])
     dtype = dtypes.from_name(ctx.meta(g).dtype).np
-    from onnx import numpy_helper
-
     zeros = b.op1("ConstantOfShape", [b.const([int(np.prod(shape))])],
                   value=numpy_helper.from_array(np.zeros(1, dtype=dtype)))
     flat = b.const([-1])

@@ -7,11 +7,12 @@ Two ReduceMean and four full-tensor ops: ``d = x - mean``, ``d * d``, ``d * scal
 from __future__ import annotations
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.registry import lowering
 from flowserve.ir.interpreter import reshape_target
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import batch_norm as prims
 
 
-@lowering("batch_norm_train")
+@lowering(prims.batch_norm_train)
 def lower_batch_norm_train(b, node, ctx):
     """``d = x - mean`` is written exactly as the gradient writes it (``reshape(mean)``
     to ``(1, C, 1, ...)``), so that ONNX Runtime's common-subexpression pass computes it

@@ -5,23 +5,26 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.exporter.builder import onnx_dtype
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve.onnx_backend.builder import onnx_dtype
+from flowserve.onnx_backend.lowering.registry import lowering, simple
+from flowserve.ops import nn as prims
 
-simple("MatMul", "matmul")
+simple("MatMul", prims.matmul)
+simple("Identity", prims.copy)
+simple("Identity", prims.to_device)  # a graph runs on one device
 
 
-@lowering("log_softmax")
+@lowering(prims.log_softmax)
 def lower_log_softmax(b, node, ctx):
     b.op("LogSoftmax", node.inputs, node.outputs, axis=node.attrs["axis"])
 
 
-@lowering("softmax")
+@lowering(prims.softmax)
 def lower_softmax(b, node, ctx):
     b.op("Softmax", node.inputs, node.outputs, axis=node.attrs["axis"])
 
 
-@lowering("one_hot")
+@lowering(prims.one_hot)
 def lower_one_hot(b, node, ctx):
     double = node.attrs["dtype"] == "float64"  # no double OneHot kernel: float32 0/1, cast exactly
     values = b.const([0, 1], np.float32 if double else dtypes.from_name(node.attrs["dtype"]).np)

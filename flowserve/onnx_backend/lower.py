@@ -7,12 +7,12 @@ import onnx
 
 from flowserve import dtypes
 from flowserve.errors import ExportError
-from flowserve.exporter import versions
-from flowserve.exporter.builder import Builder, onnx_dtype
-from flowserve.exporter.lowering import LOWERINGS, LoweringContext, training
-from flowserve.exporter.lowering.clip import fold_clip
-from flowserve.exporter.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.onnx_backend import versions
+from flowserve.onnx_backend.builder import Builder, onnx_dtype
+from flowserve.onnx_backend.lowering import LOWERINGS, LoweringContext, training
+from flowserve.onnx_backend.lowering.clip import fold_clip
+from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 
 UPDATE_SUFFIX = ":new"
 
@@ -87,7 +87,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
     ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
     ``nchwc_block``: ONNX Runtime's NCHWc channel block, for graph mode on its CPU provider
-    only (``flowserve.exporter.lowering.conv``): eligible convolutions become
+    only (``flowserve.onnx_backend.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
     the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
     CPU provider (standard operators in the formulations it runs fastest). ``dynamic_dims``:
@@ -105,7 +105,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.initializer(name, np.asarray(array))
     ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider)
     for node in ir.nodes:
-        lower = (lowerings or {}).get(node.op) or LOWERINGS.get(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
+        lower = (lowerings or {}).get(node.op) or LOWERINGS.for_op(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)

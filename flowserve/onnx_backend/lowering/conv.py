@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.exporter.lowering.float64 import emit_conv_f64, emit_conv_transpose_f64, is_double
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.float64 import emit_conv_f64, emit_conv_transpose_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import conv as prims
 
 INT64_MIN = -(2**63)
 NCHWC = "com.microsoft.nchwc"
@@ -132,7 +133,7 @@ def emit_conv(b, ctx, x: str, w: str, w_shape, y: str, attrs: dict) -> None:
     b.op("ReorderOutput", [out], [y], domain=NCHWC, channels=int(w_shape[0]))
 
 
-@lowering("conv")
+@lowering(prims.conv)
 def lower_conv(b, node, ctx):
     # pointwise forward convolutions stay Conv: as a MatMul they measured no faster
     x, w = node.inputs
@@ -165,7 +166,7 @@ def _flipped_kernel(b, w: str, shape, groups: int) -> str:
                            b.const([-1] * r)])
 
 
-@lowering("conv_transpose")
+@lowering(prims.conv_transpose)
 def lower_conv_transpose(b, node, ctx):
     a = node.attrs
     if _pointwise(node, ctx):

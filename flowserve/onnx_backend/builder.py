@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from flowserve.errors import ExportError
-from flowserve.exporter import versions
+from flowserve.onnx_backend import versions
 
 ONNX_DTYPES = {
     "bool": TensorProto.BOOL, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,

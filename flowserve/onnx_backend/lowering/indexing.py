@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import indexing as prims
 
 
 def _data_cut_to_index(b, node, ctx) -> str:
@@ -16,22 +17,22 @@ def _data_cut_to_index(b, node, ctx) -> str:
     return b.op1("Slice", [data, b.const([0] * len(cut)), b.const([i_shape[d] for d in cut]), b.const(cut)])
 
 
-@lowering("gather")
+@lowering(prims.gather)
 def lower_gather(b, node, ctx):
     data = _data_cut_to_index(b, node, ctx)
     b.op("GatherElements", [data, node.inputs[1]], node.outputs, axis=node.attrs["axis"])
 
 
-@lowering("scatter")
+@lowering(prims.scatter)
 def lower_scatter(b, node, ctx):
     b.op("ScatterElements", node.inputs, node.outputs, axis=node.attrs["axis"])
 
 
-@lowering("scatter_add")
+@lowering(prims.scatter_add)
 def lower_scatter_add(b, node, ctx):
     b.op("ScatterElements", node.inputs, node.outputs, axis=node.attrs["axis"], reduction="add")
 
 
-@lowering("take")
+@lowering(prims.take)
 def lower_take(b, node, ctx):
     b.op("Gather", node.inputs, node.outputs, axis=node.attrs["axis"])

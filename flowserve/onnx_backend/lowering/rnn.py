@@ -8,8 +8,9 @@ which is PyTorch's formula. In float64 a layer is unrolled instead (``float64.py
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.float64 import emit_recurrent_f64, is_double
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.float64 import emit_recurrent_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import rnn as prims
 
 ONNX_ORDER = {"lstm_layer": (0, 3, 1, 2), "gru_layer": (1, 0, 2), "rnn_layer": (0,)}
 
@@ -44,17 +45,17 @@ def _recurrent(b, node, ctx, op_type: str, states: int, **attrs):
         b.op("Squeeze", [out, b.const([0])], [name])
 
 
-@lowering("lstm_layer")
+@lowering(prims.lstm_layer)
 def lower_lstm(b, node, ctx):
     _recurrent(b, node, ctx, "LSTM", 2)
 
 
-@lowering("gru_layer")
+@lowering(prims.gru_layer)
 def lower_gru(b, node, ctx):
     _recurrent(b, node, ctx, "GRU", 1, linear_before_reset=1)
 
 
-@lowering("rnn_layer")
+@lowering(prims.rnn_layer)
 def lower_rnn(b, node, ctx):
     _recurrent(b, node, ctx, "RNN", 1, activations=["Tanh" if node.attrs.get("nonlinearity", "tanh") == "tanh"
                                                     else "Relu"])

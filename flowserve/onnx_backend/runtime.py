@@ -24,13 +24,13 @@ import onnxruntime as ort
 
 from flowserve.backends import engine_flags
 from flowserve.errors import DeviceError
-from flowserve.exporter import openvino
-from flowserve.nn.graph.config import EXECUTION_PROVIDERS
+from flowserve.onnx_backend import openvino
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 CPU_PROVIDER = "CPUExecutionProvider"
 DEVICES = ("auto", "cpu", "cuda")
+EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")  # what a graph runs on (GraphConfig)
 _QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
 
 
@@ -157,7 +157,7 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
     """A session of ``model`` (a proto, its bytes, or a path). ``provider`` (else an
     nn.Graph's ``options["execution_provider"]``) picks the engine: ``"auto"`` (ONNX
     Runtime on ``device``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
-    (``flowserve.exporter.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
+    (``flowserve.onnx_backend.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
     plugin, or an ``OpenVINOSession`` with the same interface)."""
     # a path stays a path: the engines resolve external data against its directory
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
@@ -170,3 +170,9 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
     if provider in ("cpu", "cuda"):
         device = provider
     return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))
+
+
+def ort_value(array: np.ndarray) -> ort.OrtValue:
+    """``array`` as an ``OrtValue`` sharing its memory: graph mode binds its state and output
+    buffers with these, so ONNX Runtime writes results in place."""
+    return ort.OrtValue.ortvalue_from_numpy(array)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import sorting as prims
 
 
-@lowering("topk")
+@lowering(prims.topk)
 def lower_topk(b, node, ctx):
     a = node.attrs
     b.op("TopK", [node.inputs[0], b.const([a["k"]])], node.outputs, axis=a["axis"],
          largest=int(a["largest"]), sorted=1)
 
 
-@lowering("cumsum")
+@lowering(prims.cumsum)
 def lower_cumsum(b, node, ctx):
     if not ctx.meta(node.inputs[0]).shape:
         b.op("Identity", node.inputs, node.outputs)

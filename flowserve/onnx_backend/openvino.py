@@ -1,6 +1,6 @@
 """OpenVINO as the engine that runs a flowserve ONNX model (``pip install "flowserve[openvino]"``).
 
-Two routes, tried in this order (``flowserve.exporter.runtime.create_session`` takes them):
+Two routes, tried in this order (``flowserve.onnx_backend.runtime.create_session`` takes them):
 
 1. ONNX Runtime's OpenVINO execution provider plugin (the ``onnxruntime-ep-openvino``
    package): registered with ONNX Runtime once per process, used where it lists a device.
@@ -42,7 +42,7 @@ def plugin_devices() -> list:
     """ONNX Runtime's OpenVINO plugin devices (registering the plugin library if it is
     installed and not registered yet); ``[]`` where the plugin is absent or lists none."""
     try:
-        import onnxruntime_ep_openvino as plugin
+        import onnxruntime_ep_openvino as plugin  # local: the optional OpenVINO plugin, probed when asked
     except ImportError:
         return []
     if not hasattr(ort, "get_ep_devices"):  # ONNX Runtime before plugin execution providers
@@ -57,7 +57,7 @@ def plugin_devices() -> list:
 
 def runtime_available() -> bool:
     try:
-        import openvino  # noqa: F401
+        import openvino  # noqa: F401  # local: OpenVINO is optional, probed when asked
     except ImportError:
         return False
     return True
@@ -79,7 +79,7 @@ def available() -> bool:
 
 def add_plugin(session_options: ort.SessionOptions, threads: int | None) -> bool:
     """Put ONNX Runtime's OpenVINO plugin into ``session_options`` where it lists a device
-    (``exporter/runtime.py`` then builds the ``InferenceSession``); False where it does not."""
+    (``flowserve/onnx_backend/runtime.py`` then builds the ``InferenceSession``); False where it does not."""
     devices = plugin_devices()
     if devices:
         load_config = json.dumps({"CPU": cpu_config(threads)})
@@ -107,7 +107,7 @@ class OpenVINOSession:
     """An ONNX model compiled by OpenVINO's runtime, with ``InferenceSession``'s interface."""
 
     def __init__(self, data: bytes | str, threads: int | None = None):
-        import openvino as ov  # optional dependency: the [openvino] extra
+        import openvino as ov  # local: optional dependency, the [openvino] extra
 
         self._ov = ov
         core = ov.Core()

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from flowserve import dtypes
-from flowserve.exporter.lowering.float64 import emit_erf_f64, is_double
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve.onnx_backend.lowering.float64 import emit_erf_f64, is_double
+from flowserve.onnx_backend.lowering.registry import lowering, simple
+from flowserve.ops import math as prims
 
-for _op, _onnx in [("sin", "Sin"), ("cos", "Cos"), ("floor", "Floor"), ("ceil", "Ceil"), ("round", "Round")]:
-    simple(_onnx, _op)
-simple("Mod", "fmod", fmod=1)
+for _prim, _onnx in [(prims.sin, "Sin"), (prims.cos, "Cos"), (prims.floor, "Floor"), (prims.ceil, "Ceil"),
+                     (prims.round_, "Round")]:
+    simple(_onnx, _prim)
+simple("Mod", prims.fmod, fmod=1)
 
 
-@lowering("erf")
+@lowering(prims.erf)
 def lower_erf(b, node, ctx):
     if is_double(ctx, node.inputs[0]):  # ONNX Runtime's Erf has no double kernel
         emit_erf_f64(b, node.inputs[0], node.outputs[0])
@@ -23,12 +25,12 @@ def _one(b, ctx, name: str) -> str:
     return b.const(1, dtypes.from_name(ctx.meta(name).dtype).np)
 
 
-@lowering("expm1")
+@lowering(prims.expm1)
 def lower_expm1(b, node, ctx):
     b.op("Sub", [b.op1("Exp", node.inputs), _one(b, ctx, node.inputs[0])], node.outputs)
 
 
-@lowering("log1p")
+@lowering(prims.log1p)
 def lower_log1p(b, node, ctx):
     b.op("Log", [b.op1("Add", [node.inputs[0], _one(b, ctx, node.inputs[0])])], node.outputs)
 
@@ -41,13 +43,13 @@ def _bitwise(logical: str, bitwise: str):
     return lower
 
 
-lowering("bitwise_and")(_bitwise("And", "BitwiseAnd"))
-lowering("bitwise_or")(_bitwise("Or", "BitwiseOr"))
-lowering("bitwise_xor")(_bitwise("Xor", "BitwiseXor"))
-lowering("bitwise_not")(_bitwise("Not", "BitwiseNot"))
+lowering(prims.bitwise_and)(_bitwise("And", "BitwiseAnd"))
+lowering(prims.bitwise_or)(_bitwise("Or", "BitwiseOr"))
+lowering(prims.bitwise_xor)(_bitwise("Xor", "BitwiseXor"))
+lowering(prims.bitwise_not)(_bitwise("Not", "BitwiseNot"))
 
 
-@lowering("prod")
+@lowering(prims.prod)
 def lower_prod(b, node, ctx):
     axes = node.attrs["axes"]
     if not axes:

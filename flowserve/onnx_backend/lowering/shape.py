@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
-from flowserve.exporter.lowering.registry import lowering, simple
+from flowserve import dtypes
 from flowserve.ir.interpreter import reshape_target  # one rule for the lowering and the oracle
+from flowserve.onnx_backend.lowering.registry import lowering, simple
+from flowserve.ops import shape as prims
 
 
-@lowering("reshape")
+@lowering(prims.reshape)
 def lower_reshape(b, node, ctx):
     in_shape = ctx.meta(node.inputs[0]).shape
     target = reshape_target(in_shape, node.attrs["shape"], node.batch.get("shape", ())) \
@@ -16,12 +19,12 @@ def lower_reshape(b, node, ctx):
     b.op("Reshape", [node.inputs[0], ctx.shape_operand(node, "shape", target)], node.outputs)
 
 
-@lowering("permute")
+@lowering(prims.permute)
 def lower_permute(b, node, ctx):
     b.op("Transpose", node.inputs, node.outputs, perm=node.attrs["perm"])
 
 
-@lowering("expand")
+@lowering(prims.expand)
 def lower_expand(b, node, ctx):
     shape = list(node.attrs["shape"])
     if ctx.dynamic_batch:  # dims the input already has: 1 (Expand keeps the input's, whatever the batch)
@@ -34,19 +37,19 @@ def lower_expand(b, node, ctx):
     b.op("Expand", [node.inputs[0], ctx.shape_operand(node, "shape", shape)], node.outputs)
 
 
-@lowering("concat")
+@lowering(prims.concat)
 def lower_concat(b, node, ctx):
     b.op("Concat", node.inputs, node.outputs, axis=node.attrs["axis"])
 
 
-@lowering("slice")
+@lowering(prims.slice_)
 def lower_slice(b, node, ctx):
     a = node.attrs  # starts/ends that are the batch or an expression of it (x[1:], x[:B // 2]) read it at run time
     b.op("Slice", [node.inputs[0], ctx.shape_operand(node, "starts", a["starts"]),
                    ctx.shape_operand(node, "ends", a["ends"]), b.const(a["axes"]), b.const(a["steps"])], node.outputs)
 
 
-@lowering("slice_backward")
+@lowering(prims.slice_backward)
 def lower_slice_backward(b, node, ctx):
     a = node.attrs
     shape = a["shape"]
@@ -68,12 +71,5 @@ def lower_slice_backward(b, node, ctx):
 
 
 def _zero(dtype: str):
-    from onnx import numpy_helper
-
-    from flowserve import dtypes
-
     return numpy_helper.from_array(np.zeros(1, dtype=dtypes.from_name(dtype).np))
 
-
-simple("Identity", "copy")
-simple("Identity", "to_device")  # a graph runs on one device

@@ -4,6 +4,7 @@ and hold none; a multi-process training step runs them between ONNX sessions.)""
 
 from __future__ import annotations
 
-from flowserve.exporter.lowering.registry import simple
+from flowserve.onnx_backend.lowering.registry import simple
+from flowserve.ops import collective as prims
 
-simple("Identity", "all_reduce", "reduce_scatter", "all_gather")
+simple("Identity", prims.all_reduce, prims.reduce_scatter, prims.all_gather)

@@ -1,4 +1,6 @@
-"""Where each primitive's ONNX lowering is registered, by the primitive's name.
+"""Where each primitive's ONNX lowering is registered: by the ``Primitive`` object itself
+(JAX's ``mlir.register_lowering(prim, rule)``), from the lowering module named as the op
+family that declares it (``lowering/elementwise.py`` for ``flowserve.ops.elementwise``).
 
 A lowering is ``fn(b, node, ctx)``: it appends ONNX nodes to builder ``b`` that compute
 ``node.outputs`` (exact names) from ``node.inputs``; ``ctx.meta(name)`` gives a value's
@@ -7,33 +9,65 @@ shape and dtype.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
+from flowserve.dispatch import REGISTRY, Primitive
 from flowserve.errors import ExportError
 from flowserve.ops.dims import batch_steps
 
-LOWERINGS: dict[str, Callable] = {}
+
+class Lowerings:
+    """Primitive -> its ONNX lowering. IR nodes name their op: ``for_op(name)`` finds the
+    primitive in the op registry (``flowserve.dispatch.REGISTRY``), then its lowering."""
+
+    def __init__(self):
+        self._rules: dict[Primitive, Callable] = {}
+
+    def register(self, prim: Primitive, fn: Callable) -> None:
+        if not isinstance(prim, Primitive):
+            raise ExportError(f"an ONNX lowering is registered for a Primitive, got {prim!r}")
+        if prim in self._rules:
+            raise ExportError(f"ONNX lowering of {prim.name!r} is registered twice")
+        self._rules[prim] = fn
+
+    def for_op(self, name: str) -> Callable | None:
+        """The lowering of the primitive named ``name``; None for an op that is no primitive
+        (graph mode's and the exporter's fused nodes) or has no lowering."""
+        prim = REGISTRY.get(name)
+        return None if prim is None else self._rules.get(prim)
+
+    def __contains__(self, prim: Primitive) -> bool:
+        return prim in self._rules
+
+    def __iter__(self) -> Iterator[Primitive]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
 
 
-def lowering(*names: str):
+LOWERINGS = Lowerings()
+
+
+def lowering(*prims: Primitive):
+    """``@lowering(prims.gather)``: register the decorated function for each primitive."""
+
     def register(fn: Callable) -> Callable:
-        for name in names:
-            if name in LOWERINGS:
-                raise ExportError(f"ONNX lowering of {name!r} is registered twice")
-            LOWERINGS[name] = fn
+        for prim in prims:
+            LOWERINGS.register(prim, fn)
         return fn
 
     return register
 
 
-def simple(op_type: str, *names: str, **fixed_attrs):
-    """Register ``names`` as one ONNX node of ``op_type`` with the same inputs and outputs."""
+def simple(op_type: str, *prims: Primitive, **fixed_attrs):
+    """Register ``prims`` as one ONNX node of ``op_type`` with the same inputs and outputs."""
 
     def lower(b, node, ctx):
         b.op(op_type, node.inputs, node.outputs, **fixed_attrs)
 
-    for name in names:
-        lowering(name)(lower)
+    for prim in prims:
+        LOWERINGS.register(prim, lower)
 
 
 class LoweringContext:

@@ -28,8 +28,10 @@ import numpy as np
 from onnx import numpy_helper
 
 from flowserve import dtypes
-from flowserve.exporter.builder import onnx_dtype
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.builder import onnx_dtype
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import dropout
+from flowserve.ops import random as prims
 from flowserve.ops.random import HASH_DROP_BITS, HASH_PRIME, HASH_ROUNDS, HASH_SEED_MULT, HASH_STREAM_MULT
 
 SEED_RANGE = 1 << 24  # ONNX's seed attribute is a float: integers below 2**24 are exact
@@ -41,14 +43,14 @@ def node_seed(ctx, node) -> float:
     return float(zlib.crc32(f"{graph_seed}/{node.outputs[0]}".encode()) % SEED_RANGE)
 
 
-@lowering("uniform_like")
+@lowering(prims.uniform_like)
 def lower_uniform_like(b, node, ctx):
     dtype = onnx_dtype(ctx.meta(node.inputs[0]).dtype)
     b.op("RandomUniformLike", node.inputs, node.outputs, dtype=dtype, low=float(node.attrs["low"]),
          high=float(node.attrs["high"]), seed=node_seed(ctx, node))
 
 
-@lowering("normal_like")
+@lowering(prims.normal_like)
 def lower_normal_like(b, node, ctx):
     dtype = onnx_dtype(ctx.meta(node.inputs[0]).dtype)
     b.op("RandomNormalLike", node.inputs, node.outputs, dtype=dtype, mean=float(node.attrs["mean"]),
@@ -77,7 +79,7 @@ def _paired_keep(b, x, shape: tuple, p: float, seed: float) -> str:
     return b.op1("Reshape", [keep, b.op1("Shape", [x])])
 
 
-@lowering("dropout_mask")
+@lowering(dropout.dropout_mask)
 def lower_dropout_mask(b, node, ctx):
     x = node.inputs[0]
     dtype = ctx.meta(x).dtype
@@ -90,7 +92,7 @@ def lower_dropout_mask(b, node, ctx):
     b.op("Cast", [keep], node.outputs, to=onnx_dtype(dtype))
 
 
-@lowering("uniform_seeded")
+@lowering(prims.uniform_seeded)
 def lower_uniform_seeded(b, node, ctx):
     x, seed = node.inputs
     dtype = onnx_dtype(ctx.meta(x).dtype)

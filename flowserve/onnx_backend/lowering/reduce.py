@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from flowserve.exporter.lowering.registry import lowering
+from flowserve.onnx_backend.lowering.registry import lowering
+from flowserve.ops import reduce as prims
 
 MIN_ROWS = 16  # fewer rows: ReduceSum is as fast
 
@@ -47,7 +48,7 @@ def _leading_rows(node, ctx) -> int:
 _reduce_sum = _reduce("ReduceSum")
 
 
-@lowering("sum")
+@lowering(prims.sum_)
 def lower_sum(b, node, ctx):
     rows = _leading_rows(node, ctx)
     if not rows:
@@ -64,8 +65,8 @@ def lower_sum(b, node, ctx):
                      value=numpy_helper.from_array(np.ones(1, np.float32)))
     total = b.op1("MatMul", [ones, flat])
     b.op("Reshape", [total, b.const(list(y.shape))], node.outputs)
-lowering("amax")(_reduce("ReduceMax"))
-lowering("amin")(_reduce("ReduceMin"))
+lowering(prims.amax)(_reduce("ReduceMax"))
+lowering(prims.amin)(_reduce("ReduceMin"))
 
 
 def _arg(op_type: str):
@@ -75,5 +76,5 @@ def _arg(op_type: str):
     return lower
 
 
-lowering("argmax")(_arg("ArgMax"))
-lowering("argmin")(_arg("ArgMin"))
+lowering(prims.argmax)(_arg("ArgMax"))
+lowering(prims.argmin)(_arg("ArgMin"))

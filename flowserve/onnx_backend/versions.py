@@ -6,6 +6,8 @@ model flowserve makes states its IR version and opset explicitly.
 
 from __future__ import annotations
 
+import onnx
+
 DEFAULT_OPSET = 21
 IR_VERSION_FOR_OPSET = {17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 12, 25: 13, 26: 13}
 MIN_OPSET = 18  # ReduceSum/ReduceMax take axes as an input, ScatterElements has reduction="max"
@@ -21,6 +23,4 @@ def ir_version(opset: int) -> int:
 
 def max_runtime_opset() -> int:
     """The newest opset both onnx and the installed ONNX Runtime know."""
-    import onnx
-
     return min(onnx.defs.onnx_opset_version(), max(IR_VERSION_FOR_OPSET))
