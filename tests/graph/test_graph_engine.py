@@ -55,6 +55,18 @@ def test_measure_drops_a_different_loss_a_failure_and_a_slow_engine(caplog):
     assert choice.engine == "cpu" and "openvino" in choice.dropped and "openvino" not in choice.step_ms
 
 
+def test_measure_drops_an_engine_compiling_beyond_the_budget(monkeypatch):
+    monkeypatch.setattr(engine, "BUDGET_S", 0.5)
+    slow_compile = _Session(0.0, [1.0])
+
+    def build_slowly():
+        time.sleep(3.0)
+        return slow_compile
+
+    choice = engine.measure({"cpu": lambda: _Session(0.001, [1.0]), "openvino": build_slowly}, {}, ["loss"], "G")
+    assert choice.engine == "cpu" and choice.dropped["openvino"] == "not compiled within the 0.5 s measuring budget"
+
+
 def test_measure_without_comparing_checks_shapes_and_finiteness():
     random = {"cpu": _Session(0.002, [2.0]), "openvino": _Session(0.0, [2.3])}
     choice = engine.measure({k: (lambda s=s: s) for k, s in random.items()}, {}, ["loss"], "G", compare=False)

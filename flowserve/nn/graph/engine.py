@@ -201,6 +201,26 @@ def _agree(got: list, want: list, compare: bool = True) -> str | None:
     return None
 
 
+def _build_within(build, seconds: float):
+    """``build()``'s session, or None where it takes longer than ``seconds`` (it is left
+    to finish on a daemon thread: compilers cannot be interrupted)."""
+    done, result = threading.Event(), {}
+
+    def run():
+        try:
+            result["session"] = build()
+        except Exception as exc:  # re-raised in the measuring thread
+            result["error"] = exc
+        done.set()
+
+    threading.Thread(target=run, daemon=True, name="flowserve-engine-compile").start()
+    if not done.wait(max(seconds, 0.0)):
+        return None
+    if "error" in result:
+        raise result["error"]
+    return result["session"]
+
+
 def _time_runs(session, names: list, feeds: dict, first_limit: float, deadline: float) -> tuple[list, list | None]:
     """(seconds of each run, the first run's outputs): the first run cut off at
     ``first_limit`` seconds (outputs None), more runs while the deadline allows."""
@@ -229,7 +249,11 @@ def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bo
     reference, ref_step = None, None
     for name, build in builders.items():
         try:
-            session = build()
+            session = build() if reference is None else _build_within(build, deadline - time.perf_counter())
+            if session is None:
+                dropped[name] = f"not compiled within the {BUDGET_S:g} s measuring budget"
+                _log_drop(graph_name, name, dropped[name], quiet)
+                continue
             remaining = deadline - time.perf_counter()
             limit = SLOWER * ref_step + FIRST_RUN_GRACE_S if ref_step is not None else remaining
             times, outs = _time_runs(session, names, feeds, max(limit, 0.0), deadline)
