@@ -17,6 +17,8 @@ tolerance) with a latency hint and the thread count graph mode asks for.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import threading
 from dataclasses import dataclass
@@ -64,12 +66,18 @@ def runtime_available() -> bool:
 
 
 def version() -> str | None:
-    """OpenVINO's version where its runtime is installed, else None."""
+    """The installed OpenVINO's version (from its package metadata: importing OpenVINO
+    takes seconds), else None."""
     try:
-        import openvino
-    except ImportError:
+        return importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
         return None
-    return openvino.__version__
+
+
+def installed() -> bool:
+    """Whether either route is installed, without importing it (which takes seconds):
+    graph mode's engine choice asks at every first call."""
+    return any(importlib.util.find_spec(name) is not None for name in ("openvino", "onnxruntime_ep_openvino"))
 
 
 def available() -> bool:

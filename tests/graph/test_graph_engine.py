@@ -98,7 +98,7 @@ def test_choice_cache_round_trip_and_damaged_files(tmp_path, monkeypatch):
 
 
 def test_auto_with_one_engine_measures_nothing(monkeypatch):
-    monkeypatch.setattr(openvino, "available", lambda: False)
+    monkeypatch.setattr(openvino, "installed", lambda: False)
     losses, _, graph = _train("auto")
     assert graph._compiled.engine_choice is None and "ENGINE" not in repr(graph)
     assert losses == _train("cpu")[0]

@@ -82,14 +82,11 @@ class EngineChoice:
                    float(data.get("measure_s", 0.0)), cached=True, compared=bool(data.get("compared", True)))
 
 
-def ort_engine(device_is_cuda: bool) -> str:
-    return "cuda" if device_is_cuda else "cpu"
-
-
 def candidates(ort_name: str) -> list:
     """The engines "auto" compares: ONNX Runtime first (the reference), then OpenVINO
-    where it is installed."""
-    return [ort_name] + (["openvino"] if openvino.available() else [])
+    where it is installed (not imported here: a candidate failing to load is dropped when
+    measured)."""
+    return [ort_name] + (["openvino"] if openvino.installed() else [])
 
 
 # -- the cache -----------------------------------------------------------------------------
