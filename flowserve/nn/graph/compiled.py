@@ -163,7 +163,6 @@ class CompiledGraph:
         self._note(f"engine {choice.describe()}")
         self.engine = choice.engine
         self.model, self.session, self.dynamic_batch = built[choice.engine]
-        self._out_ring = []
 
     def _check_explicit_engine(self, feeds: dict) -> None:
         """An explicitly chosen OpenVINO, at the second call of a training graph: timed
@@ -171,13 +170,8 @@ class CompiledGraph:
         slower or more."""
         self._explicit_check = False
         chosen, ort_name = self.options["execution_provider"], self._ort_engine()
-        ref = {}
-
-        def ort_session():
-            ref["session"] = self._session_for(ort_name)[1]
-            return ref["session"]
-
-        choice = engine.measure({ort_name: ort_session, chosen: lambda: self.session}, feeds, self.output_names,
+        builders = {ort_name: lambda: self._session_for(ort_name)[1], chosen: lambda: self.session}
+        choice = engine.measure(builders, feeds, self.output_names,
                                 self.traced.ir.name, quiet=True, compare=not engine.draws_random(self.model))
         self.engine_choice = choice
         times = choice.step_ms
