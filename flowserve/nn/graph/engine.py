@@ -246,26 +246,18 @@ def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bo
     reference, ref_step = None, None
     for name, build in builders.items():
         try:
-            session = build() if reference is None else _build_within(build, deadline - time.perf_counter())
-            if session is None:
-                dropped[name] = f"not compiled within the {BUDGET_S:g} s measuring budget"
-                _log_drop(graph_name, name, dropped[name], quiet)
-                continue
-            remaining = deadline - time.perf_counter()
-            limit = SLOWER * ref_step + FIRST_RUN_GRACE_S if ref_step is not None else remaining
-            times, outs = _time_runs(session, names, feeds, max(limit, 0.0), deadline)
+            why, times, outs = _try(build, names, feeds, ref_step, deadline)
+            if why is None and reference is not None:
+                why = _agree(outs, reference, compare)
         except Exception as exc:
-            dropped[name] = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            _log_drop(graph_name, name, dropped[name], quiet)
-            continue
-        if outs is None:
-            dropped[name] = f"first step cut off at {limit:.1f} s ({SLOWER:g}x ONNX Runtime's step + {FIRST_RUN_GRACE_S:g} s)"
-        elif reference is not None and _agree(outs, reference, compare):
-            dropped[name] = _agree(outs, reference, compare)
-        elif ref_step is not None and min(times) >= SLOWER * ref_step:
-            dropped[name] = f"{min(times) * 1e3:.1f} ms per step, {min(times) / ref_step:.1f}x ONNX Runtime's"
-        if name in dropped:
-            _log_drop(graph_name, name, dropped[name], quiet)
+            text = str(exc).strip()
+            why = f"failed: {type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+        if why is None and ref_step is not None and min(times) >= SLOWER * ref_step:
+            why = f"{min(times) * 1e3:.1f} ms per step, {min(times) / ref_step:.1f}x ONNX Runtime's"
+        if why is not None:
+            dropped[name] = why
+            if not quiet:
+                LOG.warning("nn.Graph %s: engine %s dropped from the measurement: %s", graph_name, name, why)
             continue
         if reference is None:
             reference, ref_step = outs, min(times)
@@ -279,6 +271,22 @@ def measure(builders: dict, feeds: dict, names: list, graph_name: str, quiet: bo
     return choice
 
 
-def _log_drop(graph_name: str, engine: str, why: str, quiet: bool) -> None:
-    if not quiet:
-        LOG.warning("nn.Graph %s: engine %s dropped from the measurement: %s", graph_name, engine, why)
+def _try(build, names: list, feeds: dict, ref_step: float | None, deadline: float) -> tuple:
+    """(why the engine is dropped or None, its run times, its first outputs): the
+    reference (``ref_step`` None) is built and run within the budget; another engine must
+    compile before the deadline and finish its first run within ``SLOWER`` times the
+    reference's step (plus its first-run set-up)."""
+    if ref_step is None:
+        session, limit = build(), deadline - time.perf_counter()
+    else:
+        session = _build_within(build, deadline - time.perf_counter())
+        if session is None:
+            return f"not compiled within the {BUDGET_S:g} s measuring budget", [], None
+        limit = SLOWER * ref_step + FIRST_RUN_GRACE_S
+    times, outs = _time_runs(session, names, feeds, max(limit, 0.0), deadline)
+    if outs is None:
+        return f"first step cut off at {limit:.1f} s ({SLOWER:g}x ONNX Runtime's step + {FIRST_RUN_GRACE_S:g} s)", \
+            times, None
+    return None, times, outs
+
+
