@@ -10,7 +10,6 @@ import numpy as np
 from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR
 from flowserve.nn.graph.graph import Graph
-from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
 from flowserve.serialization import read_graph_dir
 from flowserve.serialization.graph_dir import graph_signature
@@ -53,9 +52,9 @@ def resolve_source(source) -> ExportSource:
 
 
 def _from_graph(graph) -> ExportSource:
-    traced = inference_traced(graph)
-    batch, note = deployable_batch(graph, traced)
+    deployed = graph.deployable_state()
+    traced = deployed.traced
     arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}
     arrays.update({k: np.asarray(v) for k, v in traced.constants.items()})
-    inputs, outputs = graph_signature(traced.ir, batch)
-    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, note)
+    inputs, outputs = graph_signature(traced.ir, deployed.batch)
+    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, deployed.batch_note)

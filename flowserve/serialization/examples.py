@@ -208,7 +208,8 @@ def collect_examples(graph, ir, state: dict, examples, rtol: float | None,
                      max_batches: int = DEFAULT_MAX_BATCHES) -> ExampleSet | None:
     """The ``ExampleSet`` that ``flow.save(graph, dir, examples=...)`` stores: inputs
     from ``examples`` (None: the last calls of an inference graph, if any), outputs of
-    the inference ``ir`` on them run by flowserve's own interpreter."""
+    the inference ``ir`` on them run by flowserve's own interpreter. ``graph``: what the
+    graph deploys (``graph.deployable_state()``: name, class, mode, recent inputs)."""
     if rtol is not None and not 0 < rtol <= 1:
         raise ValueError(f"flow.save: tolerance must be in (0, 1], got {rtol}")
     batches, provenance = _input_batches(graph, examples, max_batches)
@@ -227,7 +228,7 @@ def collect_examples(graph, ir, state: dict, examples, rtol: float | None,
         stored.append(ExampleBatch(feeds, {v.name: np.asarray(outputs[v.name]) for v in ir.outputs}))
     if not stored:
         return None
-    provenance.update(graph=graph.name, graph_class=type(graph).__name__, inputs=names,
+    provenance.update(graph=graph.name, graph_class=graph.graph_class, inputs=names,
                       flowserve_version=flowserve.__version__,
                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     return ExampleSet(stored, rtol or DEFAULT_RTOL, provenance)
@@ -235,7 +236,7 @@ def collect_examples(graph, ir, state: dict, examples, rtol: float | None,
 
 def _input_batches(graph, examples, max_batches: int) -> tuple[list, dict]:
     if examples is None or (isinstance(examples, str) and examples == "last"):
-        recent = list(graph.parts.recent_inputs)
+        recent = list(graph.recent_inputs)
         if examples == "last" and (graph.training or not recent):
             raise ValueError(f"flow.save: examples='last' needs an inference graph that has been called; "
                              f"{graph.name} is {'a training graph' if graph.training else 'not called yet'}")

@@ -25,9 +25,7 @@ import flowserve
 from flowserve import dtypes
 from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
-from flowserve.nn.graph.inference import deployable_batch, inference_traced
 from flowserve.nn.graph.loaded import LoadedGraph
-from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
 from flowserve.ir.passes.dce import eliminate_dead_code
 from flowserve.serialization.graph_check import check_ir_json, check_node_attributes, check_signature_shapes
 from flowserve.serialization.examples import ExampleSet, collect_examples
@@ -68,52 +66,28 @@ def graph_signature(ir: GraphIR, batch=..., named: dict | None = None) -> tuple[
     return _signature(ir.inputs, batch, named), _signature(ir.outputs, batch, named)
 
 
-def _deployable_dims(graph, traced, model, dynamic_dims) -> tuple[int | None, str | None, dict]:
-    """(batch, batch note, named dims) of the deployable trace: with named dims at axis 0 the
-    graph has no separate batch axis; otherwise the batch is checked as without them."""
-    named = normalize(dynamic_dims, traced.ir) if dynamic_dims else {}
-    if named:
-        try:
-            other = inference_traced(graph, model, shapes=grown_shapes(traced.ir, named))
-        except Exception as exc:  # build() cannot run at other sizes: it fixes them
-            raise retrace_failure(exc, traced.ir, named) from None
-        named = check_named_dims(traced, other, named)
-        verify_lowering(traced, other, named)
-    if any(0 in axes for t, axes in named.items() if t in {v.name for v in traced.ir.inputs}):
-        return None, None, named
-    batch, note = deployable_batch(graph, traced, model)
-    return batch, note, named
-
-
 def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None,
                dynamic_dims: dict | None = None) -> None:
-    """Write ``graph`` as a deployable directory; ``model`` picks the module a training
-    graph deploys (see ``inference_traced``); ``examples`` and ``tolerance`` as described
-    in ``flowserve.serialization.examples``; ``dynamic_dims`` as in
+    """Write ``graph`` as a deployable directory from ``graph.deployable_state(model,
+    dynamic_dims)`` (what its traces hold: an inference graph's calls traced it already, a
+    training graph traces its deployed module once); ``examples`` and ``tolerance`` as
+    described in ``flowserve.serialization.examples``; ``dynamic_dims`` as in
     ``flowserve.nn.graph.named_dims``."""
-    traced = inference_traced(graph, model)
-    ir = traced.ir
-    batch, batch_note, named = _deployable_dims(graph, traced, model, dynamic_dims)
-    if batch_note:
-        warnings.warn(f"flow.save({graph.name}): the saved graph runs at batch size {_batch(ir)} only: "
-                      f"{batch_note}", UserWarning, stacklevel=3)
-    arrays = {k: t.numpy() for k, t in traced.state.items()}
-    arrays.update(traced.constants)
-    if graph.training:  # also carry what resuming needs: optimizer state and the step
-        parallel = graph.parts.parallel
-        local = parallel.rank_local_state() if parallel is not None else set()
-        for name, t in graph.parts.traced.state.items():
-            if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
-                arrays.setdefault(name, t.numpy())
+    deployed = graph.deployable_state(model, dynamic_dims)
+    ir, batch, named = deployed.ir, deployed.batch, deployed.dynamic_dims
+    if deployed.batch_note:
+        warnings.warn(f"flow.save({deployed.name}): the saved graph runs at batch size {_batch(ir)} only: "
+                      f"{deployed.batch_note}", UserWarning, stacklevel=3)
+    arrays = dict(deployed.arrays)
     graph_bytes = json.dumps({"inference": ir.to_json()}, indent=1).encode()
     inputs, outputs = graph_signature(ir, batch, named)
     manifest = SavedGraphManifest(
-        batch_note=batch_note, format_version=NAMED_DIMS_VERSION if named else BASE_VERSION,
-        flowserve_version=flowserve.__version__, graph_name=graph.name, dynamic_dims=named,
-        graph_class=type(graph).__name__, training=graph.training,
+        batch_note=deployed.batch_note, format_version=NAMED_DIMS_VERSION if named else BASE_VERSION,
+        flowserve_version=flowserve.__version__, graph_name=deployed.name, dynamic_dims=named,
+        graph_class=deployed.graph_class, training=deployed.training,
         inputs=inputs, outputs=outputs,
-        config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})
-    example_set = collect_examples(graph, ir, arrays, examples, tolerance)
+        config=dict(deployed.config), files={GRAPH_FILE: "", PARAMS_FILE: ""})
+    example_set = collect_examples(deployed, ir, arrays, examples, tolerance)
     _write_atomically(Path(directory), manifest, graph_bytes, arrays, example_set)
 
 

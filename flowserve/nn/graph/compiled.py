@@ -36,7 +36,7 @@ def _versions(state: dict, skip=()) -> tuple:
 
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
-                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None,
+                 dynamic_batch: bool = False, key=None, batch: int | None = None,
                  dynamic_dims: dict | None = None):
         self.traced = traced
         self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
@@ -184,6 +184,17 @@ class CompiledGraph:
     def _note(self, message: str) -> None:
         if self._log is not None:
             self._log(0, message)
+
+    # -- the executor interface (flowserve.nn.graph.executor) ---------------------------------
+
+    @property
+    def state(self) -> dict:
+        return self.traced.state
+
+    def describe(self) -> str:
+        batch = f"batch {self.batch}, dynamic" if self.dynamic_batch else f"batch {self.batch}" if self.batch else "static"
+        return (f"single session ({'training' if self.training else 'inference'}, {batch}, "
+                f"{len(self.traced.ir.nodes)} nodes)")
 
     # -- running ------------------------------------------------------------------------------
 

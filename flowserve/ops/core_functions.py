@@ -2,7 +2,7 @@
 and argument normalisation in front of the primitives, and composite ops written once in
 terms of primitives (they need no gradient or lowering of their own).
 
-The other op families (``functional_math``, ``functional_index``, ...) build on these;
+The other op families (``math_functions``, ``indexing_functions``, ...) build on these;
 users reach all of them through the explicit namespace ``flowserve.ops.functional``."""
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.device import CPU
-from flowserve.ops import creation
 from flowserve.ops.dims import BatchDim, as_dim, same_shape
-from flowserve.ops import elementwise as E
-from flowserve.ops import nn as N
-from flowserve.ops import reduce as R
-from flowserve.ops import shape as S
+from flowserve.ops import elementwise
+from flowserve.ops import nn as nn_ops
+from flowserve.ops import reduce as reduce_ops
+from flowserve.ops import shape as shape_ops
 from flowserve.ops.registry import current_trace, fail_dtype, fail_shape, normalize_axis
-from flowserve.tensor import Tensor
+from flowserve.tensor import Tensor, array_from, from_array
 
 # -- promotion -------------------------------------------------------------------------
 
@@ -36,7 +35,9 @@ def as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, numbers.Number):
         dt = dtypes.scalar_result(like.dtype, x) if like is not None else dtypes.as_dtype(type(x))
         return scalar_tensor(x, dt, like.device if like is not None else CPU)
-    return creation.tensor(x, device=like.device if like is not None else None)
+    return from_array(
+        np.array(array_from(x, dtypes.default_float), copy=True), device=like.device if like is not None else None
+    )
 
 
 def _result_dtype(a: Tensor, b: Tensor) -> dtypes.dtype:
@@ -68,7 +69,7 @@ def coerce(a, b) -> tuple[Tensor, Tensor]:
 
 def cast(x: Tensor, dtype) -> Tensor:
     dtype = dtypes.as_dtype(dtype)
-    return x if x._dtype is dtype else E.cast(x, dtype=dtype.name)
+    return x if x._dtype is dtype else elementwise.cast(x, dtype=dtype.name)
 
 
 def _float_operands(a, b):
@@ -85,23 +86,23 @@ def add(a, b, alpha=1):
     if alpha != 1:
         b = mul(b, alpha)
     elif type(a) is type(b) is Tensor and a._dtype is b._dtype:
-        return E.add(a, b)  # nothing to promote: the hot path of ``a + b``
-    return E.add(*coerce(a, b))
+        return elementwise.add(a, b)  # nothing to promote: the hot path of ``a + b``
+    return elementwise.add(*coerce(a, b))
 
 
 def sub(a, b, alpha=1):
     if alpha != 1:
         b = mul(b, alpha)
-    return E.sub(*coerce(a, b))
+    return elementwise.sub(*coerce(a, b))
 
 
 def mul(a, b):
-    return E.mul(*coerce(a, b))
+    return elementwise.mul(*coerce(a, b))
 
 
 def div(a, b):
-    """True division (``functional_math.div`` adds PyTorch's ``rounding_mode``)."""
-    return E.div(*_float_operands(a, b))
+    """True division (``math_functions.div`` adds PyTorch's ``rounding_mode``)."""
+    return elementwise.div(*_float_operands(a, b))
 
 
 true_divide = div
@@ -111,19 +112,19 @@ def pow(a, b):  # noqa: A001 - the public name is flow.pow
     if isinstance(b, numbers.Number) and isinstance(a, Tensor) and not a._dtype.is_floating_point \
             and isinstance(b, float):
         a = cast(a, dtypes.default_float)
-    return E.pow_(*coerce(a, b))
+    return elementwise.pow_(*coerce(a, b))
 
 
 def neg(x):
-    return E.neg(x)
+    return elementwise.neg(x)
 
 
 def maximum(a, b):
-    return E.maximum(*coerce(a, b))
+    return elementwise.maximum(*coerce(a, b))
 
 
 def minimum(a, b):
-    return E.minimum(*coerce(a, b))
+    return elementwise.minimum(*coerce(a, b))
 
 
 def clamp(x, min=None, max=None):  # noqa: A002 - PyTorch's argument names
@@ -142,15 +143,15 @@ def _floatify(x: Tensor) -> Tensor:
 
 
 def exp(x):
-    return E.exp(_floatify(x))
+    return elementwise.exp(_floatify(x))
 
 
 def log(x):
-    return E.log(_floatify(x))
+    return elementwise.log(_floatify(x))
 
 
 def sqrt(x):
-    return E.sqrt(_floatify(x))
+    return elementwise.sqrt(_floatify(x))
 
 
 def rsqrt(x):
@@ -158,23 +159,23 @@ def rsqrt(x):
 
 
 def tanh(x):
-    return E.tanh(_floatify(x))
+    return elementwise.tanh(_floatify(x))
 
 
 def sigmoid(x):
-    return E.sigmoid(_floatify(x))
+    return elementwise.sigmoid(_floatify(x))
 
 
 def relu(x):
-    return E.relu(x)
+    return elementwise.relu(x)
 
 
 def abs(x):  # noqa: A001
-    return E.abs_(x)
+    return elementwise.abs_(x)
 
 
 def sign(x):
-    return E.sign(x)
+    return elementwise.sign(x)
 
 
 def square(x):
@@ -189,13 +190,16 @@ def _compare(prim):
     return fn
 
 
-eq, ne, lt, le, gt, ge = (_compare(p) for p in (E.eq, E.ne, E.lt, E.le, E.gt, E.ge))
+eq, ne, lt, le, gt, ge = (
+    _compare(p)
+    for p in (elementwise.eq, elementwise.ne, elementwise.lt, elementwise.le, elementwise.gt, elementwise.ge)
+)
 
 
 def where(condition, x, y):
-    """Elementwise choice (``functional_index.where`` adds the one-argument form)."""
+    """Elementwise choice (``indexing_functions.where`` adds the one-argument form)."""
     x, y = coerce(x, y)
-    return E.where(as_tensor(condition), x, y)
+    return elementwise.where(as_tensor(condition), x, y)
 
 
 def logical_not(x):
@@ -218,7 +222,7 @@ def _accumulate_dtype(x: Tensor) -> Tensor:
 
 def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001
     x = cast(x, dtype) if dtype is not None else _accumulate_dtype(x)
-    return R.sum_(x, axes=_axes(x, dim, "sum"), keepdims=bool(keepdim))
+    return reduce_ops.sum_(x, axes=_axes(x, dim, "sum"), keepdims=bool(keepdim))
 
 
 def mean(x, dim=None, keepdim=False, dtype=None):
@@ -228,7 +232,7 @@ def mean(x, dim=None, keepdim=False, dtype=None):
         raise_dtype("mean", "a floating point input (or dtype=...)", x._dtype)
     axes = _axes(x, dim, "mean")
     count = math.prod(x.shape[a] for a in axes)
-    return R.sum_(x, axes=axes, keepdims=bool(keepdim)) * (1.0 / max(count, 1))
+    return reduce_ops.sum_(x, axes=axes, keepdims=bool(keepdim)) * (1.0 / max(count, 1))
 
 
 def raise_dtype(op, expected, given):
@@ -236,23 +240,23 @@ def raise_dtype(op, expected, given):
 
 
 def amax(x, dim=None, keepdim=False):
-    return R.amax(x, axes=_axes(x, dim, "amax"), keepdims=bool(keepdim))
+    return reduce_ops.amax(x, axes=_axes(x, dim, "amax"), keepdims=bool(keepdim))
 
 
 def amin(x, dim=None, keepdim=False):
-    return R.amin(x, axes=_axes(x, dim, "amin"), keepdims=bool(keepdim))
+    return reduce_ops.amin(x, axes=_axes(x, dim, "amin"), keepdims=bool(keepdim))
 
 
 def argmax(x, dim=None, keepdim=False):
     if dim is None:
-        return R.argmax(reshape(x, (-1,)), axis=0, keepdims=False)
-    return R.argmax(x, axis=normalize_axis("argmax", dim, x.ndim), keepdims=bool(keepdim))
+        return reduce_ops.argmax(reshape(x, (-1,)), axis=0, keepdims=False)
+    return reduce_ops.argmax(x, axis=normalize_axis("argmax", dim, x.ndim), keepdims=bool(keepdim))
 
 
 def argmin(x, dim=None, keepdim=False):
     if dim is None:
-        return R.argmin(reshape(x, (-1,)), axis=0, keepdims=False)
-    return R.argmin(x, axis=normalize_axis("argmin", dim, x.ndim), keepdims=bool(keepdim))
+        return reduce_ops.argmin(reshape(x, (-1,)), axis=0, keepdims=False)
+    return reduce_ops.argmin(x, axis=normalize_axis("argmin", dim, x.ndim), keepdims=bool(keepdim))
 
 
 def sum_to(x: Tensor, shape) -> Tensor:
@@ -262,7 +266,7 @@ def sum_to(x: Tensor, shape) -> Tensor:
         return x
     lead = x.ndim - len(shape)
     axes = list(range(lead)) + [lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1]
-    out = R.sum_(x, axes=axes, keepdims=True) if axes else x
+    out = reduce_ops.sum_(x, axes=axes, keepdims=True) if axes else x
     return reshape(out, shape)
 
 
@@ -308,7 +312,7 @@ def reshape(x, *shape):
     shape = infer_shape(x, _shape_arg(shape))
     if same_shape(x.shape, shape):
         return x
-    return S.reshape(x, shape=shape)
+    return shape_ops.reshape(x, shape=shape)
 
 
 view = reshape
@@ -341,7 +345,7 @@ def permute(x, *dims):
     dims = [normalize_axis("permute", d, x.ndim) for d in _shape_arg(dims)]
     if dims == list(range(x.ndim)):
         return x
-    return S.permute(x, perm=dims)
+    return shape_ops.permute(x, perm=dims)
 
 
 def transpose(x, dim0: int, dim1: int):
@@ -361,7 +365,7 @@ def expand(x, *shape):
     shape = [x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
     if same_shape(x.shape, shape):
         return x
-    return S.expand(x, shape=shape)
+    return shape_ops.expand(x, shape=shape)
 
 
 def broadcast_to(x, shape):
@@ -377,7 +381,7 @@ def cat(tensors, dim: int = 0):
         dt = dtypes.promote(dt, other._dtype)
     tensors = [cast(x, dt) for x in tensors]
     axis = normalize_axis("cat", dim, tensors[0].ndim)
-    return tensors[0] if len(tensors) == 1 else S.concat(*tensors, axis=axis)
+    return tensors[0] if len(tensors) == 1 else shape_ops.concat(*tensors, axis=axis)
 
 
 concat = cat
@@ -391,7 +395,7 @@ def stack(tensors, dim: int = 0):
 
 def slice_axis(x, axis: int, start: int, end: int, step: int = 1):
     axis = normalize_axis("slice", axis, x.ndim)  # the shape rule (run when tracing) wants it positive
-    return S.slice_(x, starts=[start], ends=[end], axes=[axis], steps=[step])
+    return shape_ops.slice_(x, starts=[start], ends=[end], axes=[axis], steps=[step])
 
 
 def _slice_indices(k: slice, size):
@@ -417,7 +421,7 @@ def _slice_indices(k: slice, size):
 
 
 def getitem(x: Tensor, key):
-    """Basic indexing: ints, slices, ``None`` and ``...`` (``functional_index.getitem``
+    """Basic indexing: ints, slices, ``None`` and ``...`` (``indexing_functions.getitem``
     adds tensor indices)."""
     if not isinstance(key, tuple):
         key = (key,)
@@ -449,7 +453,7 @@ def getitem(x: Tensor, key):
             starts.append(i), ends.append(i + 1), axes.append(axis), steps.append(1)
         axis += 1
     shape += list(x.shape[axis:])
-    out = S.slice_(x, starts=starts, ends=ends, axes=axes, steps=steps) if axes else x
+    out = shape_ops.slice_(x, starts=starts, ends=ends, axes=axes, steps=steps) if axes else x
     return reshape(out, shape)
 
 
@@ -457,28 +461,28 @@ def getitem(x: Tensor, key):
 
 
 def matmul(a, b):
-    return N.matmul(*coerce(a, b))
+    return nn_ops.matmul(*coerce(a, b))
 
 
 mm = matmul
 
 
 def log_softmax(x, dim: int = -1):
-    return N.log_softmax(_floatify(x), axis=normalize_axis("log_softmax", dim, x.ndim))
+    return nn_ops.log_softmax(_floatify(x), axis=normalize_axis("log_softmax", dim, x.ndim))
 
 
 def softmax(x, dim: int = -1):
-    return N.softmax(_floatify(x), axis=normalize_axis("softmax", dim, x.ndim))
+    return nn_ops.softmax(_floatify(x), axis=normalize_axis("softmax", dim, x.ndim))
 
 
 def one_hot(index, num_classes: int = -1, dtype=dtypes.int64):
     if num_classes < 0:
         num_classes = int(index.max().item()) + 1
-    return N.one_hot(index, num_classes=int(num_classes), dtype=dtypes.as_dtype(dtype).name)
+    return nn_ops.one_hot(index, num_classes=int(num_classes), dtype=dtypes.as_dtype(dtype).name)
 
 
 def clone(x):
-    return N.copy(x)
+    return nn_ops.copy(x)
 
 
 def to_device(x, device):
@@ -486,4 +490,4 @@ def to_device(x, device):
     which runs on one device, ``x`` itself."""
     if current_trace() is not None or x._device == device:
         return x
-    return N.to_device(x, device=str(device))
+    return nn_ops.to_device(x, device=str(device))

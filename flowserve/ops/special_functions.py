@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 
-from flowserve.ops import functional as F
-from flowserve.ops import functional_math as FM
-
+from flowserve.ops import functional
+from flowserve.ops import math_functions
 _CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
             -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
 _TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
@@ -35,15 +34,15 @@ def erfinv(input):  # noqa: A002 - PyTorch's argument name
     >>> round(float(flow.erfinv(flow.tensor(0.5))), 6)
     0.476936
     """
-    x = input if input.dtype.is_floating_point else F.cast(input, "float32")
+    x = input if input.dtype.is_floating_point else functional.cast(input, "float32")
     edge = 1 - (1e-15 if x.dtype.itemsize == 8 else 6e-8)
-    inside = F.clamp(x, -edge, edge)
-    w = -F.log((1 - inside) * (1 + inside))
+    inside = functional.clamp(x, -edge, edge)
+    w = -functional.log((1 - inside) * (1 + inside))
     central = _poly(_CENTRAL, w - 2.5)
-    tail = _poly(_TAIL, F.sqrt(F.clamp(w, min=5.0)) - 3.0)
-    y = F.where(w < 5.0, central, tail) * inside
+    tail = _poly(_TAIL, functional.sqrt(functional.clamp(w, min=5.0)) - 3.0)
+    y = functional.where(w < 5.0, central, tail) * inside
     for _ in range(2):  # Newton on erf(y) = x: y -= (erf(y) - x) / erf'(y)
-        y = y - (FM.erf(y) - inside) * (math.sqrt(math.pi) / 2) * F.exp(y * y)
+        y = y - (math_functions.erf(y) - inside) * (math.sqrt(math.pi) / 2) * functional.exp(y * y)
     fixed = x.detach()  # the edges and the outside carry no gradient
-    y = F.where(F.abs(fixed) == 1, F.where(fixed > 0, math.inf, -math.inf), y)
-    return F.where(F.abs(fixed) > 1, math.nan, y)
+    y = functional.where(functional.abs(fixed) == 1, functional.where(fixed > 0, math.inf, -math.inf), y)
+    return functional.where(functional.abs(fixed) > 1, math.nan, y)

@@ -19,7 +19,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.autocast_policy import float32
 from flowserve.ops.indexing import take
 from flowserve.ops.padding import pad
@@ -37,15 +37,21 @@ def _int_tensor(v, device):
 
 def _bag_matrix(offsets, n: int, include_last_offset: bool, dtype):
     """(bags, n): 1 where position i belongs to bag b (``offsets[b] <= i < end[b]``)."""
-    offsets = F.cast(offsets, dtypes.int64)
+    offsets = ops_functional.cast(offsets, dtypes.int64)
     if include_last_offset:
-        starts, ends = F.slice_axis(offsets, 0, 0, offsets.shape[0] - 1), F.slice_axis(offsets, 0, 1, offsets.shape[0])
+        starts, ends = (
+            ops_functional.slice_axis(offsets, 0, 0, offsets.shape[0] - 1),
+            ops_functional.slice_axis(offsets, 0, 1, offsets.shape[0]),
+        )
     else:
         starts = offsets
-        ends = pad(F.slice_axis(offsets, 0, 1, offsets.shape[0]), [0, 1], value=n)
-    pos = F.unsqueeze(creation.arange(n, dtype=dtypes.int64, device=offsets.device), 0)
-    inside = F.logical_and(F.ge(pos, F.unsqueeze(starts, 1)), F.lt(pos, F.unsqueeze(ends, 1)))
-    return F.cast(inside, dtype)
+        ends = pad(ops_functional.slice_axis(offsets, 0, 1, offsets.shape[0]), [0, 1], value=n)
+    pos = ops_functional.unsqueeze(creation.arange(n, dtype=dtypes.int64, device=offsets.device), 0)
+    inside = ops_functional.logical_and(
+        ops_functional.ge(pos, ops_functional.unsqueeze(starts, 1)),
+        ops_functional.lt(pos, ops_functional.unsqueeze(ends, 1)),
+    )
+    return ops_functional.cast(inside, dtype)
 
 
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float = 2.0,  # noqa: A002
@@ -90,38 +96,41 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
             raise ValueError(f"embedding_bag expected padding_idx within num_embeddings={num}, got {padding_idx}")
         padding_idx %= num
     rows = take(weight, input, axis=0)  # input's shape + (E,)
-    keep = F.cast(F.ne(input, padding_idx), weight.dtype) if padding_idx is not None else None
+    keep = ops_functional.cast(ops_functional.ne(input, padding_idx), weight.dtype) if padding_idx is not None else None
     if input.ndim == 1:  # (bags, n) membership, then every bag over all positions
         member = _bag_matrix(offsets, input.shape[0], include_last_offset, weight.dtype)
         if keep is not None:
-            member = member * F.unsqueeze(keep, 0)
-        scale = member if per_sample_weights is None else member * F.unsqueeze(per_sample_weights, 0)
+            member = member * ops_functional.unsqueeze(keep, 0)
+        scale = member if per_sample_weights is None else member * ops_functional.unsqueeze(per_sample_weights, 0)
         if mode == "max":
-            return _bag_max(F.unsqueeze(rows, 0), member)
-        out = F.matmul(scale, rows)
+            return _bag_max(ops_functional.unsqueeze(rows, 0), member)
+        out = ops_functional.matmul(scale, rows)
     else:
         member = keep if keep is not None else None
         if mode == "max":
-            return _bag_max(rows, member if member is not None else F.cast(F.eq(input, input), weight.dtype))
+            return _bag_max(
+                rows,
+                member if member is not None else ops_functional.cast(ops_functional.eq(input, input), weight.dtype),
+            )
         scale = member
         if per_sample_weights is not None:
             scale = per_sample_weights if scale is None else scale * per_sample_weights
-        out = F.sum(rows if scale is None else rows * F.unsqueeze(scale, -1), 1)
+        out = ops_functional.sum(rows if scale is None else rows * ops_functional.unsqueeze(scale, -1), 1)
         if mode == "mean" and member is None:
             return out / float(input.shape[1]) if input.shape[1] else out
     if mode == "mean":
-        count = F.sum(member, -1, keepdim=True)
-        out = out / F.maximum(count, F.scalar_tensor(1.0, weight.dtype, weight.device))
+        count = ops_functional.sum(member, -1, keepdim=True)
+        out = out / ops_functional.maximum(count, ops_functional.scalar_tensor(1.0, weight.dtype, weight.device))
     return out
 
 
 def _bag_max(rows, member):
     """Per bag the elementwise maximum of its rows (``member`` (bags, n)); zeros for an empty bag."""
-    inside = F.gt(F.unsqueeze(member, -1), 0)
-    lowest = F.scalar_tensor(float("-inf"), rows.dtype, rows.device)
-    best = F.amax(F.where(inside, rows, lowest), 1)
-    filled = F.gt(F.sum(member, 1, keepdim=True), 0)
-    return F.where(filled, best, F.scalar_tensor(0.0, rows.dtype, rows.device))
+    inside = ops_functional.gt(ops_functional.unsqueeze(member, -1), 0)
+    lowest = ops_functional.scalar_tensor(float("-inf"), rows.dtype, rows.device)
+    best = ops_functional.amax(ops_functional.where(inside, rows, lowest), 1)
+    filled = ops_functional.gt(ops_functional.sum(member, 1, keepdim=True), 0)
+    return ops_functional.where(filled, best, ops_functional.scalar_tensor(0.0, rows.dtype, rows.device))
 
 
 # -- CTC ------------------------------------------------------------------------------------------
@@ -134,18 +143,18 @@ def _lse(*terms):
     depend on it); terms at ``_UNREACHABLE`` contribute exactly 0."""
     top = terms[0]
     for t in terms[1:]:
-        top = F.maximum(top, t)
+        top = ops_functional.maximum(top, t)
     top = top.detach()
     total = None
     for t in terms:
-        e = F.exp(t - top)
+        e = ops_functional.exp(t - top)
         total = e if total is None else total + e
-    return top + F.log(total)
+    return top + ops_functional.log(total)
 
 
 def _shift(alpha, k: int):
     """``alpha`` moved right by ``k`` labels along the last dim, unreachable states coming in."""
-    return F.slice_axis(pad(alpha, [k, 0], value=_UNREACHABLE), alpha.ndim - 1, 0, alpha.shape[-1])
+    return ops_functional.slice_axis(pad(alpha, [k, 0], value=_UNREACHABLE), alpha.ndim - 1, 0, alpha.shape[-1])
 
 
 def _concrete(t) -> bool:
@@ -168,11 +177,11 @@ def _padded_targets(targets, target_lengths, n: int):
         width = max(int(lengths.max()) if lengths.size else 0, 1)
     else:  # lengths known only at run time: room for all labels in every row
         width = max(total, 1)
-    starts = F.unsqueeze(F.cumsum(target_lengths, 0) - target_lengths, 1)
-    index = starts + F.unsqueeze(creation.arange(width, dtype=dtypes.int64, device=targets.device), 0)
-    index = F.minimum(index, F.scalar_tensor(max(total - 1, 0), dtypes.int64, targets.device))
+    starts = ops_functional.unsqueeze(ops_functional.cumsum(target_lengths, 0) - target_lengths, 1)
+    index = starts + ops_functional.unsqueeze(creation.arange(width, dtype=dtypes.int64, device=targets.device), 0)
+    index = ops_functional.minimum(index, ops_functional.scalar_tensor(max(total - 1, 0), dtypes.int64, targets.device))
     if total == 0:
-        return F.cast(index * 0, targets.dtype)
+        return ops_functional.cast(index * 0, targets.dtype)
     return take(targets, index, axis=0)
 
 
@@ -197,16 +206,18 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
         fail_dtype("ctc_loss", "floating point log_probs", log_probs.dtype)
     unbatched = log_probs.ndim == 2
     if unbatched:
-        log_probs = F.unsqueeze(log_probs, 1)
-        targets = F.unsqueeze(targets, 0) if hasattr(targets, "shape") else targets
+        log_probs = ops_functional.unsqueeze(log_probs, 1)
+        targets = ops_functional.unsqueeze(targets, 0) if hasattr(targets, "shape") else targets
     if log_probs.ndim != 3:
         fail_shape("ctc_loss", "log_probs (T, N, C) or (T, C)", tuple(log_probs.shape))
     steps, n, classes = log_probs.shape
     if not 0 <= blank < classes:
         raise ValueError(f"ctc_loss expected blank within the {classes} classes, got {blank}")
     device = log_probs.device
-    input_lengths = F.cast(F.reshape(_int_tensor(input_lengths, device), (-1,)), dtypes.int64)
-    target_lengths = F.cast(F.reshape(_int_tensor(target_lengths, device), (-1,)), dtypes.int64)
+    input_lengths = ops_functional.cast(ops_functional.reshape(_int_tensor(input_lengths, device), (-1,)), dtypes.int64)
+    target_lengths = ops_functional.cast(
+        ops_functional.reshape(_int_tensor(target_lengths, device), (-1,)), dtypes.int64
+    )
     targets = _int_tensor(targets, device)
     for name, t in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
         if t.shape[0] != n:
@@ -216,42 +227,56 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
         if lengths.size and (lengths.max() > steps or lengths.min() < 0):
             raise ValueError(f"ctc_loss expected input_lengths within [0, {steps}] (log_probs' T), got "
                              f"{lengths.tolist()}")
-    labels = F.cast(_padded_targets(targets, target_lengths, n), dtypes.int64)  # (N, S)
+    labels = ops_functional.cast(_padded_targets(targets, target_lengths, n), dtypes.int64)  # (N, S)
     width = labels.shape[1]
-    blanks = F.cast(labels * 0 + blank, dtypes.int64)
-    ext = F.reshape(F.stack([blanks, labels], 2), (n, 2 * width))
-    ext = F.cast(pad(ext, [0, 1], value=blank), dtypes.int64)  # (N, 2S+1): blank, l1, blank, l2, ..., blank
+    blanks = ops_functional.cast(labels * 0 + blank, dtypes.int64)
+    ext = ops_functional.reshape(ops_functional.stack([blanks, labels], 2), (n, 2 * width))
+    ext = ops_functional.cast(
+        pad(ext, [0, 1], value=blank), dtypes.int64
+    )  # (N, 2S+1): blank, l1, blank, l2, ..., blank
     states = 2 * width + 1
-    gathered = F.gather(log_probs, 2, F.expand(F.unsqueeze(ext, 0), (steps, n, states)))  # (T, N, 2S+1)
-    before = F.cast(F.slice_axis(pad(ext, [2, 0], value=blank), 1, 0, states), dtypes.int64)
-    skip = F.logical_and(F.ne(ext, blank), F.ne(ext, before))  # s-2 -> s allowed
+    gathered = ops_functional.gather(
+        log_probs, 2, ops_functional.expand(ops_functional.unsqueeze(ext, 0), (steps, n, states))
+    )  # (T, N, 2S+1)
+    before = ops_functional.cast(ops_functional.slice_axis(pad(ext, [2, 0], value=blank), 1, 0, states), dtypes.int64)
+    skip = ops_functional.logical_and(ops_functional.ne(ext, blank), ops_functional.ne(ext, before))  # s-2 -> s allowed
     position = creation.arange(states, dtype=dtypes.int64, device=device)
-    unreachable = F.scalar_tensor(_UNREACHABLE, log_probs.dtype, device)
-    alpha = F.where(F.lt(position, 2), F.getitem(gathered, 0), unreachable)
-    alive = F.unsqueeze(input_lengths, 1)
+    unreachable = ops_functional.scalar_tensor(_UNREACHABLE, log_probs.dtype, device)
+    alpha = ops_functional.where(ops_functional.lt(position, 2), ops_functional.getitem(gathered, 0), unreachable)
+    alive = ops_functional.unsqueeze(input_lengths, 1)
     if steps == 0:
-        alpha = F.expand(unreachable, (n, states))
+        alpha = ops_functional.expand(unreachable, (n, states))
     for t in range(1, steps):
-        step = _lse(alpha, _shift(alpha, 1), F.where(skip, _shift(alpha, 2), unreachable)) + F.getitem(gathered, t)
-        alpha = F.where(F.gt(alive, t), step, alpha)
-    last = F.unsqueeze(2 * target_lengths, 1)
-    end_blank = F.squeeze(F.gather(alpha, 1, last), 1)
-    end_label = F.where(F.gt(target_lengths, 0),
-                        F.squeeze(F.gather(alpha, 1, F.maximum(last - 1, F.scalar_tensor(0, dtypes.int64, device))), 1),
+        step = _lse(
+            alpha, _shift(alpha, 1), ops_functional.where(skip, _shift(alpha, 2), unreachable)
+        ) + ops_functional.getitem(gathered, t)
+        alpha = ops_functional.where(ops_functional.gt(alive, t), step, alpha)
+    last = ops_functional.unsqueeze(2 * target_lengths, 1)
+    end_blank = ops_functional.squeeze(ops_functional.gather(alpha, 1, last), 1)
+    end_label = ops_functional.where(ops_functional.gt(target_lengths, 0),
+                        ops_functional.squeeze(ops_functional.gather(alpha, 1, ops_functional.maximum(last - 1, ops_functional.scalar_tensor(0, dtypes.int64, device))), 1),
                         unreachable)
     likelihood = _lse(end_blank, end_label)
-    impossible = F.logical_or(F.lt(likelihood, _UNREACHABLE / 2), F.le(input_lengths, 0))
-    loss = F.where(impossible, F.scalar_tensor(float("inf"), log_probs.dtype, device), -likelihood)
+    impossible = ops_functional.logical_or(
+        ops_functional.lt(likelihood, _UNREACHABLE / 2), ops_functional.le(input_lengths, 0)
+    )
+    loss = ops_functional.where(
+        impossible, ops_functional.scalar_tensor(float("inf"), log_probs.dtype, device), -likelihood
+    )
     # PyTorch's gradient adds exp(log_probs) over the frames within each input length: a term of value 0
-    frames = F.cast(F.lt(F.unsqueeze(creation.arange(steps, dtype=dtypes.int64, device=device), 1),
-                         F.unsqueeze(input_lengths, 0)), log_probs.dtype)
-    probs = F.exp(log_probs)
-    loss = loss + F.sum(F.sum((probs - probs.detach()) * F.unsqueeze(frames, -1), 2), 0)
+    frames = ops_functional.cast(ops_functional.lt(ops_functional.unsqueeze(creation.arange(steps, dtype=dtypes.int64, device=device), 1),
+                         ops_functional.unsqueeze(input_lengths, 0)), log_probs.dtype)
+    probs = ops_functional.exp(log_probs)
+    loss = loss + ops_functional.sum(
+        ops_functional.sum((probs - probs.detach()) * ops_functional.unsqueeze(frames, -1), 2), 0
+    )
     if zero_infinity:
-        loss = F.where(impossible, F.scalar_tensor(0.0, log_probs.dtype, device), loss)
+        loss = ops_functional.where(impossible, ops_functional.scalar_tensor(0.0, log_probs.dtype, device), loss)
     if reduction == "none":
-        return F.squeeze(loss, 0) if unbatched else loss
+        return ops_functional.squeeze(loss, 0) if unbatched else loss
     if reduction == "sum":
-        return F.sum(loss)
-    divisor = F.cast(F.maximum(target_lengths, F.scalar_tensor(1, dtypes.int64, device)), log_probs.dtype)
-    return F.mean(loss / divisor)
+        return ops_functional.sum(loss)
+    divisor = ops_functional.cast(
+        ops_functional.maximum(target_lengths, ops_functional.scalar_tensor(1, dtypes.int64, device)), log_probs.dtype
+    )
+    return ops_functional.mean(loss / divisor)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 
 from flowserve import dtypes
-from flowserve.ops import conv as C
+from flowserve.ops import conv as conv_ops
 from flowserve.ops.autocast_policy import float32, lower_precision
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.ops import pool
 from flowserve.ops.padding import pad
 from flowserve.ops.registry import fail_shape
@@ -30,7 +30,7 @@ __all__ = ["conv3d", "max_pool3d", "avg_pool3d", "conv_transpose3d", "adaptive_a
 
 
 def _triple(v, name: str) -> tuple:
-    return tuple(C.tuple_arg(v, 3, name, "conv3d"))
+    return tuple(conv_ops.tuple_arg(v, 3, name, "conv3d"))
 
 
 def _depth_taps(x, depth_out: int, taps: int, stride: int, dilation: int):
@@ -38,13 +38,13 @@ def _depth_taps(x, depth_out: int, taps: int, stride: int, dilation: int):
     n, c, _, h, w = x.shape
     for k in range(taps):
         start = k * dilation
-        planes = F.slice_axis(x, 2, start, start + (depth_out - 1) * stride + 1, stride)
-        yield F.reshape(F.permute(planes, (0, 2, 1, 3, 4)), (n * depth_out, c, h, w))
+        planes = ops_functional.slice_axis(x, 2, start, start + (depth_out - 1) * stride + 1, stride)
+        yield ops_functional.reshape(ops_functional.permute(planes, (0, 2, 1, 3, 4)), (n * depth_out, c, h, w))
 
 
 def _unstack(y, n: int, depth_out: int):
     """(N * Do, C, H, W) back to (N, C, Do, H, W)."""
-    return F.permute(F.reshape(y, (n, depth_out) + tuple(y.shape[1:])), (0, 2, 1, 3, 4))
+    return ops_functional.permute(ops_functional.reshape(y, (n, depth_out) + tuple(y.shape[1:])), (0, 2, 1, 3, 4))
 
 
 @lower_precision
@@ -62,11 +62,11 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
         fail_shape("conv3d", "an input at least as deep as the (dilated) kernel", tuple(input.shape))
     out = None
     for k, planes in enumerate(_depth_taps(input, depth_out, taps, stride[0], dilation[0])):
-        kernel = F.squeeze(F.slice_axis(weight, 2, k, k + 1), 2)
-        term = C.conv_nd(planes, kernel, None, stride[1:], padding[1:], dilation[1:], groups, 2, "conv3d")
+        kernel = ops_functional.squeeze(ops_functional.slice_axis(weight, 2, k, k + 1), 2)
+        term = conv_ops.conv_nd(planes, kernel, None, stride[1:], padding[1:], dilation[1:], groups, 2, "conv3d")
         out = term if out is None else out + term
     out = _unstack(out, input.shape[0], depth_out)
-    return out if bias is None else out + F.reshape(bias, (1, -1, 1, 1, 1))
+    return out if bias is None else out + ops_functional.reshape(bias, (1, -1, 1, 1, 1))
 
 
 @float32
@@ -88,7 +88,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         term = pool.max_pool2d(planes, kernel=list(kernel[1:]), stride=list(stride[1:]),
                                pads=list(padding[1:]), dilation=list(dilation[1:]),
                                ceil_mode=False)
-        out = term if out is None else F.maximum(out, term)
+        out = term if out is None else ops_functional.maximum(out, term)
     return _unstack(out, input.shape[0], depth_out)
 
 
@@ -101,7 +101,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = Fal
                          "are available in flowserve")
     kernel = _triple(kernel_size, "kernel_size")
     channels = input.shape[1]
-    ones = F.expand(F.scalar_tensor(1.0 / (kernel[0] * kernel[1] * kernel[2]), input.dtype, input.device),
+    ones = ops_functional.expand(ops_functional.scalar_tensor(1.0 / (kernel[0] * kernel[1] * kernel[2]), input.dtype, input.device),
                     [channels, 1, *kernel])
     return conv3d(input, ones, None, stride if stride is not None else kernel, padding, 1, channels)
 
@@ -123,25 +123,25 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     depth_out = (depth - 1) * s - 2 * padding[0] + dil * (taps - 1) + output_padding[0] + 1
     if depth_out < 1:
         fail_shape("conv_transpose3d", "a positive output depth", (tuple(input.shape), tuple(weight.shape)))
-    planes = F.reshape(F.permute(input, (0, 2, 1, 3, 4)), (n * depth, input.shape[1], h, w))
+    planes = ops_functional.reshape(ops_functional.permute(input, (0, 2, 1, 3, 4)), (n * depth, input.shape[1], h, w))
     full = (depth - 1) * s + 1  # the input planes spread at the stride
     length = max((depth - 1) * s + dil * (taps - 1) + 1, padding[0] + depth_out)
     out = None
     for k in range(taps):
-        kernel = F.squeeze(F.slice_axis(weight, 2, k, k + 1), 2)
-        y = C.conv_transpose_nd(planes, kernel, None, stride[1:], padding[1:], output_padding[1:], groups,
+        kernel = ops_functional.squeeze(ops_functional.slice_axis(weight, 2, k, k + 1), 2)
+        y = conv_ops.conv_transpose_nd(planes, kernel, None, stride[1:], padding[1:], output_padding[1:], groups,
                                 dilation[1:], 2, "conv_transpose3d")
-        y = F.reshape(y, (n, depth, 1) + tuple(y.shape[1:]))  # (N, D, 1, O, Ho, Wo)
+        y = ops_functional.reshape(y, (n, depth, 1) + tuple(y.shape[1:]))  # (N, D, 1, O, Ho, Wo)
         if s > 1:  # zeros between the planes: (N, D * s, O, Ho, Wo), cut after the last plane
-            y = F.slice_axis(F.reshape(pad(y, [0, 0, 0, 0, 0, 0, 0, s - 1]), (n, depth * s) + tuple(y.shape[3:])),
+            y = ops_functional.slice_axis(ops_functional.reshape(pad(y, [0, 0, 0, 0, 0, 0, 0, s - 1]), (n, depth * s) + tuple(y.shape[3:])),
                              1, 0, full)
         else:
-            y = F.squeeze(y, 2)
+            y = ops_functional.squeeze(y, 2)
         shift = k * dil
         y = pad(y, [0, 0, 0, 0, 0, 0, shift, length - shift - full])
         out = y if out is None else out + y
-    out = F.permute(F.slice_axis(out, 1, padding[0], padding[0] + depth_out), (0, 2, 1, 3, 4))
-    return out if bias is None else out + F.reshape(bias, (1, -1, 1, 1, 1))
+    out = ops_functional.permute(ops_functional.slice_axis(out, 1, padding[0], padding[0] + depth_out), (0, 2, 1, 3, 4))
+    return out if bias is None else out + ops_functional.reshape(bias, (1, -1, 1, 1, 1))
 
 
 def _adaptive_size(output_size, size: tuple, name: str) -> tuple:
@@ -157,7 +157,7 @@ def _adaptive_size(output_size, size: tuple, name: str) -> tuple:
 def _as_5d(input, name: str):  # noqa: A002
     if input.ndim not in (4, 5):
         fail_shape(name, "input (N, C, D, H, W) or (C, D, H, W)", tuple(input.shape))
-    return (input, False) if input.ndim == 5 else (F.unsqueeze(input, 0), True)
+    return (input, False) if input.ndim == 5 else (ops_functional.unsqueeze(input, 0), True)
 
 
 @float32
@@ -166,10 +166,10 @@ def adaptive_avg_pool3d(input, output_size):  # noqa: A002
     x, unbatched = _as_5d(input, "adaptive_avg_pool3d")
     n, c, d, h, w = x.shape
     od, oh, ow = _adaptive_size(output_size, (d, h, w), "adaptive_avg_pool3d")
-    y = pool.adaptive_avg_pool2d(F.reshape(x, (n, c * d, h, w)), (oh, ow))  # over (H, W)
-    y = pool.adaptive_avg_pool2d(F.reshape(y, (n, c, d, oh * ow)), (od, oh * ow))  # then over D
-    y = F.reshape(y, (n, c, od, oh, ow))
-    return F.squeeze(y, 0) if unbatched else y
+    y = pool.adaptive_avg_pool2d(ops_functional.reshape(x, (n, c * d, h, w)), (oh, ow))  # over (H, W)
+    y = pool.adaptive_avg_pool2d(ops_functional.reshape(y, (n, c, d, oh * ow)), (od, oh * ow))  # then over D
+    y = ops_functional.reshape(y, (n, c, od, oh, ow))
+    return ops_functional.squeeze(y, 0) if unbatched else y
 
 
 def _bounds(size: int, out: int) -> list:
@@ -187,17 +187,19 @@ def adaptive_max_pool3d(input, output_size, return_indices: bool = False):  # no
     for d0, d1 in _bounds(d, out[0]):
         for h0, h1 in _bounds(h, out[1]):
             for w0, w1 in _bounds(w, out[2]):
-                cell = F.slice_axis(F.slice_axis(F.slice_axis(x, 2, d0, d1), 3, h0, h1), 4, w0, w1)
-                flat = F.reshape(cell, (n, c, (d1 - d0) * (h1 - h0) * (w1 - w0)))
-                values.append(F.amax(flat, 2, keepdim=True))
+                cell = ops_functional.slice_axis(
+                    ops_functional.slice_axis(ops_functional.slice_axis(x, 2, d0, d1), 3, h0, h1), 4, w0, w1
+                )
+                flat = ops_functional.reshape(cell, (n, c, (d1 - d0) * (h1 - h0) * (w1 - w0)))
+                values.append(ops_functional.amax(flat, 2, keepdim=True))
                 if return_indices:
-                    j = F.argmax(flat, 2, keepdim=True)
+                    j = ops_functional.argmax(flat, 2, keepdim=True)
                     cw, chw = w1 - w0, (h1 - h0) * (w1 - w0)
                     indices.append((j // chw + d0) * (h * w) + (j % chw // cw + h0) * w + (j % cw + w0))
     shape = (n, c) + out
-    y = F.reshape(F.cat(values, 2), shape)
-    y = F.squeeze(y, 0) if unbatched else y
+    y = ops_functional.reshape(ops_functional.cat(values, 2), shape)
+    y = ops_functional.squeeze(y, 0) if unbatched else y
     if not return_indices:
         return y
-    idx = F.reshape(F.cat(indices, 2), shape)
-    return y, F.cast(F.squeeze(idx, 0) if unbatched else idx, dtypes.int64)
+    idx = ops_functional.reshape(ops_functional.cat(indices, 2), shape)
+    return y, ops_functional.cast(ops_functional.squeeze(idx, 0) if unbatched else idx, dtypes.int64)

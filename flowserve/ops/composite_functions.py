@@ -17,12 +17,13 @@ import math
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import basic, creation
-from flowserve.ops import functional_index as FI
-from flowserve.ops import functional_math as FM
+from flowserve.ops import core_functions
+from flowserve.ops import indexing_functions
+from flowserve.ops import math_functions
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
-divide = FM.div  # torch.divide(a, b, rounding_mode=None | "trunc" | "floor"): div's other name
+divide = math_functions.div  # torch.divide(a, b, rounding_mode=None | "trunc" | "floor"): div's other name
 
 
 def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None):  # noqa: A002
@@ -37,13 +38,13 @@ def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None):  # noqa: 
     if any(p.ndim != input.ndim for p in pieces):
         fail_shape("diff", f"prepend/append with the same number of dimensions as the input ({input.ndim})",
                    tuple(next(p.shape for p in pieces if p.ndim != input.ndim)))
-    x = basic.cat(pieces, dim) if len(pieces) > 1 else input
+    x = core_functions.cat(pieces, dim) if len(pieces) > 1 else input
     for _ in range(n):
         length = x.shape[dim] - 1
         if length <= 0:
-            return FI.narrow(x, dim, 0, 0)
-        after, before = FI.narrow(x, dim, 1, length), FI.narrow(x, dim, 0, length)
-        x = basic.ne(after, before) if x.dtype.name == "bool" else basic.sub(after, before)
+            return indexing_functions.narrow(x, dim, 0, 0)
+        after, before = indexing_functions.narrow(x, dim, 1, length), indexing_functions.narrow(x, dim, 0, length)
+        x = core_functions.ne(after, before) if x.dtype.name == "bool" else core_functions.sub(after, before)
     return x
 
 
@@ -61,19 +62,28 @@ def meshgrid(*tensors, indexing: str = "ij"):
     for t in tensors:
         if t.ndim > 1:
             fail_shape("meshgrid", "0-d or 1-d tensors", tuple(t.shape))
-    flat = [basic.reshape(t, (-1,)) for t in tensors]
+    flat = [core_functions.reshape(t, (-1,)) for t in tensors]
     swap = indexing == "xy" and len(flat) >= 2
     order = [1, 0] + list(range(2, len(flat))) if swap else list(range(len(flat)))
     shape = tuple(flat[i].shape[0] for i in order)
     ones = (1,) * len(flat)
-    return tuple(basic.expand(basic.reshape(t, _with(ones, order.index(k), -1)), shape) for k, t in enumerate(flat))
+    return tuple(
+        core_functions.expand(core_functions.reshape(t, _with(ones, order.index(k), -1)), shape)
+        for k, t in enumerate(flat)
+    )
 
 
 # -- other names of existing functions (NumPy's and the Python Array API's spellings) ----------
 
-absolute, multiply, subtract, negative = basic.abs, basic.mul, basic.sub, basic.neg
-greater, greater_equal, less, less_equal, not_equal = basic.gt, basic.ge, basic.lt, basic.le, basic.ne
-concatenate, swapaxes, swapdims = basic.cat, basic.transpose, basic.transpose
+absolute, multiply, subtract, negative = core_functions.abs, core_functions.mul, core_functions.sub, core_functions.neg
+greater, greater_equal, less, less_equal, not_equal = (
+    core_functions.gt,
+    core_functions.ge,
+    core_functions.lt,
+    core_functions.le,
+    core_functions.ne,
+)
+concatenate, swapaxes, swapdims = core_functions.cat, core_functions.transpose, core_functions.transpose
 
 
 def positive(input):  # noqa: A002
@@ -81,11 +91,11 @@ def positive(input):  # noqa: A002
 
 
 def clamp_min(input, min):  # noqa: A002
-    return basic.clamp(input, min=min)
+    return core_functions.clamp(input, min=min)
 
 
 def clamp_max(input, max):  # noqa: A002
-    return basic.clamp(input, max=max)
+    return core_functions.clamp(input, max=max)
 
 
 # -- shapes -------------------------------------------------------------------------------------
@@ -97,27 +107,27 @@ def movedim(input, source, destination):  # noqa: A002
     src, dst = [d % input.ndim for d in src], [d % input.ndim for d in dst]
     rest = iter(d for d in range(input.ndim) if d not in src)
     placed = dict(zip(dst, src))
-    return basic.permute(input, [placed[i] if i in placed else next(rest) for i in range(input.ndim)])
+    return core_functions.permute(input, [placed[i] if i in placed else next(rest) for i in range(input.ndim)])
 
 
 moveaxis = movedim
 
 
 def ravel(input):  # noqa: A002
-    return basic.reshape(input, (-1,))
+    return core_functions.reshape(input, (-1,))
 
 
 def unflatten(input, dim: int, sizes):  # noqa: A002
     dim = dim % input.ndim
-    return basic.reshape(input, tuple(input.shape[:dim]) + tuple(sizes) + tuple(input.shape[dim + 1:]))
+    return core_functions.reshape(input, tuple(input.shape[:dim]) + tuple(sizes) + tuple(input.shape[dim + 1:]))
 
 
 def fliplr(input):  # noqa: A002
-    return FI.flip(input, [1])
+    return indexing_functions.flip(input, [1])
 
 
 def flipud(input):  # noqa: A002
-    return FI.flip(input, [0])
+    return indexing_functions.flip(input, [0])
 
 
 def _atleast(tensors, ndim: int, where: tuple):
@@ -128,7 +138,7 @@ def _atleast(tensors, ndim: int, where: tuple):
         shape = tuple(t.shape)
         if len(shape) < ndim:
             shape = where[len(shape)](shape)
-        out.append(basic.reshape(t, shape))
+        out.append(core_functions.reshape(t, shape))
     return out[0] if one else tuple(out)
 
 
@@ -146,57 +156,57 @@ def atleast_3d(*tensors):
 
 def hstack(tensors):
     tensors = atleast_1d(*tensors) if len(tensors) != 1 else (atleast_1d(tensors[0]),)
-    return basic.cat(list(tensors), 0 if tensors[0].ndim == 1 else 1)
+    return core_functions.cat(list(tensors), 0 if tensors[0].ndim == 1 else 1)
 
 
 def vstack(tensors):
-    return basic.cat(list(atleast_2d(*tensors)) if len(tensors) != 1 else [atleast_2d(tensors[0])], 0)
+    return core_functions.cat(list(atleast_2d(*tensors)) if len(tensors) != 1 else [atleast_2d(tensors[0])], 0)
 
 
 row_stack = vstack
 
 
 def dstack(tensors):
-    return basic.cat(list(atleast_3d(*tensors)) if len(tensors) != 1 else [atleast_3d(tensors[0])], 2)
+    return core_functions.cat(list(atleast_3d(*tensors)) if len(tensors) != 1 else [atleast_3d(tensors[0])], 2)
 
 
 def column_stack(tensors):
-    return hstack([basic.reshape(t, (-1, 1)) if t.ndim <= 1 else t for t in tensors])
+    return hstack([core_functions.reshape(t, (-1, 1)) if t.ndim <= 1 else t for t in tensors])
 
 
 def broadcast_tensors(*tensors):
     shape = np.broadcast_shapes(*[tuple(t.shape) for t in tensors])
-    return tuple(basic.expand(t, shape) for t in tensors)
+    return tuple(core_functions.expand(t, shape) for t in tensors)
 
 
 def cartesian_prod(*tensors):
     """Every combination of the 1-d tensors' elements, one per row (``itertools.product``'s order)."""
     if len(tensors) == 1:
         return tensors[0]
-    return basic.stack([ravel(g) for g in meshgrid(*tensors, indexing="ij")], 1)
+    return core_functions.stack([ravel(g) for g in meshgrid(*tensors, indexing="ij")], 1)
 
 
 def tril_indices(row: int, col: int, offset: int = 0, dtype=dtypes.int64, device=None):
-    return creation.tensor(np.stack(np.tril_indices(row, offset, col)), dtype=dtype, device=device)
+    return from_array(np.stack(np.tril_indices(row, offset, col)), dtype=dtype, device=device)
 
 
 def triu_indices(row: int, col: int, offset: int = 0, dtype=dtypes.int64, device=None):
-    return creation.tensor(np.stack(np.triu_indices(row, offset, col)), dtype=dtype, device=device)
+    return from_array(np.stack(np.triu_indices(row, offset, col)), dtype=dtype, device=device)
 
 
 # -- arithmetic ---------------------------------------------------------------------------------
 
 def addmm(input, mat1, mat2, *, beta=1, alpha=1):  # noqa: A002
     """``beta * input + alpha * mat1 @ mat2``."""
-    return _scaled(input, beta) + _scaled(basic.matmul(mat1, mat2), alpha)
+    return _scaled(input, beta) + _scaled(core_functions.matmul(mat1, mat2), alpha)
 
 
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
-    return _scaled(input, beta) + _scaled(FM.bmm(batch1, batch2), alpha)
+    return _scaled(input, beta) + _scaled(math_functions.bmm(batch1, batch2), alpha)
 
 
 def addmv(input, mat, vec, *, beta=1, alpha=1):  # noqa: A002
-    return _scaled(input, beta) + _scaled(basic.matmul(mat, vec), alpha)
+    return _scaled(input, beta) + _scaled(core_functions.matmul(mat, vec), alpha)
 
 
 def addcmul(input, tensor1, tensor2, *, value=1):  # noqa: A002
@@ -215,33 +225,37 @@ def lerp(input, end, weight):  # noqa: A002
     """``input + weight * (end - input)``, rounded as PyTorch's kernel (from ``end`` for weight >= 0.5)."""
     if isinstance(weight, (int, float)):
         return input + (end - input) * weight if weight < 0.5 else end - (end - input) * (1 - weight)
-    return FI.where(weight < 0.5, input + (end - input) * weight, end - (end - input) * (1 - weight))
+    return indexing_functions.where(weight < 0.5, input + (end - input) * weight, end - (end - input) * (1 - weight))
 
 
 def mv(input, vec):  # noqa: A002
-    return basic.matmul(input, vec)
+    return core_functions.matmul(input, vec)
 
 
 def inner(input, other):  # noqa: A002
-    return basic.sum(basic.unsqueeze(input, -2) * other, -1) if input.ndim and other.ndim else input * other
+    return (
+        core_functions.sum(core_functions.unsqueeze(input, -2) * other, -1)
+        if input.ndim and other.ndim
+        else input * other
+    )
 
 
 def vdot(input, other):  # noqa: A002
-    return FM.dot(input, other)
+    return math_functions.dot(input, other)
 
 
 def trace(input):  # noqa: A002
     n = min(input.shape)
-    index = creation.tensor(np.arange(n).reshape(n, 1), device=input.device)
-    return basic.sum(FI.gather(FI.narrow(input, 0, 0, n), 1, index))
+    index = from_array(np.arange(n).reshape(n, 1), device=input.device)
+    return core_functions.sum(indexing_functions.gather(indexing_functions.narrow(input, 0, 0, n), 1, index))
 
 
 def sinh(input):  # noqa: A002
-    return (basic.exp(input) - basic.exp(-input)) * 0.5
+    return (core_functions.exp(input) - core_functions.exp(-input)) * 0.5
 
 
 def cosh(input):  # noqa: A002
-    return (basic.exp(input) + basic.exp(-input)) * 0.5
+    return (core_functions.exp(input) + core_functions.exp(-input)) * 0.5
 
 
 def deg2rad(input):  # noqa: A002
@@ -254,8 +268,8 @@ def rad2deg(input):  # noqa: A002
 
 def logaddexp(input, other):  # noqa: A002
     """``log(exp(a) + exp(b))`` without overflow."""
-    top = basic.maximum(input, other)
-    return top + FM.log1p(basic.exp(-basic.abs(input - other)))
+    top = core_functions.maximum(input, other)
+    return top + math_functions.log1p(core_functions.exp(-core_functions.abs(input - other)))
 
 
 def logaddexp2(input, other):  # noqa: A002
@@ -263,40 +277,40 @@ def logaddexp2(input, other):  # noqa: A002
 
 
 def hypot(input, other):  # noqa: A002
-    return basic.sqrt(input * input + other * other)
+    return core_functions.sqrt(input * input + other * other)
 
 
 def logit(input, eps=None):  # noqa: A002
-    x = basic.clamp(input, eps, 1 - eps) if eps is not None else input
-    return basic.log(x / (1 - x))
+    x = core_functions.clamp(input, eps, 1 - eps) if eps is not None else input
+    return core_functions.log(x / (1 - x))
 
 
 def xlogy(input, other):  # noqa: A002
     """``input * log(other)``, 0 where ``input`` is 0 (and ``other`` is not nan)."""
-    out = input * basic.log(other)
-    return FI.where((input == 0) & ~FM.isnan(other), out * 0, out)
+    out = input * core_functions.log(other)
+    return indexing_functions.where((input == 0) & ~math_functions.isnan(other), out * 0, out)
 
 
 def nan_to_num(input, nan: float = 0.0, posinf=None, neginf=None):  # noqa: A002
     if not input.dtype.is_floating_point:
         return input
     info = np.finfo(np.float32 if input.dtype.name == "bfloat16" else input.dtype.name)
-    out = FI.where(FM.isnan(input), nan, input)
-    out = FI.where(out == math.inf, float(info.max) if posinf is None else posinf, out)
-    return FI.where(out == -math.inf, float(info.min) if neginf is None else neginf, out)
+    out = indexing_functions.where(math_functions.isnan(input), nan, input)
+    out = indexing_functions.where(out == math.inf, float(info.max) if posinf is None else posinf, out)
+    return indexing_functions.where(out == -math.inf, float(info.min) if neginf is None else neginf, out)
 
 
 def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
-    return basic.sum(FI.where(FM.isnan(input), 0.0, input), dim, keepdim, dtype)
+    return core_functions.sum(indexing_functions.where(math_functions.isnan(input), 0.0, input), dim, keepdim, dtype)
 
 
 def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):  # noqa: A002
-    valid = basic.cast(~FM.isnan(input), input.dtype)
-    return nansum(input, dim, keepdim, dtype=dtype) / basic.sum(valid, dim, keepdim)
+    valid = core_functions.cast(~math_functions.isnan(input), input.dtype)
+    return nansum(input, dim, keepdim, dtype=dtype) / core_functions.sum(valid, dim, keepdim)
 
 
 def count_nonzero(input, dim=None):  # noqa: A002
-    return basic.sum(basic.cast(input != 0, dtypes.int64), dim)
+    return core_functions.sum(core_functions.cast(input != 0, dtypes.int64), dim)
 
 
 def get_default_dtype():
