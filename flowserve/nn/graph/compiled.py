@@ -54,7 +54,6 @@ class CompiledGraph:
         self._out_ring: list = []
         self._out_index = 0
         self.peak_memory = None
-        self._log = graph._log if graph is not None else None
         self.engine = None  # the engine measured fastest ("auto"), else the configured one
         self.engine_choice = None  # EngineChoice where "auto" compared engines
         self._choice_pending = None  # "auto": the cache path to write the measurement to
@@ -139,7 +138,7 @@ class CompiledGraph:
             self._choice_pending = path
             return
         self.engine_choice = choice
-        self._note(f"engine {choice.describe()}")
+        engine.LOG.info("nn.Graph %s runs on %s", self.traced.ir.name, choice.describe())
         if choice.engine != ort_name:
             self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
 
@@ -160,7 +159,6 @@ class CompiledGraph:
                                 self.output_names, self.traced.ir.name, compare=not engine.draws_random(self.model))
         self.engine_choice = choice
         engine.save_cached(path, choice)
-        self._note(f"engine {choice.describe()}")
         self.engine = choice.engine
         self.model, self.session, self.dynamic_batch = built[choice.engine]
 
@@ -181,10 +179,6 @@ class CompiledGraph:
                           f"({choice.describe()}); set_execution_provider('auto') picks the fastest",
                           UserWarning, stacklevel=4)
 
-    def _note(self, message: str) -> None:
-        if self._log is not None:
-            self._log(0, message)
-
     # -- the executor interface (flowserve.nn.graph.executor) ---------------------------------
 
     @property
@@ -193,8 +187,9 @@ class CompiledGraph:
 
     def describe(self) -> str:
         batch = f"batch {self.batch}, dynamic" if self.dynamic_batch else f"batch {self.batch}" if self.batch else "static"
+        on = f", engine {self.engine_choice.describe()}" if self.engine_choice is not None else ""
         return (f"single session ({'training' if self.training else 'inference'}, {batch}, "
-                f"{len(self.traced.ir.nodes)} nodes)")
+                f"{len(self.traced.ir.nodes)} nodes{on})")
 
     # -- running ------------------------------------------------------------------------------
 
