@@ -17,6 +17,7 @@ tolerance) with a latency hint and the thread count graph mode asks for.
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import importlib.util
 import json
@@ -157,7 +158,7 @@ class OpenVINOSession:
                                   for name in self._inputs})
         if not self.request.wait_for(max(1, int(seconds * 1000))):
             self.request.cancel()  # takes effect between kernels: a thread waits out the current one
-            threading.Thread(target=_wait_quietly, args=(self.request,), daemon=True).start()
+            background(_wait_quietly, self.request)
             self.request = self.compiled.create_infer_request()
             return None
         return [np.array(self.request.get_tensor(self._ports[name]).data) for name in (output_names or self._outputs)]
@@ -190,6 +191,30 @@ class _Binding:
 
     def copy_outputs_to_cpu(self) -> list:
         return [np.array(self.results[name]) for name in self.outputs]
+
+
+class _Background:
+    """Threads left running (a cancelled inference finishing its kernel, an engine compile
+    past its budget), joined when the interpreter exits: native threads still running at
+    exit abort the process ("terminate called without an active exception")."""
+
+    def __init__(self):
+        self.threads: list = []
+        atexit.register(self.join)
+
+    def __call__(self, target, *args) -> threading.Thread:
+        self.threads = [t for t in self.threads if t.is_alive()]
+        thread = threading.Thread(target=target, args=args, daemon=True, name="flowserve-background")
+        self.threads.append(thread)
+        thread.start()
+        return thread
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
+background = _Background()
 
 
 def _wait_quietly(request) -> None:

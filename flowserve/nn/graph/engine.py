@@ -200,7 +200,7 @@ def _agree(got: list, want: list, compare: bool = True) -> str | None:
 
 def _build_within(build, seconds: float):
     """``build()``'s session, or None where it takes longer than ``seconds`` (it is left
-    to finish on a daemon thread: compilers cannot be interrupted)."""
+    to finish on a background thread, joined at exit: compilers cannot be interrupted)."""
     done, result = threading.Event(), {}
 
     def run():
@@ -210,7 +210,7 @@ def _build_within(build, seconds: float):
             result["error"] = exc
         done.set()
 
-    threading.Thread(target=run, daemon=True, name="flowserve-engine-compile").start()
+    openvino.background(run)
     if not done.wait(max(seconds, 0.0)):
         return None
     if "error" in result:
