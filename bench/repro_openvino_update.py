@@ -102,7 +102,8 @@ def main() -> None:
         start = time.perf_counter()
         (ort_loss,) = ort_session.run(compiled.output_names, feeds)
         ort_s = time.perf_counter() - start
-        step = f"{ov_s * 1e3:.0f} ms, loss {float(outs[0]):.6f}" if outs is not None else f"> {args.timeout:.0f} s (cut off)"
+        cut = f"> {args.timeout:.0f} s (cut off)"
+        step = cut if outs is None else f"{ov_s * 1e3:.0f} ms, loss {float(outs[0]):.6f}"
         print(f"{form}: OpenVINO compile {compile_s:.1f} s, step {step}; ONNX Runtime step {ort_s * 1e3:.0f} ms, "
               f"loss {float(ort_loss):.6f}; load {os.getloadavg()[0]:.1f}", flush=True)
         for line in mixed_subgraphs(session):
