@@ -9,10 +9,7 @@ import numpy as np
 
 from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR
-from flowserve.nn.graph.graph import Graph
-from flowserve.nn.graph.loaded import LoadedGraph
-from flowserve.serialization import read_graph_dir
-from flowserve.serialization.graph_dir import graph_signature
+from flowserve.serialization.graph_read import graph_signature, read_graph_dir
 
 
 @dataclass
@@ -37,16 +34,19 @@ class ExportSource:
 
 
 def resolve_source(source) -> ExportSource:
+    if isinstance(source, (str, Path)):  # a saved directory: read without nn (the server exports these)
+        manifest, ir, params = read_graph_dir(source)
+        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
+                            manifest.batch_note, manifest.dynamic_dims)
+    from flowserve.nn.graph.graph import Graph  # local: the server exports saved directories and loads no nn
+    from flowserve.nn.graph.loaded import LoadedGraph  # local: as above
+
     if isinstance(source, Graph):
         return _from_graph(source)
     if isinstance(source, LoadedGraph):
         m = source.manifest
         return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name,
                             m.batch_note, m.dynamic_dims)
-    if isinstance(source, (str, Path)):
-        manifest, ir, params = read_graph_dir(source)
-        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
-                            manifest.batch_note, manifest.dynamic_dims)
     raise ExportError(f"export expected an nn.Graph, a loaded graph or a saved directory path, "
                       f"got {type(source).__name__}")
 
