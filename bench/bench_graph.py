@@ -3,9 +3,11 @@
 Models (the same architecture in each framework): MLP 784-512-512-10 (batch 256),
 MobileNetV2 and ResNet-18 for CIFAR (batch 64), a Transformer encoder classifier
 (batch 32, 128 tokens). Per model: the step time of the graph on ONNX Runtime's CPU
-provider and on OpenVINO (where installed), of eager flowserve and of PyTorch, the
-graph's speedups over both, the node count of the lowered ONNX and the op types that
-take the most time in ONNX Runtime's profile of one step. Then the first-call time of the
+provider and on OpenVINO (where installed), of eager flowserve, of PyTorch eager and of
+PyTorch under ``torch.compile`` (default mode; its first, compiling step is timed apart and
+reported with the graphs' first calls), the graph's speedups over each, the node count of
+the lowered ONNX and the op types that take the most time in ONNX Runtime's profile of one
+step. Then the first-call time of the
 ResNet-18 training graph and inference latency at batch 1 and 64 against PyTorch.
 Goals: training graph >= 1x PyTorch eager on the convnets and >= 1.5x on the MLP and
 Transformer, >= 2x flowserve eager; inference graphs >= 1x PyTorch.
@@ -228,7 +230,9 @@ def eager_step_fn(name):
     return step
 
 
-def torch_step_fn(name):
+def torch_step_fn(name, compiled: bool = False):
+    """PyTorch's training step (eager, or the model under ``torch.compile``'s default mode
+    with ``compiled``); the first step, which compiles, runs here: ``.warm_s`` holds it."""
     if torch is None:
         return None
     torch.set_num_threads(os.cpu_count() or 1)
@@ -239,15 +243,18 @@ def torch_step_fn(name):
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
+    forward = torch.compile(model) if compiled else model
 
     def step():
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(forward(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss.item()
 
+    start = time.perf_counter()
     step()
+    step.warm_s = time.perf_counter() - start
     return step
 
 
@@ -362,22 +369,26 @@ def _ratio(best: dict, peer: str, key: str) -> str:
 
 
 def training_table(args, providers) -> None:
-    heads = "".join(f"{'graph:' + p:>15}" for p in providers)
-    ratios = "".join(f"{p[:3] + ':eager':>10}{p[:3] + ':torch':>10}" for p in providers)
-    print(f"{'training step (ms)':<22}{heads}{'eager':>9}{'torch':>9}{ratios}{'nodes':>7}")
-    compile_resnet = None
+    peers = ["eager"] + (["torch", "compile"] if torch is not None else [])
+    heads = "".join(f"{'graph:' + p:>15}" for p in providers) + "".join(f"{p:>9}" for p in peers)
+    ratios = "".join(f"{p[:3] + ':' + peer[:5]:>11}" for p in providers for peer in peers)
+    print(f"{'training step (ms)':<22}{heads}{ratios}{'nodes':>7}")
+    compile_resnet, warm = None, {}
     for name in CASES:
         if args.only and args.only not in name:
             continue
         steps, graphs = {}, {}
         for provider in providers:
             steps[provider], graphs[provider], first_s = graph_step_fn(name, provider, not args.no_fuse_update)
+            warm[(name, provider)] = first_s
             if name.startswith("resnet") and provider == providers[0]:
                 compile_resnet = first_s
         split = steps[providers[0]] = CallSplit(graphs[providers[0]], steps[providers[0]])
         steps["eager"] = eager_step_fn(name)
         if torch is not None:
             steps["torch"] = torch_step_fn(name)
+            steps["compile"] = torch_step_fn(name, compiled=True)
+            warm[(name, "torch.compile")] = steps["compile"].warm_s
         slow = name.startswith(("mobilenet", "resnet"))
         best = interleaved(steps, args.rounds if slow else args.rounds * 4)
         nodes, top = profile(graphs[providers[0]], batch_args(name))
@@ -386,13 +397,15 @@ def training_table(args, providers) -> None:
         if name.startswith("resnet"):
             compile_resnet = (compile_resnet, best[providers[0]])
         row = f"{name:<22}" + "".join(f"{best[p] * 1e3:>15.1f}" for p in providers)
-        row += f"{best['eager'] * 1e3:>9.1f}{best.get('torch', float('nan')) * 1e3:>9.1f}"
-        row += "".join(_ratio(best, "eager", p) + " " + _ratio(best, "torch", p) for p in providers)
+        row += "".join(f"{best.get(p, float('nan')) * 1e3:>9.1f}" for p in peers)
+        row += "".join(_ratio(best, peer, p) + "  " for p in providers for peer in peers)
         print(row + f"{nodes:>7}", flush=True)
         print(f"{'':<4}ORT run {session_ms:.1f} ms (fastest), Python per call {python_ms:.2f} ms (median) "
               f"({providers[0]}); "
               f"top ops (ORT CPU): "
               + ", ".join(f"{op} {share:.0%}" for op, share in top), flush=True)
+        print(f"{'':<4}first call (s, not in the step times): "
+              + ", ".join(f"{k} {v:.1f}" for (n, k), v in warm.items() if n == name), flush=True)
     if compile_resnet is not None:
         first_s, step_s = compile_resnet
         print(f"\nfirst call of the resnet18 training graph ({providers[0]}): {first_s:.2f} s = trace + compile "

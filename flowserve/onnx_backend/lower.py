@@ -120,6 +120,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     if updates and training.fuse_weight_gradient_gemms(b, keep=user_outputs | set(updates.values())):
         still_read = {n for node in b.nodes for n in node.input} | user_outputs | set(updates.values())
         b.drop_initializers([n for n in b.initializers if n not in still_read])  # the momenta's factors
+    if updates:
+        training.subtract_negated_steps(b, keep=user_outputs | set(updates.values()))
     for name, out in zip(updates, training.write_state_outputs(b, updates, user_outputs, UPDATE_SUFFIX)):
         v = ir.state[name]
         b.output(out, v.dtype, v.shape)

@@ -17,7 +17,11 @@ tolerance) with a latency hint and the thread count graph mode asks for.
 
 from __future__ import annotations
 
+import atexit
+import importlib.metadata
+import importlib.util
 import json
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +64,21 @@ def runtime_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def version() -> str | None:
+    """The installed OpenVINO's version (from its package metadata: importing OpenVINO
+    takes seconds), else None."""
+    try:
+        return importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed() -> bool:
+    """Whether either route is installed, without importing it (which takes seconds):
+    graph mode's engine choice asks at every first call."""
+    return any(importlib.util.find_spec(name) is not None for name in ("openvino", "onnxruntime_ep_openvino"))
 
 
 def available() -> bool:
@@ -130,6 +149,20 @@ class OpenVINOSession:
         self.request.infer(tensors)
         return {name: self.request.get_tensor(port).data for name, port in self._ports.items()}
 
+    def run_within(self, output_names, feeds: dict, seconds: float) -> list | None:
+        """``run(output_names, feeds)``, cancelled after ``seconds``: None when cancelled."""
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise GraphError(f"OpenVINO session expected inputs {self._inputs}, missing {missing}")
+        self.request.start_async({name: self._ov.Tensor(_contiguous(feeds[name]), shared_memory=True)
+                                  for name in self._inputs})
+        if not self.request.wait_for(max(1, int(seconds * 1000))):
+            self.request.cancel()  # takes effect between kernels: a thread waits out the current one
+            background(_wait_quietly, self.request)
+            self.request = self.compiled.create_infer_request()
+            return None
+        return [np.array(self.request.get_tensor(self._ports[name]).data) for name in (output_names or self._outputs)]
+
     def io_binding(self) -> "_Binding":
         return _Binding(self)
 
@@ -158,6 +191,37 @@ class _Binding:
 
     def copy_outputs_to_cpu(self) -> list:
         return [np.array(self.results[name]) for name in self.outputs]
+
+
+class _Background:
+    """Threads left running (a cancelled inference finishing its kernel, an engine compile
+    past its budget), joined when the interpreter exits: native threads still running at
+    exit abort the process ("terminate called without an active exception")."""
+
+    def __init__(self):
+        self.threads: list = []
+        atexit.register(self.join)
+
+    def __call__(self, target, *args) -> threading.Thread:
+        self.threads = [t for t in self.threads if t.is_alive()]
+        thread = threading.Thread(target=target, args=args, daemon=True, name="flowserve-background")
+        self.threads.append(thread)
+        thread.start()
+        return thread
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
+background = _Background()
+
+
+def _wait_quietly(request) -> None:
+    try:
+        request.wait()
+    except RuntimeError:  # "Infer Request was canceled"
+        pass
 
 
 def _contiguous(array) -> np.ndarray:

@@ -16,12 +16,14 @@ out) and are rebuilt when a parameter changes in eager mode (version counters).
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
 from flowserve import dtypes
 from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
+from flowserve.nn.graph import engine
 from flowserve.nn.graph.passes import lowering_ir
 from flowserve.nn.graph.trace import Traced
 from flowserve.onnx_backend import lower, runtime
@@ -52,17 +54,42 @@ class CompiledGraph:
         self._out_ring: list = []
         self._out_index = 0
         self.peak_memory = None
+        self.engine = None  # the engine measured fastest ("auto"), else the configured one
+        self.engine_choice = None  # EngineChoice where "auto" compared engines
+        self._choice_pending = None  # "auto": the cache path to write the measurement to
+        self._runs = 0
+        self._explicit_check = self.training and self.options.get("execution_provider") == "openvino"
         self._build_session()
 
-    def _lower(self, fed: list, baked: dict):
-        ir, _ = lowering_ir(self.traced.ir, self.options)
-        cpu = runtime.runs_on_cpu_provider(self.options)
+    def engine_options(self, engine: str | None = None) -> dict:
+        """The options the model is lowered and its session made with: the configured ones,
+        the execution provider replaced by ``engine`` (else the engine in use) where set."""
+        engine = engine or self.engine
+        return self.options if engine is None else {**self.options, "execution_provider": engine}
+
+    def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
+        options = self.engine_options() if options is None else options
+        ir, _ = lowering_ir(self.traced.ir, options)
+        cpu = runtime.runs_on_cpu_provider(options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
-        blocked = cpu and self.training and self.options.get("cpu_blocked_kernels", True)
+        blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                              dynamic_batch=self.dynamic_batch, cpu_provider=cpu,
-                              nchwc_block=runtime.nchwc_block_size() if blocked else 0,
+                              dynamic_batch=self.dynamic_batch if dynamic_batch is None else dynamic_batch,
+                              cpu_provider=cpu, nchwc_block=runtime.nchwc_block_size() if blocked else 0,
                               dynamic_dims=self.dynamic_dims)
+
+    def _session_for(self, engine: str) -> tuple:
+        """(model, session, dynamic batch) lowered and compiled for ``engine``, with the
+        dynamic batch where the engine compiles it, else the static one."""
+        options = self.engine_options(engine)
+        try:
+            model = self._lower(self.fed_state, self._baked, options)
+            return model, runtime.create_session(model, options=options), self.dynamic_batch
+        except Exception:
+            if not self.dynamic_batch:
+                raise
+        model = self._lower(self.fed_state, self._baked, options, dynamic_batch=False)
+        return model, runtime.create_session(model, options=options), False
 
     def _build_session(self) -> None:
         state = self.traced.state
@@ -74,10 +101,10 @@ class CompiledGraph:
             fed = list(self.traced.system_feeds) + self.update_names  # buffers a build updates
             baked = {**self.traced.constants,
                      **{k: t.numpy() for k, t in state.items() if k not in fed}}
-        self.fed_state = fed
+        self.fed_state, self._baked = fed, baked
         try:
             self.model = self._lower(fed, baked)
-            self.session = runtime.create_session(self.model, options=self.options)
+            self.session = runtime.create_session(self.model, options=self.engine_options())
         except Exception as exc:
             missing = _missing_kernel(exc, self.traced.ir)
             if missing is not None:
@@ -86,9 +113,71 @@ class CompiledGraph:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = runtime.create_session(self.model, options=self.options)
+            self.session = runtime.create_session(self.model, options=self.engine_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
+        if self.options.get("execution_provider", "auto") == "auto" and self.engine is None:
+            self._take_cached_choice()
+
+    # -- the engine ("auto": measured; an explicit one: checked against ONNX Runtime) ----------
+
+    def _ort_engine(self) -> str:
+        return "cuda" if runtime.cuda_usable() else "cpu"
+
+    def _take_cached_choice(self) -> None:
+        """"auto" at the first compile: the engine of an earlier measurement of this graph
+        on this machine, else a measurement at the next call (where there is a choice)."""
+        ort_name = self._ort_engine()
+        self.engine = ort_name
+        names = engine.candidates(ort_name)
+        if len(names) == 1:
+            return
+        path = engine.cache_path(self.model)
+        choice = engine.load_cached(path, names)
+        if choice is None:
+            self._choice_pending = path
+            return
+        self.engine_choice = choice
+        engine.LOG.info("nn.Graph %s runs on %s", self.traced.ir.name, choice.describe())
+        if choice.engine != ort_name:
+            self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
+
+    def _choose_engine(self, feeds: dict) -> None:
+        """"auto" at the second call: time the candidates on this call's feeds, keep the
+        fastest, cache the choice."""
+        path, self._choice_pending = self._choice_pending, None
+        ort_name, built = self.engine, {}
+
+        def build(name):
+            def make():
+                built[name] = (self.model, self.session, self.dynamic_batch) if name == ort_name \
+                    else self._session_for(name)
+                return built[name][1]
+            return make
+
+        choice = engine.measure({name: build(name) for name in engine.candidates(ort_name)}, feeds,
+                                self.output_names, self.traced.ir.name, compare=not engine.draws_random(self.model))
+        self.engine_choice = choice
+        engine.save_cached(path, choice)
+        self.engine = choice.engine
+        self.model, self.session, self.dynamic_batch = built[choice.engine]
+
+    def _check_explicit_engine(self, feeds: dict) -> None:
+        """An explicitly chosen OpenVINO, at the second call of a training graph: timed
+        against ONNX Runtime on this call's feeds; a warning where it is ``SLOWER`` times
+        slower or more."""
+        self._explicit_check = False
+        chosen, ort_name = self.options["execution_provider"], self._ort_engine()
+        builders = {ort_name: lambda: self._session_for(ort_name)[1], chosen: lambda: self.session}
+        choice = engine.measure(builders, feeds, self.output_names,
+                                self.traced.ir.name, quiet=True, compare=not engine.draws_random(self.model))
+        self.engine_choice = choice
+        times = choice.step_ms
+        if chosen in choice.dropped or (ort_name in times and times[chosen] >= engine.SLOWER * times[ort_name]):
+            warnings.warn(f"nn.Graph {self.traced.ir.name}: execution provider {chosen!r} is "
+                          f"{engine.SLOWER:g}x slower than ONNX Runtime or more for this graph on this machine "
+                          f"({choice.describe()}); set_execution_provider('auto') picks the fastest",
+                          UserWarning, stacklevel=4)
 
     # -- the executor interface (flowserve.nn.graph.executor) ---------------------------------
 
@@ -98,8 +187,9 @@ class CompiledGraph:
 
     def describe(self) -> str:
         batch = f"batch {self.batch}, dynamic" if self.dynamic_batch else f"batch {self.batch}" if self.batch else "static"
+        on = f", engine {self.engine_choice.describe()}" if self.engine_choice is not None else ""
         return (f"single session ({'training' if self.training else 'inference'}, {batch}, "
-                f"{len(self.traced.ir.nodes)} nodes)")
+                f"{len(self.traced.ir.nodes)} nodes{on})")
 
     # -- running ------------------------------------------------------------------------------
 
@@ -112,6 +202,12 @@ class CompiledGraph:
         for name in self.fed_state:
             feed = self.traced.system_feeds.get(name)
             fed.append((name, feed() if feed is not None else _host(state[name])))
+        self._runs += 1
+        if self._runs > 1 and self._choice_pending is not None:  # the first call traced and compiled
+            self._choose_engine(dict(fed))
+            binding = self.session.io_binding()
+        elif self._runs > 1 and self._explicit_check:
+            self._check_explicit_engine(dict(fed))
         for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
             binding.bind_cpu_input(name, array)
         new_state = self._bind_state_outputs(binding)

@@ -14,7 +14,8 @@
   optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
   they are recorded in the IR and change no result;
 - ``set_outputs_buffer_size``: how many output buffers calls rotate through;
-- ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO);
+- ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO,
+  or the faster of them, measured);
 - ``allow_cpu_blocked_kernels``: training graphs on ONNX Runtime's CPU provider run their
   eligible convolutions with its blocked (NCHWc) kernels (on by default);
 - ``allow_thread_spinning``: the runtime's threads spin between operators instead of
@@ -111,11 +112,14 @@ class GraphConfig:
                            "shard_restore_level": shard_restore_level})
 
     def set_execution_provider(self, provider: str = "auto") -> None:
-        """The engine that runs the compiled graph: ``"auto"`` (CUDA where usable, else ONNX
-        Runtime's CPU provider), ``"cpu"``, ``"cuda"`` or ``"openvino"`` (OpenVINO through
-        ONNX Runtime's plugin, else OpenVINO's own runtime; ``pip install "flowserve[openvino]"``).
-        Outputs stay within eager mode's tolerance on each; which is fastest depends on the
-        model and the CPU (``bench/bench_graph.py`` measures both)."""
+        """The engine that runs the compiled graph: ``"auto"`` (the default: ONNX Runtime —
+        CUDA where usable, else its CPU provider — and, where OpenVINO is installed, the
+        faster of the two for this graph on this machine, measured at the second call and
+        cached: ``flowserve.nn.graph.engine``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
+        (OpenVINO through ONNX Runtime's plugin, else OpenVINO's own runtime;
+        ``pip install "flowserve[openvino]"``; a training graph on which it is 3x slower
+        than ONNX Runtime or more warns once). Outputs stay within eager mode's tolerance
+        on each."""
         if provider not in EXECUTION_PROVIDERS:
             raise ValueError(f"set_execution_provider expects one of {EXECUTION_PROVIDERS}, got {provider!r}")
         self._set("execution_provider", provider)

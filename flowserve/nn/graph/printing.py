@@ -57,6 +57,9 @@ def graph_repr(graph) -> str:
     lines = [f"(GRAPH:{graph.name}:{type(graph).__name__}): ("]
     lines.append(f"  (CONFIG:config:{graph.config!r})")
     compiled = graph.parts.last
+    choice = getattr(compiled, "engine_choice", None)  # single-session graphs choose their engine
+    if choice is not None:
+        lines.append(f"  (ENGINE:{choice.describe()})")
     if compiled is not None:
         for i, v in enumerate(compiled.traced.ir.inputs):
             lines.append(f"  (INPUT:_{graph.name}-input_{i}:{_value_repr(v)})")

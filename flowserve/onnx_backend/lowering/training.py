@@ -13,6 +13,12 @@
   ``mu`` is ``Gemm(g, x, v, transA=1, beta=mu)``: ``v * mu`` is added to the product as
   it is written instead of in two more passes over the weight (the product is rounded
   once before the sum either way; fused multiply-adds may round ``v * mu + p`` once).
+- **Steps as ``Sub``.** The optimizers step ``p + d * (-lr)``, one ``Neg(lr)`` shared by
+  every parameter's update. ``Sub(p, Mul(d, lr))`` is the same value bit for bit and
+  leaves no node shared by updates of different shapes: OpenVINO's CPU plugin fused such
+  a shared ``Neg`` and the updates around it into one "Subgraph" kernel spanning a
+  1280x320x1x1 and a 659,722-element update, which took 38-180 s per MobileNetV2 step
+  (``bench/repro_openvino_update.py``).
 """
 
 from __future__ import annotations
@@ -109,6 +115,35 @@ def _same_shape(b, name: str, gemm) -> bool:
     if g is not None and x is not None:  # both fed: compare exactly
         return target == [g[1], x[1]]
     return None not in target  # the output has the state's (the weight's) shape by construction
+
+
+def subtract_negated_steps(b, keep: set) -> int:
+    """Rewrite ``Add(p, Mul(d, Neg(s)))`` (operands in either order) as
+    ``Sub(p, Mul(d, s))`` in builder ``b``'s nodes (``keep``: names read outside the
+    nodes); drop the ``Neg`` nodes no longer read. Returns how many ``Add`` were rewritten."""
+    producers = {out: node for node in b.nodes for out in node.output}
+    uses = _uses(b)
+    rewritten = 0
+    for i, node in enumerate(b.nodes):
+        if node.op_type != "Add":
+            continue
+        for step_at in (0, 1):
+            mul = producers.get(node.input[step_at])
+            if mul is None or mul.op_type != "Mul" or uses.get(mul.output[0]) != 1 or mul.output[0] in keep:
+                continue
+            negs = [producers.get(name) for name in mul.input]
+            at = next((j for j, neg in enumerate(negs) if neg is not None and neg.op_type == "Neg"), None)
+            if at is None:
+                continue
+            mul.input[at] = negs[at].input[0]
+            b.nodes[i] = helper.make_node("Sub", [node.input[1 - step_at], mul.output[0]], list(node.output),
+                                          name=node.name)
+            rewritten += 1
+            break
+    if rewritten:
+        read = {name for node in b.nodes for name in node.input} | keep
+        b.nodes[:] = [n for n in b.nodes if n.op_type != "Neg" or n.output[0] in read]
+    return rewritten
 
 
 def write_state_outputs(b, updates: dict, keep: set, suffix: str) -> list:
