@@ -61,7 +61,7 @@ def _vjp(ctx, g):
     axis = ctx.attrs.get("axis")
     shape = qparam_shape(tuple(x.shape), None if axis is None else axis % x.ndim)
     inverse = F.reshape(F.reciprocal(scale), shape)
-    q = F.round(x.detach() * inverse) + F.reshape(zero_point, shape)
+    q = F.round(x * inverse) + F.reshape(zero_point, shape)
     inside = F.logical_and(F.ge(q, float(ctx.attrs["quant_min"])), F.le(q, float(ctx.attrs["quant_max"])))
     return g * F.cast(inside, g.dtype), None, None
 

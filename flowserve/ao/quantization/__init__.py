@@ -10,7 +10,7 @@ float model's accuracy where calibration alone does not (MobileNetV2, docs/expor
 In an ``nn.Graph``: ``self.config.enable_qat(True)`` prepares the graph's modules the same way.
 """
 
-from flowserve.ao.quantization.fake_quantize import (
+from flowserve.nn.qat.fake_quantize import (
     ACTIVATION_QUANT_RANGE,
     WEIGHT_QUANT_RANGE,
     FakeQuantize,
@@ -19,7 +19,7 @@ from flowserve.ao.quantization.fake_quantize import (
     default_qconfig,
     quantization_params,
 )
-from flowserve.ao.quantization.prepare import (
+from flowserve.nn.qat.prepare import (
     convert,
     disable_observer,
     enable_observer,

@@ -27,6 +27,7 @@ from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.state import graph_state_dict, load_graph_state_dict
 from flowserve.nn.graph.trace import trace_build
 from flowserve.nn.module import Module
+from flowserve.nn.qat.prepare import prepare_graph
 from flowserve.ops import creation
 from flowserve.optim.optimizer import Optimizer
 from flowserve.tensor import Tensor
@@ -305,6 +306,8 @@ class Graph:
     def _compile(self, args, kwargs, leaves):
         start = time.perf_counter()
         self._log(0, "start building graph.")
+        if self.config.options.get("qat"):
+            prepare_graph(self)
         traced = trace_build(self, args, kwargs)
         object.__setattr__(self, "_input_names", [v.name for v in traced.ir.inputs])
         self._log(0, f"building graph Done! Cost time: {time.perf_counter() - start:.2f}s.")

@@ -22,10 +22,11 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Optional
 
-from flowserve.ao.quantization import qat_modules as qat
-from flowserve.ao.quantization.fake_quantize import FakeQuantize, QConfig, default_qconfig
+from flowserve.nn.qat import modules as qat
+from flowserve.nn.qat.fake_quantize import FakeQuantize, QConfig, default_qconfig
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.nn.modules.activation import ReLU, ReLU6
@@ -45,9 +46,29 @@ def prepare_qat(model: Module, qconfig: Optional[QConfig] = None, inplace: bool 
         raise TypeError(f"prepare_qat expected an nn.Module, got {type(model).__name__}")
     if is_prepared(model):
         return model
+    if type(model) in (Conv2d, Linear):
+        raise ValueError(f"prepare_qat replaces layers inside a model, got a bare {type(model).__name__}: "
+                         "wrap it, e.g. nn.Sequential(layer)")
     model = model if inplace else copy.deepcopy(model)
     _prepare(model, qconfig or default_qconfig(), qat.QuantizedTensors())
     return model
+
+
+def qconfig_from_graph_options(options: dict) -> QConfig:
+    """The ``QConfig`` of ``graph.config.set_qat_config``'s settings (defaults without them)."""
+    settings = options.get("qat_config", {})
+    base = default_qconfig(settings.get("moving_min_max_stop_update_after_iters"), settings.get("freeze_bn_after"))
+    activation = replace(base.activation, averaging_constant=1.0 - settings.get("moving_min_max_momentum", 0.99))
+    weight = base.weight if settings.get("per_channel_weight_quantization", True) else \
+        replace(base.weight, per_channel=False)
+    return replace(base, activation=activation, weight=weight)
+
+
+def prepare_graph(graph) -> None:
+    """``graph.config.enable_qat(True)``: prepare the graph's modules in place, once."""
+    qconfig = qconfig_from_graph_options(graph.config.options)
+    for module in graph._original_modules().values():
+        prepare_qat(module, qconfig, inplace=True)
 
 
 def is_prepared(model: Module) -> bool:

@@ -121,7 +121,7 @@ class FakeQuantize(Module):
     def _observe(self, x):
         spec = self.spec
         with no_grad():
-            x = F.cast(x.detach(), dtypes.float32)
+            x = F.cast(x, dtypes.float32)
             if spec.per_channel:
                 axes = [d for d in range(x.ndim) if d != spec.axis % x.ndim]
                 low, high = F.amin(x, axes), F.amax(x, axes)

@@ -17,7 +17,7 @@ import weakref
 from typing import Optional
 
 from flowserve import dtypes
-from flowserve.ao.quantization.fake_quantize import FakeQuantize, QConfig
+from flowserve.nn.qat.fake_quantize import FakeQuantize, QConfig
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.nn import functional as NF
 from flowserve.nn.module import Module
