@@ -48,13 +48,20 @@ def lower_fake_quant(b, node, ctx):
         return
     values = [_constant(b, n) for n in node.inputs]
     qdq_attrs = {} if axis is None else {"axis": axis}
-    if all(v is not None for v in values):  # a weight: store its integers
-        q = quantize_array(np, values[0], values[1], values[2], qmin, qmax, axis).astype(itype)
-        stored = b.initializer(b.fresh(f"{x}_quantized"), q)
-        zp = b.initializer(b.fresh(f"{x}_zero_point"), values[2].reshape(values[1].shape).astype(itype))
-        b.op("DequantizeLinear", [stored, scale, zp], node.outputs, **qdq_attrs)
-        return
-    zp = b.op1("Cast", [zero_point], to=onnx_dtype("uint8" if itype is np.uint8 else "int8"))
+    if values[1] is not None and values[2] is not None:  # exported: constant scale and zero point,
+        shape = () if axis is None else values[1].shape  # scalars per tensor (ONNX Runtime's QLinearAdd
+        scale = b.initializer(b.fresh(f"{x}_scale"), values[1].reshape(shape))  # takes no other shape)
+        zp = b.initializer(b.fresh(f"{x}_zero_point"), values[2].reshape(shape).astype(itype))
+        if values[0] is not None:  # a weight: store its integers
+            q = quantize_array(np, values[0], values[1], values[2], qmin, qmax, axis).astype(itype)
+            b.op("DequantizeLinear", [b.initializer(b.fresh(f"{x}_quantized"), q), scale, zp], node.outputs,
+                 **qdq_attrs)
+            return
+    else:
+        if axis is None:
+            scale = b.op1("Reshape", [scale, b.const(np.zeros(0, np.int64))])
+            zero_point = b.op1("Reshape", [zero_point, b.const(np.zeros(0, np.int64))])
+        zp = b.op1("Cast", [zero_point], to=onnx_dtype("uint8" if itype is np.uint8 else "int8"))
     info = np.iinfo(itype)
     narrower = qmin > info.min or qmax < info.max
     dq = b.fresh(node.outputs[0]) if narrower else node.outputs[0]

@@ -21,6 +21,8 @@ from __future__ import annotations
 from flowserve.ops import functional as F
 from flowserve.ops.registry import Meta, fail_dtype, fail_shape, normalize_axis, primitive
 
+QUANTIZE_PRIMITIVES = frozenset({"fake_quant"})  # kept by the exporter's constant folding
+
 
 def qparam_shape(x_shape: tuple, axis) -> list:
     """The shape that broadcasts per-channel parameters against ``x`` (``[1]*ndim`` per tensor)."""
