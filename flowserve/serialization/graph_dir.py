@@ -43,6 +43,7 @@ from flowserve.serialization.manifest import (
     check_inside,
     read_manifest,
 )
+from flowserve.serialization.quantization import check_quantization, quantization_record
 from flowserve.serialization.tensors import read_tensors, write_bytes, write_tensors
 
 
@@ -112,7 +113,8 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
         flowserve_version=flowserve.__version__, graph_name=graph.name, dynamic_dims=named,
         graph_class=type(graph).__name__, training=graph.training,
         inputs=inputs, outputs=outputs,
-        config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""})
+        config=dict(graph.config.options), files={GRAPH_FILE: "", PARAMS_FILE: ""},
+        quantization=quantization_record(ir))
     example_set = collect_examples(graph, ir, arrays, examples, tolerance)
     _write_atomically(Path(directory), manifest, graph_bytes, arrays, example_set)
 
@@ -132,7 +134,8 @@ def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: b
         if example_set is not None:
             written = example_set.write(tmp / EXAMPLES_DIR)
             manifest.examples = {f"{EXAMPLES_DIR}/{name}": digest for name, digest in written.items()}
-        write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1).encode())
+        unset = {"quantization"} if manifest.quantization is None else None  # manifests without QAT unchanged
+        write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1, exclude=unset).encode())
         _fsync_dir(tmp)
         _replace(tmp, target)
         _fsync_dir(target.parent)
@@ -251,6 +254,7 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
     check_node_attributes(ir, graph_path)
     params = read_tensors(directory / PARAMS_FILE)
     _check_state(ir, params, directory / PARAMS_FILE)
+    check_quantization(manifest.quantization, params, directory / MANIFEST)
     _check_signature(manifest, ir, directory / MANIFEST)
     check_signature_shapes(manifest, ir, directory / MANIFEST)
     eliminate_dead_code(ir)  # nodes no output needs are never run, whatever they would cost
