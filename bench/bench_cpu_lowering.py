@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
-from flowserve.exporter.lowering import reduce as lowering_reduce  # noqa: E402
-from flowserve.exporter.lowering import training  # noqa: E402
 from flowserve.ir.passes import conv_weight_grad  # noqa: E402
+from flowserve.onnx_backend.lowering import reduce as lowering_reduce  # noqa: E402
+from flowserve.onnx_backend.lowering import training  # noqa: E402
 
 NEW = dict(fuse=training.fuse_weight_gradient_gemms, write=training.write_state_outputs,
            crop=conv_weight_grad._cropped, depth=conv_weight_grad.MIN_DEPTH, rows=lowering_reduce.MIN_ROWS)

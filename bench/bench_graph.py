@@ -188,7 +188,7 @@ def interleaved(steps: dict, rounds: int) -> dict:
 def engines(choice: str | None = None) -> list:
     """Graph execution providers to time: ONNX Runtime's CPU provider, and OpenVINO where
     it is installed (``--engines cpu,openvino`` picks)."""
-    from flowserve.exporter import openvino
+    from flowserve.onnx_backend import openvino
 
     if choice:
         return choice.split(",")

@@ -55,7 +55,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from flowserve.clients import GRPCClient, HTTPClient
 from flowserve.clients.perf import run_load
-from flowserve.exporter.runtime import session_options
+from flowserve.onnx_backend.runtime import session_options
 from busy import busy
 from raw_clients import raw_grpc_call, raw_h2_grpc_call, raw_http_call
 

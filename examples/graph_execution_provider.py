@@ -12,7 +12,7 @@ import numpy as np
 
 import flowserve as flow
 import flowserve.nn as nn
-from flowserve.exporter import openvino
+from flowserve.onnx_backend import openvino
 
 
 def convnet():

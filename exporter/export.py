@@ -17,14 +17,14 @@ from pathlib import Path
 import onnx
 
 from flowserve.errors import ExportError
-from flowserve.exporter import versions
 from flowserve.exporter.fused import TARGETS, fused_lowerings, load_emitters
-from flowserve.exporter.lower import lower_ir
 from flowserve.exporter.parity import check_parity
 from flowserve.exporter.passes import ExportGraph, run_passes
 from flowserve.exporter.report import ExportReport
 from flowserve.exporter.source import ExportSource, resolve_source
 from flowserve.exporter.writing import check_model, session_for, write_model
+from flowserve.onnx_backend import versions
+from flowserve.onnx_backend.lower import lower_ir
 
 PARITY_BATCHES = (2, 5)
 

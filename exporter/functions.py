@@ -16,8 +16,8 @@ from typing import Callable
 
 from onnx import helper
 
-from flowserve.exporter import versions
-from flowserve.exporter.builder import Builder
+from flowserve.onnx_backend import versions
+from flowserve.onnx_backend.builder import Builder
 
 
 def call_function(b: Builder, name: str, body: Callable, inputs: list, outputs: list) -> list:

@@ -15,7 +15,7 @@ import numpy as np
 from flowserve.errors import ExportError
 from flowserve.exporter.passes import FUSED_PREFIX
 from flowserve.exporter.passes.act_match import clip_bounds
-from flowserve.exporter.versions import MS_DOMAIN
+from flowserve.onnx_backend.versions import MS_DOMAIN
 
 TARGETS = ("portable", "onnxruntime")
 ORT_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}

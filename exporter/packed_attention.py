@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from flowserve.exporter.versions import MS_DOMAIN
+from flowserve.onnx_backend.versions import MS_DOMAIN
 
 ATTRIBUTES = frozenset({"num_heads", "scale", "mask_filter_value", "unidirectional"})  # both ops take them
 Projection = collections.namedtuple("Projection", "source weight bias nodes")

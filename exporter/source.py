@@ -9,6 +9,11 @@ import numpy as np
 
 from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR
+from flowserve.nn.graph.graph import Graph
+from flowserve.nn.graph.inference import deployable_batch, inference_traced
+from flowserve.nn.graph.loaded import LoadedGraph
+from flowserve.serialization import read_graph_dir
+from flowserve.serialization.graph_dir import graph_signature
 
 
 @dataclass
@@ -33,9 +38,6 @@ class ExportSource:
 
 
 def resolve_source(source) -> ExportSource:
-    from flowserve.nn.graph.graph import Graph
-    from flowserve.nn.graph.loaded import LoadedGraph
-
     if isinstance(source, Graph):
         return _from_graph(source)
     if isinstance(source, LoadedGraph):
@@ -43,8 +45,6 @@ def resolve_source(source) -> ExportSource:
         return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name,
                             m.batch_note, m.dynamic_dims)
     if isinstance(source, (str, Path)):
-        from flowserve.serialization import read_graph_dir
-
         manifest, ir, params = read_graph_dir(source)
         return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
                             manifest.batch_note, manifest.dynamic_dims)
@@ -53,9 +53,6 @@ def resolve_source(source) -> ExportSource:
 
 
 def _from_graph(graph) -> ExportSource:
-    from flowserve.nn.graph.inference import deployable_batch, inference_traced
-    from flowserve.serialization.graph_dir import graph_signature
-
     traced = inference_traced(graph)
     batch, note = deployable_batch(graph, traced)
     arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}

@@ -32,8 +32,8 @@ from flowserve.exporter.export import ExportResult, export
 from flowserve.exporter.precision import DESCRIPTIONS, base_target, check_precision, prepare, reduce_precision
 from flowserve.exporter.proof import Criteria, Proof, prove
 from flowserve.exporter.qat import is_quantized, output_steps
-from flowserve.exporter.runtime import create_session
 from flowserve.exporter.writing import write_model
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.serialization.examples import ExampleSet, read_example_set, read_examples
 from flowserve.serialization.tensors import write_bytes
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import onnx
 
 from flowserve.errors import ExportError
+from flowserve.onnx_backend.runtime import create_session
 
 PROTOBUF_LIMIT = 2**31 - 1  # bytes a single serialized ModelProto may hold
 EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT  # models larger than this keep weights in a side file
@@ -53,7 +54,5 @@ def check_model(model: onnx.ModelProto, path: Path | None) -> onnx.ModelProto:
 
 
 def session_for(model: onnx.ModelProto, path: Path | None):
-    from flowserve.exporter.runtime import create_session
-
     source = str(path) if path is not None and needs_external_data(model) else model
     return create_session(source, device="cpu")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from flowserve import api as _flow
 from flowserve import dtypes as _dtypes
 from flowserve._missing import module_getattr as _module_getattr
-from flowserve.nn import functional as _F
+from flowserve.nn import functional as _nn_functional
 
 _FROM_FUNCTIONAL = (
     "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool2d", "batch_norm",
@@ -40,14 +40,14 @@ _FROM_FLOW = (
     "scatter", "sigmoid", "sign", "sin", "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "sub", "sum",
     "tanh", "tile", "topk", "transpose", "tril", "triu", "unsqueeze", "var", "view", "where", "zeros", "zeros_like",
 )
-globals().update({name: getattr(_F, name) for name in _FROM_FUNCTIONAL})
+globals().update({name: getattr(_nn_functional, name) for name in _FROM_FUNCTIONAL})
 globals().update({name: getattr(_flow, name) for name in _FROM_FLOW})
 
 
 def one_hot(input, num_classes: int = -1, on_value=1, off_value=0):  # noqa: A002
     """OneFlow's ``one_hot``: ``on_value`` at each index, ``off_value`` elsewhere (int64 for
     integer values, float32 when either is a float, as OneFlow does)."""
-    hot = _F.one_hot(input, num_classes)
+    hot = _nn_functional.one_hot(input, num_classes)
     if isinstance(on_value, float) or isinstance(off_value, float):
         hot = hot.to(_dtypes.float32)
     if on_value == 1 and off_value == 0:
@@ -58,12 +58,12 @@ def one_hot(input, num_classes: int = -1, on_value=1, off_value=0):  # noqa: A00
 def softmax_cross_entropy(logits, label):
     """Per-sample cross entropy against a distribution ``label`` of ``logits``' shape: ``-(label *
     log_softmax(logits)).sum(-1)`` (OneFlow's; reduce it with ``.mean()``)."""
-    return -(label * _F.log_softmax(logits, -1)).sum(-1)
+    return -(label * _nn_functional.log_softmax(logits, -1)).sum(-1)
 
 
 def sparse_softmax_cross_entropy(logits, label):
     """Per-sample cross entropy against class indices ``label``: ``cross_entropy(..., reduction="none")``."""
-    return _F.cross_entropy(logits, label, reduction="none")
+    return _nn_functional.cross_entropy(logits, label, reduction="none")
 
 
 def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False, alpha: float = 1.0):

@@ -14,28 +14,12 @@ from flowserve.device import cuda as _device_cuda
 from flowserve.device import device
 from flowserve.dtypes import dtype
 from flowserve.tensor import Size, Tensor
-from flowserve.ops import methods as _methods  # noqa: F401  (installs the Tensor method table)
+from flowserve import ops as _ops  # noqa: F401  (Tensor inherits the op method groups)
 from flowserve.ops.functional import *  # noqa: F401,F403  (its __all__ is an explicit list)
 from flowserve.ops.functional import __all__ as _functional_names
-from flowserve.ops.creation import Generator, eye, from_numpy, linspace, manual_seed, tensor
-from flowserve.ops.graph_creation import (  # the creation functions that know about nn.Graph tracing
-    arange,
-    empty,
-    empty_like,
-    full,
-    full_like,
-    normal,
-    ones,
-    ones_like,
-    rand,
-    rand_like,
-    randint,
-    randint_like,
-    randn,
-    randn_like,
-    randperm,
-    zeros,
-    zeros_like,
+from flowserve.ops.creation import (  # every creation function: eager, nn.Graph tracing, placement=/sbp=
+    Generator, arange, empty, empty_like, eye, from_numpy, full, full_like, linspace, manual_seed, normal, ones,
+    ones_like, rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor, zeros, zeros_like,
 )
 from flowserve.ops.functional import all_ as all, any_ as any, max_ as max, min_ as min  # noqa: E402,A001
 from flowserve.ops.autocast_policy import bmm, einsum, matmul, mm  # noqa: E402 - under flow.autocast: float16/bfloat16
@@ -44,7 +28,7 @@ from flowserve import amp  # noqa: E402
 from flowserve import utils  # noqa: E402,F401 - flow.utils.data loads on first use
 from flowserve.serialization import load, save  # noqa: E402
 from flowserve.ops.random import bernoulli, multinomial  # noqa: E402
-from flowserve.ops.functional_special import erfinv  # noqa: E402
+from flowserve.ops.special_functions import erfinv  # noqa: E402
 from flowserve.amp import autocast  # noqa: E402 - torch.autocast's spelling
 from flowserve.amp.autocast import cuda_amp as _cuda_amp  # noqa: E402
 
@@ -63,13 +47,7 @@ from flowserve.backends import (  # noqa: E402 - torch's spellings of the determ
 from flowserve.nn.graph.compile import compile  # noqa: E402,A001 - torch.compile's spelling
 from flowserve.distributed import sbp  # noqa: E402 - OneFlow's flow.sbp.split(0), .broadcast, .partial_sum
 from flowserve.distributed.sbp import placement  # noqa: E402 - flow.placement("cpu", ranks=[0, 1])
-from flowserve.distributed import global_tensor as _global  # noqa: E402 - Tensor.to_global / to_local
-
-# creation functions take OneFlow's placement= and sbp= (a global tensor; rank 0's draw for random ones)
-tensor, zeros, ones, empty, full, arange, eye, linspace = (
-    _global.with_placement(f) for f in (tensor, zeros, ones, empty, full, arange, eye, linspace))
-rand, randn, randint, randperm, normal = (
-    _global.with_placement(f, random=True) for f in (rand, randn, randint, randperm, normal))
+from flowserve.distributed import global_tensor as _global  # noqa: E402,F401 - Tensor.to_global / to_local
 
 bool = _dtypes.bool_  # noqa: A001 - the public name is flowserve.bool
 uint8, int8, int16, int32, int64 = _dtypes.uint8, _dtypes.int8, _dtypes.int16, _dtypes.int32, _dtypes.int64

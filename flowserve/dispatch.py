@@ -10,7 +10,8 @@ A primitive carries its rules side by side (JAX's style):
   ``ShapeError``/``DTypeError`` that name the op, the expected and the given;
 - ``vjp(ctx, *grads)``: the input gradients, written with flowserve ops so that the same
   rule builds the eager tape and the symbolic backward of an ``nn.Graph``;
-- the ONNX lowering, registered under the op's name in ``flowserve.exporter.lowering``.
+- the ONNX lowering, registered by the primitive object in the backend's module of the same
+  family (``flowserve.onnx_backend.lowering.<family>``: ``@lowering(prims.gather)``).
 
 ``bind`` is the one entry point: it hands each call to the current ``Interpreter`` (a
 context variable, so per thread and per asyncio task), which runs the kernel in eager mode

@@ -1,7 +1,12 @@
 """``Tensor``: an array on a device plus autograd metadata, or a lazy value while tracing.
 
-Every operator and method goes through ``flowserve.ops``, which binds the op registry's
-primitives: eager tensors run kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
+This module holds what every layer needs of a tensor (data, device, dtype, autograd
+metadata, values). The op methods and operators are mixin classes grouped by concept in
+``flowserve.ops.tensor_methods`` (arithmetic, comparison, shape, reduction, indexing, ...):
+they call the op functions, which make tensors, so ``Tensor`` cannot name them when it is
+defined without an import circle; ``flowserve.ops`` makes them bases of ``Tensor`` with
+``inherit_methods`` when it loads. Each op binds the registry's primitives: eager tensors run
+kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
 """
 
 from __future__ import annotations
@@ -28,7 +33,25 @@ class Size(tuple):
         return int(np.prod(self, dtype=np.int64))
 
 
-class Tensor:
+class MethodGroups:
+    """The base ``Tensor`` is defined with; the op method groups go before it (see
+    ``inherit_methods``)."""
+
+    __slots__ = ()
+
+
+def inherit_methods(cls: type, *groups: type) -> None:
+    """Make the mixin classes ``groups`` bases of ``cls`` (ahead of those it has), so that
+    ``cls`` inherits their methods. Each group declares ``__slots__ = ()``: a tensor keeps
+    its fixed layout and gets no ``__dict__``."""
+    for group in groups:
+        if group.__dict__.get("__slots__") != ():
+            raise TypeError(f"inherit_methods: {group.__name__} must declare __slots__ = (), got "
+                            f"{group.__dict__.get('__slots__', 'none')}")
+    cls.__bases__ = tuple(g for g in groups if g not in cls.__bases__) + cls.__bases__
+
+
+class Tensor(MethodGroups):
     """A multi-dimensional array with autograd, as in PyTorch and OneFlow.
 
     >>> import flowserve as flow
@@ -314,6 +337,18 @@ class Tensor:
 
     def bool(self):
         return self.to(dtypes.bool_)
+
+
+def from_array(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor over the array ``data`` (cast to ``dtype``, moved to ``device``): the building
+    block of ``flowserve.ops.creation`` and of the ops that make index or mask tensors."""
+    if dtype is not None:
+        data = data.astype(dtypes.as_dtype(dtype).np, copy=False)
+    d = as_device(device) if device is not None else CPU
+    t = Tensor._wrap(to_device_array(data, d), d)
+    if requires_grad:
+        t.requires_grad = True
+    return t
 
 
 def array_from(data, default_dtype=None) -> np.ndarray:

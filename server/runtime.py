@@ -1,7 +1,7 @@
 """One model instance's ONNX Runtime session and its batch run.
 
 Sessions, provider choice and CUDA detection come from the one runtime module,
-``flowserve.exporter.runtime``. ``OrtRunner`` owns one session (one model instance),
+``flowserve.onnx_backend.runtime``. ``OrtRunner`` owns one session (one model instance),
 converts at the boundary (bfloat16, strings) and runs a dict of arrays::
 
     runner = OrtRunner(model_proto, device="cpu")
@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from flowserve.errors import DeviceError, GraphError
-from flowserve.exporter.runtime import CUDA_PROVIDER, choose_providers, create_session
+from flowserve.onnx_backend.runtime import CUDA_PROVIDER, choose_providers, create_session
 
 from .errors import InferenceFailedError, ModelLoadError
 from .loading import external_tensor_names

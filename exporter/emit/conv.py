@@ -6,10 +6,10 @@ or a function whose body is ``Conv``, ``Add`` and the activation (portable)."""
 
 from __future__ import annotations
 
-from flowserve.exporter.fused import activation, emitter, ort_activation
 from flowserve.exporter.functions import call_function
+from flowserve.exporter.fused import activation, emitter, ort_activation
 from flowserve.exporter.passes.act_match import clip_bounds
-from flowserve.exporter.versions import MS_DOMAIN
+from flowserve.onnx_backend.versions import MS_DOMAIN
 
 FUSED_CONV_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
 

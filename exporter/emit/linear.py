@@ -7,9 +7,9 @@ gelu_tanh, silu).
 
 from __future__ import annotations
 
-from flowserve.exporter.fused import ORT_ACTIVATIONS, activation, emitter, ort_activation, variant
 from flowserve.exporter.functions import call_function
-from flowserve.exporter.versions import MS_DOMAIN
+from flowserve.exporter.fused import ORT_ACTIVATIONS, activation, emitter, ort_activation, variant
+from flowserve.onnx_backend.versions import MS_DOMAIN
 
 
 def _gemm_body(trans_b: int, act):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.exporter.fused import activation, emitter
 from flowserve.exporter.functions import call_function
-from flowserve.exporter.versions import MS_DOMAIN
+from flowserve.exporter.fused import activation, emitter
+from flowserve.onnx_backend.versions import MS_DOMAIN
 
 
 def _act_body(act: str):

@@ -30,8 +30,7 @@ import functools
 from flowserve import dtypes
 from flowserve.amp.grad_scaler import GradScaler
 from flowserve.dispatch import Interpreter, current_interpreter, pop_interpreter, push_interpreter
-from flowserve.ops import functional as F
-
+from flowserve.ops import functional as ops_functional
 DEFAULT_DTYPES = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
 LOW = (dtypes.float16, dtypes.bfloat16)
 
@@ -59,7 +58,7 @@ class AutocastInterpreter(Interpreter):
     def _cast(self, t, dtype):
         token = push_interpreter(self.inner)  # the casts bind normally
         try:
-            return F.cast(t, dtype)
+            return ops_functional.cast(t, dtype)
         finally:
             pop_interpreter(token)
 

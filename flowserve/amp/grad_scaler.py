@@ -18,20 +18,18 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.ops import creation
-from flowserve.ops import functional as F
-
-
+from flowserve.ops import functional as ops_functional
 def found_non_finite(grads) -> "object":
     """A 0-d bool tensor: whether any of ``grads`` holds an inf or a nan.
 
     ``sum(g * 0)`` is 0 for finite gradients and nan as soon as one element is not."""
     total = None
     for g in grads:
-        probe = F.sum(F.cast(g, dtypes.float32) * 0.0)
+        probe = ops_functional.sum(ops_functional.cast(g, dtypes.float32) * 0.0)
         total = probe if total is None else total + probe
     if total is None:
         return creation.zeros((), dtype=dtypes.bool_)
-    return F.ne(total, total)
+    return ops_functional.ne(total, total)
 
 
 class StaticGradScaler:
@@ -168,8 +166,8 @@ class GradScaler(StaticGradScaler):
         """Shrink the scale after a non-finite step, grow it after ``growth_interval`` good
         ones; written with ``where`` so that it is also an op sequence of a graph."""
         scale, tracker = state["scale"], state["growth_tracker"]
-        good_steps = F.where(found_inf, creation.zeros_like(tracker), tracker + 1)
-        grow = F.ge(good_steps, self.growth_interval)
-        grown = F.where(grow, scale * self.growth_factor, scale)
-        scale.copy_(F.where(found_inf, scale * self.backoff_factor, grown))
-        tracker.copy_(F.where(grow, creation.zeros_like(good_steps), good_steps))
+        good_steps = ops_functional.where(found_inf, creation.zeros_like(tracker), tracker + 1)
+        grow = ops_functional.ge(good_steps, self.growth_interval)
+        grown = ops_functional.where(grow, scale * self.growth_factor, scale)
+        scale.copy_(ops_functional.where(found_inf, scale * self.backoff_factor, grown))
+        tracker.copy_(ops_functional.where(grow, creation.zeros_like(good_steps), good_steps))

@@ -6,7 +6,7 @@
 device with these run unchanged.
 
 The switches set how ONNX Runtime runs compiled graphs (``engine_flags``, read by
-``flowserve.exporter.runtime`` whenever it creates a session, so set them before a graph's
+``flowserve.onnx_backend.runtime`` whenever it creates a session, so set them before a graph's
 first call):
 
 - ``cudnn.deterministic = True`` or ``flow.use_deterministic_algorithms(True)``: the

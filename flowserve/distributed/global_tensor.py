@@ -31,8 +31,6 @@ tensor's sbp; ``nn.Module.to_global`` and the optimizers build on them.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from flowserve import dispatch, dtypes, env
@@ -40,20 +38,20 @@ from flowserve.autograd import no_grad
 from flowserve.dispatch import Meta, infer_meta
 from flowserve._repr import tensor_repr
 from flowserve.device import as_device
-from flowserve.distributed import sbp as S
+from flowserve.distributed import sbp as sbp_types
 from flowserve.distributed.sbp_rules import Call, piece, plan
 from flowserve.errors import DistributedError
-from flowserve.ops import creation as C
-from flowserve.ops import functional as F
+from flowserve.ops import creation
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.collective import all_reduce
-from flowserve.tensor import Size, Tensor
+from flowserve.tensor import Size, Tensor, inherit_methods
 
 MAX_DIMS = 8  # the metadata the ranks exchange to check a local -> global conversion
 
 
-def dual(s: S.sbp) -> S.sbp:
+def dual(s: sbp_types.sbp) -> sbp_types.sbp:
     """The sbp of a gradient of a tensor of sbp ``s``."""
-    return S.partial_sum if s.is_broadcast else (S.broadcast if s.is_partial else s)
+    return sbp_types.partial_sum if s.is_broadcast else (sbp_types.broadcast if s.is_partial else s)
 
 
 def _refuse_data(self):
@@ -71,7 +69,7 @@ class GlobalTensor(Tensor):
     _data = property(_refuse_data)
 
     @classmethod
-    def _make(cls, local: Tensor, placement: S.placement, sbp: S.sbp, shape) -> "GlobalTensor":
+    def _make(cls, local: Tensor, placement: sbp_types.placement, sbp: sbp_types.sbp, shape) -> "GlobalTensor":
         t = object.__new__(cls)
         t._local, t._placement, t._sbp, t._logical = local, placement, sbp, Size(shape)
         t._lazy, t._dtype, t._device = None, local._dtype, local._device
@@ -100,7 +98,7 @@ class GlobalTensor(Tensor):
         return False
 
     @property
-    def placement(self) -> S.placement:
+    def placement(self) -> sbp_types.placement:
         return self._placement
 
     @property
@@ -121,7 +119,7 @@ class GlobalTensor(Tensor):
                                    "not supported; flowserve's global tensors span every rank")
         if sbp is None and grad_sbp is None:
             return self
-        target = self._sbp if sbp is None else S.as_sbp(sbp, "to_global")
+        target = self._sbp if sbp is None else sbp_types.as_sbp(sbp, "to_global")
         _check_split(target, self.ndim, "to_global")
         kind = getattr(type(self), "_global_class", None)
         if kind is not None:  # a Parameter stays a Parameter: a new leaf
@@ -136,7 +134,7 @@ class GlobalTensor(Tensor):
         local = box(self._local, self._logical, self._sbp, target)
         if grad_sbp is not None:
             if local is self._local:  # a new tensor for the hook, not this one
-                local = F.clone(local)
+                local = ops_functional.clone(local)
             local = _through_grad_sbp(local, self._logical, target, grad_sbp)
         return GlobalTensor._make(local, self._placement, target, self._logical)
 
@@ -167,7 +165,7 @@ class GlobalTensor(Tensor):
     def grad_fn(self):
         return self._local.grad_fn
 
-    def _grad_sbp(self) -> S.sbp:
+    def _grad_sbp(self) -> sbp_types.sbp:
         """A leaf's gradient has the leaf's sbp (boxed as it arrives); an intermediate
         tensor's gradient pieces have the dual sbp."""
         return self._sbp if self._grad_synced else dual(self._sbp)
@@ -210,7 +208,7 @@ class GlobalTensor(Tensor):
     def copy_(self, src, non_blocking: bool = False) -> "GlobalTensor":
         """The logical value of ``src`` (a global tensor of any sbp is converted to this one's;
         a local tensor is rank 0's value)."""
-        value = F.expand(F.cast(src, self._dtype), tuple(self._logical))
+        value = ops_functional.expand(ops_functional.cast(src, self._dtype), tuple(self._logical))
         if isinstance(value, GlobalTensor) and value._sbp != self._sbp:
             value = value.to_global(sbp=self._sbp)
         return self._assign(value)
@@ -237,11 +235,13 @@ class GlobalTensor(Tensor):
         """A copy with its own pieces (``copy.deepcopy(model)`` of a global model): a leaf
         stays a leaf of the same class, with its gradient copied."""
         with no_grad():
-            out = type(self)._make(F.clone(self._local.detach()), self._placement, self._sbp, self._logical)
+            out = type(self)._make(
+                ops_functional.clone(self._local.detach()), self._placement, self._sbp, self._logical
+            )
             if self.requires_grad and self.is_leaf:
                 out.requires_grad_()
             if self._local.grad is not None:
-                out._local.grad = F.clone(self._local.grad)
+                out._local.grad = ops_functional.clone(self._local.grad)
         memo[id(self)] = out
         return out
 
@@ -258,9 +258,9 @@ class GlobalTensor(Tensor):
             if self._logical.numel() != 1:
                 raise DistributedError(f"backward: grad can be implicitly created only for one-element "
                                        f"outputs, got a global tensor of size {tuple(self._logical)}")
-            seed = C.ones_like(self._local)
+            seed = creation.ones_like(self._local)
             if self._sbp.is_broadcast and env.get_rank() != 0:  # partial_sum: counted once
-                seed = C.zeros_like(self._local)
+                seed = creation.zeros_like(self._local)
         else:
             seed = _as_global(gradient, "backward").to_global(sbp=dual(self._sbp))._local
         local_inputs = None if inputs is None else [t._local if isinstance(t, GlobalTensor) else t for t in inputs]
@@ -273,7 +273,7 @@ class GlobalTensor(Tensor):
 
     def _eager_data(self, what: str):
         with no_grad():
-            return self.to_global(sbp=S.broadcast)._local.numpy()
+            return self.to_global(sbp=sbp_types.broadcast)._local.numpy()
 
     def numpy(self) -> np.ndarray:
         """The logical value, on every rank (gathered: every rank must call it)."""
@@ -290,14 +290,14 @@ class GlobalTensor(Tensor):
 
 def _padded(piece: Tensor, dim: int, shape, rank: int, world: int) -> Tensor:
     """This rank's piece in a zero tensor of the logical shape (a partial_sum of the split)."""
-    sizes = S.split_sizes(shape[dim], world)
+    sizes = sbp_types.split_sizes(shape[dim], world)
     before, after = sum(sizes[:rank]), sum(sizes[rank + 1:])
     parts = []
     for n in (before, after):
         pad_shape = list(piece.shape)
         pad_shape[dim] = n
-        parts.append(C.zeros(*pad_shape, dtype=piece.dtype, device=piece.device))
-    return F.cat([parts[0], piece, parts[1]], dim)
+        parts.append(creation.zeros(*pad_shape, dtype=piece.dtype, device=piece.device))
+    return ops_functional.cat([parts[0], piece, parts[1]], dim)
 
 
 def _root_only(local: Tensor, rank: int) -> Tensor:
@@ -305,10 +305,12 @@ def _root_only(local: Tensor, rank: int) -> Tensor:
     rank stays out of the sum); differentiable, with a zero gradient on the other ranks."""
     if rank == 0:
         return local
-    return F.where(C.zeros(*local.shape, dtype=dtypes.bool_, device=local.device), local, C.zeros_like(local))
+    return ops_functional.where(
+        creation.zeros(*local.shape, dtype=dtypes.bool_, device=local.device), local, creation.zeros_like(local)
+    )
 
 
-def _grad_sync(shape, s: S.sbp):
+def _grad_sync(shape, s: sbp_types.sbp):
     """The leaf hook: a gradient arriving in the dual sbp, boxed to the leaf's sbp ``s``."""
     src = dual(s)
 
@@ -318,7 +320,7 @@ def _grad_sync(shape, s: S.sbp):
     return sync
 
 
-def _through_grad_sbp(local: Tensor, shape, s: S.sbp, grad_sbp: S.sbp) -> Tensor:
+def _through_grad_sbp(local: Tensor, shape, s: sbp_types.sbp, grad_sbp: sbp_types.sbp) -> Tensor:
     """``local`` (a piece of sbp ``s``) whose gradient, on its way back, is boxed to
     ``grad_sbp`` and from there to the dual sbp the pieces before it expect (OneFlow's
     ``grad_sbp=``: where the backward's communication happens)."""
@@ -333,11 +335,11 @@ def _through_grad_sbp(local: Tensor, shape, s: S.sbp, grad_sbp: S.sbp) -> Tensor
     return local
 
 
-def _spelled(s: S.sbp) -> str:
+def _spelled(s: sbp_types.sbp) -> str:
     return f"flow.sbp.split({s.dim})" if s.is_split else f"flow.sbp.{s.kind}"
 
 
-def box(local: Tensor, shape, src: S.sbp, dst: S.sbp) -> Tensor:
+def box(local: Tensor, shape, src: sbp_types.sbp, dst: sbp_types.sbp) -> Tensor:
     """This rank's piece of the logical tensor ``shape`` held as ``src``, re-laid out as ``dst``."""
     world, rank = env.get_world_size(), env.get_rank()
     if src == dst:
@@ -366,12 +368,12 @@ def _check_kwargs(kwargs: dict, ndim: int):
     grad_sbp = kwargs.get("grad_sbp")
     if grad_sbp is None or (isinstance(grad_sbp, (list, tuple)) and not grad_sbp):
         return None
-    grad_sbp = S.as_sbp(grad_sbp, "to_global(grad_sbp=)")
+    grad_sbp = sbp_types.as_sbp(grad_sbp, "to_global(grad_sbp=)")
     _check_split(grad_sbp, ndim, "to_global(grad_sbp=)")
     return grad_sbp
 
 
-def _check_split(s: S.sbp, ndim: int, where: str) -> None:
+def _check_split(s: sbp_types.sbp, ndim: int, where: str) -> None:
     if s.is_split and s.dim >= ndim:
         raise DistributedError(f"{where}: {s!r} needs a tensor with more than {s.dim} dims, got {ndim}")
 
@@ -386,7 +388,7 @@ def _gathered_meta(local: Tensor) -> np.ndarray:
     return env.communicator().all_gather(row.reshape(1, -1))
 
 
-def _logical_shape(local: Tensor, target: S.sbp, check_meta: bool) -> tuple:
+def _logical_shape(local: Tensor, target: sbp_types.sbp, check_meta: bool) -> tuple:
     world = env.get_world_size()
     shape = list(local.shape)
     if not check_meta or world == 1:
@@ -404,7 +406,7 @@ def _logical_shape(local: Tensor, target: S.sbp, check_meta: bool) -> tuple:
                                f"dtype, got {given} on ranks 0..{world - 1}")
     if target.is_split:
         sizes = [int(r[2 + target.dim]) for r in rows]
-        expected = S.split_sizes(sum(sizes), world)
+        expected = sbp_types.split_sizes(sum(sizes), world)
         if sizes != expected:
             raise DistributedError(f"to_global with {target!r}: the pieces along dim {target.dim} have sizes "
                                    f"{sizes}, but a split of {sum(sizes)} over {world} ranks has sizes {expected}")
@@ -419,10 +421,10 @@ def local_to_global(local: Tensor, placement=None, sbp=None, **kwargs) -> Global
     if placement is None or sbp is None:
         raise DistributedError("to_global of a local tensor needs both placement= and sbp= "
                                "(for example placement=flow.placement.all('cpu'), sbp=flow.sbp.broadcast)")
-    if not isinstance(placement, S.placement):
+    if not isinstance(placement, sbp_types.placement):
         raise DistributedError(f"to_global: placement must be a flow.placement, got {placement!r}")
     placement.check_spans_world("to_global")
-    target = S.as_sbp(sbp, "to_global")
+    target = sbp_types.as_sbp(sbp, "to_global")
     _check_split(target, local.ndim, "to_global")
     kind = getattr(type(local), "_global_class", None)
     if kind is not None:  # a Parameter becomes a global Parameter (a new leaf)
@@ -431,7 +433,7 @@ def local_to_global(local: Tensor, placement=None, sbp=None, **kwargs) -> Global
         return kind._leaf(value, local.requires_grad)
     shape = _logical_shape(local, target, kwargs.get("check_meta", True))
     if kwargs.get("copy"):
-        local = F.clone(local)
+        local = ops_functional.clone(local)
     if target.is_broadcast and env.get_world_size() > 1:
         local = all_reduce(_root_only(local, env.get_rank()))  # rank 0's value, everywhere
     return GlobalTensor._make(local, placement, target, shape)
@@ -443,34 +445,18 @@ def from_logical(logical: Tensor, placement, sbp, *, same_on_every_rank: bool = 
     if placement is None or sbp is None:
         raise DistributedError("a global tensor needs both placement= and sbp=, got "
                                f"placement={placement!r}, sbp={sbp!r}")
-    if not isinstance(placement, S.placement):
+    if not isinstance(placement, sbp_types.placement):
         raise DistributedError(f"placement must be a flow.placement, got {placement!r}")
     placement.check_spans_world("placement")
-    target = S.as_sbp(sbp, "sbp")
+    target = sbp_types.as_sbp(sbp, "sbp")
     _check_split(target, logical.ndim, "sbp")
     world, rank = env.get_world_size(), env.get_rank()
     if not same_on_every_rank and world > 1:
         logical = all_reduce(_root_only(logical, rank))
-    local = box(logical, tuple(logical.shape), S.broadcast, target)
+    local = box(logical, tuple(logical.shape), sbp_types.broadcast, target)
     if placement.type != logical.device.type:
         local = local.to(as_device(placement.type))
     return GlobalTensor._make(local, placement, target, tuple(logical.shape))
-
-
-def with_placement(create, *, random: bool = False):
-    """``create`` (``flow.zeros``, ``flow.randn``...) taking OneFlow's ``placement=``/``sbp=``:
-    with them it makes the logical tensor and keeps this rank's piece."""
-
-    @functools.wraps(create)
-    def make(*args, placement=None, sbp=None, **kwargs):
-        if placement is None and sbp is None:
-            return create(*args, **kwargs)
-        requires_grad = kwargs.pop("requires_grad", False)
-        with no_grad():
-            out = from_logical(create(*args, **kwargs), placement, sbp, same_on_every_rank=not random)
-        return out.requires_grad_() if requires_grad else out
-
-    return make
 
 
 def _as_global(value, where: str) -> GlobalTensor:
@@ -516,21 +502,35 @@ class LocalTensorAttributeError(DistributedError, AttributeError):
     """A global-only attribute read on a local tensor (``hasattr`` is False)."""
 
 
-def _local_to_local(self):
-    raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
+class LocalPlacementMethods:
+    """The placement face of a local tensor (``Tensor`` inherits it): ``x.to_global(...)``
+    makes it global; the global-only attributes say how."""
+
+    __slots__ = ()
+
+    to_global = local_to_global
+
+    def _global_from_logical(self, placement, sbp, same_on_every_rank: bool = True):
+        """The global tensor whose logical value is this tensor (``flowserve.ops.creation``'s
+        ``placement=``/``sbp=``)."""
+        return from_logical(self, placement, sbp, same_on_every_rank=same_on_every_rank)
+
+    def to_local(self):
+        raise DistributedError("to_local() expects a global tensor; this one is local (x.is_global is False)")
+
+    @property
+    def placement(self):
+        raise LocalTensorAttributeError("a local tensor has no placement; make it global with "
+                                        "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
+
+    @property
+    def sbp(self):
+        raise LocalTensorAttributeError(
+            "a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
+
+    @property
+    def is_local(self) -> bool:
+        return True
 
 
-def _local_placement(self):
-    raise LocalTensorAttributeError("a local tensor has no placement; make it global with "
-                           "x.to_global(placement=flow.placement.all('cpu'), sbp=...)")
-
-
-def _local_sbp(self):
-    raise LocalTensorAttributeError("a local tensor has no sbp; make it global with x.to_global(placement=..., sbp=...)")
-
-
-Tensor.to_global = local_to_global
-Tensor.to_local = _local_to_local
-Tensor.placement = property(_local_placement)
-Tensor.sbp = property(_local_sbp)
-Tensor.is_local = property(lambda self: True)
+inherit_methods(Tensor, LocalPlacementMethods)

@@ -12,10 +12,8 @@ from __future__ import annotations
 from flowserve import dtypes, env
 from flowserve.distributed.buckets import DEFAULT_BUCKET_CAP_MB, bucket_indices
 from flowserve.distributed.zero import ZeroShards, flat, split_like
-from flowserve.ops import collective as C
-from flowserve.ops import functional as F
-
-
+from flowserve.ops import collective
+from flowserve.ops import functional as ops_functional
 def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
     """The mean over the ranks of lazy ``grads``: per dtype, bucketed ``all_reduce``s."""
     out: list = [None] * len(grads)
@@ -26,7 +24,7 @@ def traced_mean(grads: list, world: int, cap_bytes: int) -> list:
         sizes = [grads[i].numel() * grads[i].dtype.itemsize for i in indices]
         for bucket in bucket_indices(sizes, cap_bytes):
             members = [indices[j] for j in bucket]
-            mean = C.all_reduce(flat([grads[i] for i in members])) * (1.0 / world)
+            mean = collective.all_reduce(flat([grads[i] for i in members])) * (1.0 / world)
             for i, g in zip(members, split_like(mean, [grads[i] for i in members])):
                 out[i] = g
     return out
@@ -68,7 +66,7 @@ class DataParallelStep:
         """A boolean every rank computed from its own gradients, true where any rank's is."""
         if self.zero is None:
             return flag  # computed from reduced gradients: the same everywhere
-        return F.gt(C.all_reduce(F.cast(flag, dtypes.float32)), 0.0)
+        return ops_functional.gt(collective.all_reduce(ops_functional.cast(flag, dtypes.float32)), 0.0)
 
     def rank_local_state(self) -> set:
         """Names of the graph state that differs between ranks (the ZeRO shards)."""

@@ -32,9 +32,9 @@ import types
 from dataclasses import dataclass
 
 from flowserve import dtypes, env
-from flowserve.distributed import sbp as S
+from flowserve.distributed import sbp as sbp_types
 from flowserve.errors import DistributedError
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.collective import all_reduce
 
 ADDITIVE = ("add", "sub")
@@ -51,8 +51,8 @@ def piece(full, dim: int, shape, rank: int | None = None, world: int | None = No
     """This rank's piece along ``dim`` of a tensor holding the whole logical ``shape``."""
     world = env.get_world_size() if world is None else world
     rank = env.get_rank() if rank is None else rank
-    sizes = S.split_sizes(shape[dim], world)
-    return F.narrow(full, dim, sum(sizes[:rank]), sizes[rank])
+    sizes = sbp_types.split_sizes(shape[dim], world)
+    return ops_functional.narrow(full, dim, sum(sizes[:rank]), sizes[rank])
 
 
 @dataclass
@@ -97,13 +97,13 @@ def _elementwise(kind: str):
         if partial:
             if splits or not _linear_in_partial(kind, call, partial):
                 call.refuse(" (partial_sum survives only ops linear in it: P+P, P-P, P*B, P/B, -P)")
-            return call.locals, call.attrs, S.partial_sum
+            return call.locals, call.attrs, sbp_types.partial_sum
         if len(splits) > 1:
             call.refuse(" (operands split along different dims)")
         if not splits:
-            return call.locals, call.attrs, S.broadcast
+            return call.locals, call.attrs, sbp_types.broadcast
         d = splits.pop()
-        return _slice_broadcasts(call, d, n_out), call.attrs, S.split(d)
+        return _slice_broadcasts(call, d, n_out), call.attrs, sbp_types.split(d)
 
     return rule
 
@@ -115,7 +115,7 @@ def _reduce_factors(call: Call, kind: str) -> None:
     keep = partial[:1] if kind == "product" else [i for i in partial if i == 0]
     for i in partial:
         if i not in keep:
-            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), S.broadcast
+            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), sbp_types.broadcast
 
 
 def _reduce_addends(call: Call) -> None:
@@ -126,7 +126,7 @@ def _reduce_addends(call: Call) -> None:
     if partial and all(s is None or s.is_partial or s.is_broadcast for s in call.sbps) and \
             len(partial) < len(call.sbps):
         for i in partial:
-            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), S.broadcast
+            call.locals[i], call.sbps[i] = all_reduce(call.locals[i]), sbp_types.broadcast
 
 
 def _linear_in_partial(kind: str, call: Call, partial: list) -> bool:
@@ -161,18 +161,18 @@ def _matmul(call: Call):
     if None in (a, b):
         call.refuse()
     if a.is_broadcast and b.is_broadcast:
-        return call.locals, call.attrs, S.broadcast
+        return call.locals, call.attrs, sbp_types.broadcast
     if (a.is_partial and b.is_broadcast) or (a.is_broadcast and b.is_partial):
-        return call.locals, call.attrs, S.partial_sum
+        return call.locals, call.attrs, sbp_types.partial_sum
     if min(na, nb) >= 2:
         if a.is_split and b.is_broadcast and a.dim == na - 2:
-            return call.locals, call.attrs, S.split(no - 2)
+            return call.locals, call.attrs, sbp_types.split(no - 2)
         if a.is_split and b.is_broadcast and a.dim < na - 2 and nb == 2:
-            return call.locals, call.attrs, S.split(a.dim + no - na)
+            return call.locals, call.attrs, sbp_types.split(a.dim + no - na)
         if a.is_broadcast and b.is_split and b.dim == nb - 1:
-            return call.locals, call.attrs, S.split(no - 1)
+            return call.locals, call.attrs, sbp_types.split(no - 1)
         if a.is_split and b.is_split and a.dim == na - 1 and b.dim == nb - 2:
-            return call.locals, call.attrs, S.partial_sum
+            return call.locals, call.attrs, sbp_types.partial_sum
     call.refuse(" (matmul takes split(row) x broadcast, broadcast x split(col), split(k) x split(k) over the "
                 "contracted dim, or partial_sum x broadcast)")
 
@@ -181,32 +181,32 @@ def _reduce(call: Call):
     s = call.sbps[0]
     axes, keep = call.attrs["axes"], call.attrs["keepdims"]
     if s.is_broadcast:
-        return call.locals, call.attrs, S.broadcast
+        return call.locals, call.attrs, sbp_types.broadcast
     if s.is_partial:
         if call.name != "sum":
             call.refuse()
-        return call.locals, call.attrs, S.partial_sum
+        return call.locals, call.attrs, sbp_types.partial_sum
     if s.dim in axes:
         if call.name != "sum":
             call.refuse(" (a reduction over the split dim)")
-        return call.locals, call.attrs, S.partial_sum
-    return call.locals, call.attrs, S.split(s.dim if keep else s.dim - sum(a < s.dim for a in axes))
+        return call.locals, call.attrs, sbp_types.partial_sum
+    return call.locals, call.attrs, sbp_types.split(s.dim if keep else s.dim - sum(a < s.dim for a in axes))
 
 
 def _along_axis(call: Call):
     """softmax, log_softmax, argmax, argmin: a split on another dim stays."""
     s, axis = call.sbps[0], call.attrs["axis"]
     if s.is_broadcast:
-        return call.locals, call.attrs, S.broadcast
+        return call.locals, call.attrs, sbp_types.broadcast
     if s.is_split and s.dim != axis:
         dropped = call.name in ("argmax", "argmin") and not call.attrs.get("keepdims") and s.dim > axis
-        return call.locals, call.attrs, S.split(s.dim - 1 if dropped else s.dim)
+        return call.locals, call.attrs, sbp_types.split(s.dim - 1 if dropped else s.dim)
     call.refuse(f" (axis {axis} is the split dim)" if s.is_split else "")
 
 
 def _permute(call: Call):
     s = call.sbps[0]
-    return call.locals, call.attrs, S.split(call.attrs["perm"].index(s.dim)) if s.is_split else s
+    return call.locals, call.attrs, sbp_types.split(call.attrs["perm"].index(s.dim)) if s.is_split else s
 
 
 def _reshape(call: Call):
@@ -219,7 +219,7 @@ def _reshape(call: Call):
         if math.prod(target[:d]) == before and size == shape[s.dim]:
             local = list(target)
             local[d] = call.locals[0].shape[s.dim]
-            return call.locals, {**call.attrs, "shape": local}, S.split(d)
+            return call.locals, {**call.attrs, "shape": local}, sbp_types.split(d)
     call.refuse(f" (the reshape from {tuple(shape)} to {tuple(target)} does not keep split dim {s.dim} whole)")
 
 
@@ -231,7 +231,7 @@ def _expand(call: Call):
     d = s.dim + len(target) - len(shape)
     local = list(target)
     local[d] = call.locals[0].shape[s.dim]
-    return call.locals, {**call.attrs, "shape": local}, S.split(d)
+    return call.locals, {**call.attrs, "shape": local}, sbp_types.split(d)
 
 
 def _concat(call: Call):
@@ -255,9 +255,9 @@ def _one_hot(call: Call):
 def _batch_parallel(call: Call):
     first, rest = call.sbps[0], call.sbps[1:]
     if all(s is not None and s.is_broadcast for s in call.sbps):
-        return call.locals, call.attrs, S.broadcast
-    if first is not None and first == S.split(0) and all(s is not None and s.is_broadcast for s in rest):
-        return call.locals, call.attrs, S.split(0)
+        return call.locals, call.attrs, sbp_types.broadcast
+    if first is not None and first == sbp_types.split(0) and all(s is not None and s.is_broadcast for s in rest):
+        return call.locals, call.attrs, sbp_types.split(0)
     call.refuse(" (convolutions and pooling take a split(0) batch and broadcast weights)")
 
 
@@ -270,7 +270,7 @@ def _random(call: Call):
 
 def _replicated(call: Call):
     if all(s is None or s.is_broadcast for s in call.sbps):
-        return call.locals, call.attrs, S.broadcast
+        return call.locals, call.attrs, sbp_types.broadcast
     call.refuse()
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from flowserve import env
 from flowserve.device import to_device_array
 from flowserve.ir.graph import GraphIR, Node
+from flowserve.onnx_backend import lower, runtime
 from flowserve.ops.collective import COLLECTIVES
 from flowserve.tensor import Tensor
 
@@ -66,8 +67,6 @@ class Segment:
 
 
 def _session(sub: GraphIR, baked: dict, options: dict):
-    from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
-
     # the node's cores are shared among the processes the launcher started on it
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return runtime.create_session(lower.lower_ir(sub, baked), options=options, instances=local)

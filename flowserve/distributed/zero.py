@@ -20,14 +20,18 @@ import math
 
 import numpy as np
 
-from flowserve.ops import collective as C
-from flowserve.ops import functional as F
+from flowserve.ops import collective
+from flowserve.ops import functional as ops_functional
 from flowserve.tensor import Tensor
 
 
 def flat(tensors: list):
     """One 1-d lazy tensor holding ``tensors`` one after the other."""
-    return F.cat([F.reshape(t, (-1,)) for t in tensors], 0) if len(tensors) > 1 else F.reshape(tensors[0], (-1,))
+    return (
+        ops_functional.cat([ops_functional.reshape(t, (-1,)) for t in tensors], 0)
+        if len(tensors) > 1
+        else ops_functional.reshape(tensors[0], (-1,))
+    )
 
 
 def split_like(flat_tensor, like: list) -> list:
@@ -35,7 +39,9 @@ def split_like(flat_tensor, like: list) -> list:
     out, offset = [], 0
     for t in like:
         n = t.numel()
-        out.append(F.reshape(F.slice_axis(flat_tensor, 0, offset, offset + n), tuple(t.shape)))
+        out.append(
+            ops_functional.reshape(ops_functional.slice_axis(flat_tensor, 0, offset, offset + n), tuple(t.shape))
+        )
         offset += n
     return out
 
@@ -43,7 +49,9 @@ def split_like(flat_tensor, like: list) -> list:
 def _padded(flat, pad: int):
     if not pad:
         return flat
-    return F.cat([flat, F.expand(F.scalar_tensor(0.0, flat.dtype, flat.device), (pad,))], 0)
+    return ops_functional.cat(
+        [flat, ops_functional.expand(ops_functional.scalar_tensor(0.0, flat.dtype, flat.device), (pad,))], 0
+    )
 
 
 class _GroupShards:
@@ -122,13 +130,13 @@ class ZeroShards:
         pad = size * self.world - numel
         flat_g = _padded(flat([g for _, _, g in items]), pad)
         if self.stage >= 2:
-            shard_g = C.reduce_scatter(flat_g) * (1.0 / self.world)
+            shard_g = collective.reduce_scatter(flat_g) * (1.0 / self.world)
         else:
-            shard_g = F.slice_axis(C.all_reduce(flat_g) * (1.0 / self.world), 0, self.rank * size,
+            shard_g = ops_functional.slice_axis(collective.all_reduce(flat_g) * (1.0 / self.world), 0, self.rank * size,
                                    (self.rank + 1) * size)
-        shard_p = F.slice_axis(_padded(flat(params), pad), 0, self.rank * size, (self.rank + 1) * size)
+        shard_p = ops_functional.slice_axis(_padded(flat(params), pad), 0, self.rank * size, (self.rank + 1) * size)
         opt._update(shard_p, shard_g, states, group, lr)
-        for p, new in zip(params, split_like(F.slice_axis(C.all_gather(shard_p), 0, 0, numel), params)):
+        for p, new in zip(params, split_like(ops_functional.slice_axis(collective.all_gather(shard_p), 0, 0, numel), params)):
             p.copy_(new)
 
     def state_bytes(self) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import numpy as _np
 from flowserve.ops import conv as _conv
 from flowserve.ops.autocast_policy import lower_precision as _lower_precision
 from flowserve.ops import creation as _creation
-from flowserve.ops import functional as _F
+from flowserve.ops import functional as _ops_functional
 from flowserve.ops import indexing
 from flowserve.ops import pool as _pool
 from flowserve.ops.activation import dropout as _dropout  # noqa: F401
@@ -59,22 +59,22 @@ def linear(x, weight, bias=None):
     """``x @ weight.T + bias``, as ``torch.nn.functional.linear``."""
     if x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         fail_shape("linear", f"input (..., {weight.shape[-1]})", f"{tuple(x.shape)}")
-    out = _F.matmul(x, _F.t(weight))
+    out = _ops_functional.matmul(x, _ops_functional.t(weight))
     return out + bias if bias is not None else out
 
 
 def flatten(x, start_dim: int = 1, end_dim: int = -1):
-    return _F.flatten(x, start_dim, end_dim)
+    return _ops_functional.flatten(x, start_dim, end_dim)
 
 
 def softmax(x, dim: int | None = None, dtype=None):
-    x = _F.cast(x, dtype) if dtype is not None else x
-    return _F.softmax(x, -1 if dim is None else dim)
+    x = _ops_functional.cast(x, dtype) if dtype is not None else x
+    return _ops_functional.softmax(x, -1 if dim is None else dim)
 
 
 def log_softmax(x, dim: int | None = None, dtype=None):
-    x = _F.cast(x, dtype) if dtype is not None else x
-    return _F.log_softmax(x, -1 if dim is None else dim)
+    x = _ops_functional.cast(x, dtype) if dtype is not None else x
+    return _ops_functional.log_softmax(x, -1 if dim is None else dim)
 
 
 def dropout(x, p: float = 0.5, training: bool = True, inplace: bool = False):
@@ -138,12 +138,12 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     if input.ndim != 3:
         fail_shape("max_pool1d", "input (N, C, L)", tuple(input.shape))
     one = lambda v: (1, v if isinstance(v, int) else v[0])  # noqa: E731
-    out = max_pool2d(_F.unsqueeze(input, 2), one(kernel_size), None if stride is None else one(stride),
+    out = max_pool2d(_ops_functional.unsqueeze(input, 2), one(kernel_size), None if stride is None else one(stride),
                      (0, padding if isinstance(padding, int) else padding[0]), one(dilation), ceil_mode,
                      return_indices, "max_pool1d")
     if return_indices:
-        return _F.squeeze(out[0], 2), _F.squeeze(out[1], 2)
-    return _F.squeeze(out, 2)
+        return _ops_functional.squeeze(out[0], 2), _ops_functional.squeeze(out[1], 2)
+    return _ops_functional.squeeze(out, 2)
 
 
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,  # noqa: A002
@@ -190,8 +190,8 @@ def embedding(input, weight, padding_idx=None):  # noqa: A002
         return out
     if padding_idx < 0:
         padding_idx += weight.shape[0]
-    is_pad = _F.unsqueeze(_F.eq(input, padding_idx), -1)
-    return _F.where(is_pad, out.detach(), out)
+    is_pad = _ops_functional.unsqueeze(_ops_functional.eq(input, padding_idx), -1)
+    return _ops_functional.where(is_pad, out.detach(), out)
 
 
 # -- attention ------------------------------------------------------------------------------
@@ -204,24 +204,31 @@ def multi_head_attention_forward(query, key, value, num_heads: int, in_proj_weig
     """Multi-head attention with packed (3E, E) input projections, as PyTorch's function of this
     name (``batch_first`` says whether inputs are (N, L, E) or (L, N, E))."""
     e = query.shape[-1]
-    ws = [_F.getitem(in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
-    bs = [None] * 3 if in_proj_bias is None else [_F.getitem(in_proj_bias, slice(i * e, (i + 1) * e))
+    ws = [_ops_functional.getitem(in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
+    bs = [None] * 3 if in_proj_bias is None else [_ops_functional.getitem(in_proj_bias, slice(i * e, (i + 1) * e))
                                                   for i in range(3)]
     if not batch_first:
-        query, key, value = (_F.transpose(t, 0, 1) for t in (query, key, value))
+        query, key, value = (_ops_functional.transpose(t, 0, 1) for t in (query, key, value))
     out, weights = multi_head_attention(query, key, value, num_heads, (ws[0], bs[0]), (ws[1], bs[1]),
                                         (ws[2], bs[2]), (out_proj_weight, out_proj_bias), attn_mask,
                                         key_padding_mask, need_weights, average_attn_weights, dropout_p)
-    return (out if batch_first else _F.transpose(out, 0, 1)), weights
+    return (out if batch_first else _ops_functional.transpose(out, 0, 1)), weights
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("annotations", "fail_shape")]
 
 
-from flowserve.nn.functional_more import *  # noqa: E402,F401,F403 - activations with inplace=, im2col, ...
-from flowserve.nn.functional_3d import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d
-from flowserve.nn.functional_seq import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
-from flowserve.nn.functional_ported import *  # noqa: E402,F401,F403 - shrinks, rms_norm, 1-d pools, more losses
+from flowserve.nn.activation_functions import *  # noqa: E402,F401,F403 - inplace= forms, selu, glu, shrinks, ...
+from flowserve.nn.distance_functions import *  # noqa: E402,F401,F403 - normalize, cosine_similarity, pairwise_distance
+from flowserve.nn.dropout_functions import *  # noqa: E402,F401,F403 - dropout1d/2d/3d
+from flowserve.nn.linear_functions import *  # noqa: E402,F401,F403 - bilinear
+from flowserve.nn.loss_functions import *  # noqa: E402,F401,F403 - margin, embedding, likelihood losses
+from flowserve.nn.normalization_functions import *  # noqa: E402,F401,F403 - instance_norm, rms_norm
+from flowserve.nn.patch_functions import *  # noqa: E402,F401,F403 - unfold/fold, pixel and channel shuffles
+from flowserve.nn.pooling_functions import *  # noqa: E402,F401,F403 - adaptive max, 1-d and power pooling
+from flowserve.nn.sampling_functions import *  # noqa: E402,F401,F403 - affine_grid, grid_sample, upsample_*
+from flowserve.nn.sequence_functions import *  # noqa: E402,F401,F403 - embedding_bag, ctc_loss
+from flowserve.nn.volumetric_functions import *  # noqa: E402,F401,F403 - conv3d, max_pool3d, avg_pool3d, ...
 
 from flowserve._missing import module_getattr as _module_getattr  # noqa: E402
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from flowserve.device import to_device_array
-from flowserve.ops.creation import _rng
+from flowserve.ops.generator import rng_of as _rng
 from flowserve.tensor import Tensor
 
 

@@ -8,7 +8,7 @@ from typing import Iterator
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.dispatch import current_trace
-from flowserve.distributed import sbp as S
+from flowserve.distributed import sbp as sbp_types
 from flowserve.errors import DistributedError, FlowserveError
 from flowserve.nn.parameter import Parameter
 from flowserve.nn.state import load_module_state
@@ -289,7 +289,7 @@ class Module:
         if sbp is None:
             raise DistributedError("Module.to_global needs sbp=: one sbp (flow.sbp.broadcast) or a function "
                                    "tensor -> sbp")
-        choose = sbp if callable(sbp) and not isinstance(sbp, (S.sbp, list, tuple)) else (lambda t: sbp)
+        choose = sbp if callable(sbp) and not isinstance(sbp, (sbp_types.sbp, list, tuple)) else (lambda t: sbp)
         memo: dict = {}
         for m in self.modules():
             for store in (m._parameters, m._buffers):
@@ -347,12 +347,12 @@ def _to_global(t: Tensor, placement, sbp) -> Tensor:
     """One parameter or buffer of ``Module.to_global``: a leaf, its gradient converted too."""
     grad = t.grad
     with no_grad():
-        out = t if t.is_global else t.to_global(placement=placement, sbp=S.broadcast)  # the whole tensor
+        out = t if t.is_global else t.to_global(placement=placement, sbp=sbp_types.broadcast)  # the whole tensor
         out = out.to_global(sbp=sbp)
         if out is not t and not isinstance(t, Parameter):
             out = out.detach()  # a buffer: a plain global tensor, without history
         if grad is not None and out is not t:
-            grad = grad if grad.is_global else grad.to_global(placement=placement, sbp=S.broadcast)
+            grad = grad if grad.is_global else grad.to_global(placement=placement, sbp=sbp_types.broadcast)
             out.grad = grad
     return out
 

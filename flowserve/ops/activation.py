@@ -6,43 +6,41 @@ from __future__ import annotations
 
 import math
 
-from flowserve.ops import dropout as D
-from flowserve.ops import functional as F
-from flowserve.ops import math as M
-
-
+from flowserve.ops import dropout as dropout_ops
+from flowserve.ops import functional
+from flowserve.ops import math as math_ops
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
-    return F.clamp(x, min_val, max_val)
+    return functional.clamp(x, min_val, max_val)
 
 
 def relu6(x):
-    return F.clamp(x, 0.0, 6.0)
+    return functional.clamp(x, 0.0, 6.0)
 
 
 def leaky_relu(x, negative_slope: float = 0.01):
-    return F.where(F.gt(x, 0), x, x * negative_slope)
+    return functional.where(functional.gt(x, 0), x, x * negative_slope)
 
 
 def elu(x, alpha: float = 1.0):
-    return F.where(F.gt(x, 0), x, (F.exp(F.minimum(x, 0.0)) - 1.0) * alpha)
+    return functional.where(functional.gt(x, 0), x, (functional.exp(functional.minimum(x, 0.0)) - 1.0) * alpha)
 
 
 def gelu(x, approximate: str = "none"):
     """Gaussian error linear unit: exact (``erf``) or ``approximate="tanh"``."""
     if approximate == "tanh":
         inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-        return x * 0.5 * (F.tanh(inner) + 1.0)
+        return x * 0.5 * (functional.tanh(inner) + 1.0)
     if approximate != "none":
         raise ValueError(f"gelu expected approximate 'none' or 'tanh', got {approximate!r}")
-    return x * 0.5 * (M.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+    return x * 0.5 * (math_ops.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
 
 
 def silu(x):
-    return x * F.sigmoid(x)
+    return x * functional.sigmoid(x)
 
 
 def hardsigmoid(x):
-    return F.clamp(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
+    return functional.clamp(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)
 
 
 def hardswish(x):
@@ -51,12 +49,12 @@ def hardswish(x):
 
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     scaled = x * beta
-    soft = F.log(F.exp(F.minimum(scaled, threshold)) + 1.0) * (1.0 / beta)
-    return F.where(F.gt(scaled, threshold), x, soft)
+    soft = functional.log(functional.exp(functional.minimum(scaled, threshold)) + 1.0) * (1.0 / beta)
+    return functional.where(functional.gt(scaled, threshold), x, soft)
 
 
 def mish(x):
-    return x * F.tanh(softplus(x))
+    return x * functional.tanh(softplus(x))
 
 
 def logsigmoid(x):
@@ -75,4 +73,4 @@ def dropout(x, p: float = 0.5, training: bool = True):
         return x
     if p == 1.0:
         return x * 0.0
-    return x * D.dropout_mask(x, p=float(p)) * (1.0 / (1.0 - p))
+    return x * dropout_ops.dropout_mask(x, p=float(p)) * (1.0 / (1.0 - p))

@@ -13,16 +13,20 @@ import math
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import activation as A
-from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import activation as activation_ops
+from flowserve.ops import functional
 from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
 
 def _allowed_to_bias(allowed, dtype):
     """Additive bias: 0 where ``allowed`` is True, -inf elsewhere."""
-    return F.where(allowed, 0.0, float("-inf")) if allowed.dtype is dtypes.bool_ else F.cast(allowed, dtype)
+    return (
+        functional.where(allowed, 0.0, float("-inf"))
+        if allowed.dtype is dtypes.bool_
+        else functional.cast(allowed, dtype)
+    )
 
 
 @lower_precision
@@ -35,23 +39,23 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
                    f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = F.matmul(query, F.transpose(key, -2, -1)) * scale
+    scores = functional.matmul(query, functional.transpose(key, -2, -1)) * scale
     if is_causal:
         if attn_mask is not None:
             raise ValueError("scaled_dot_product_attention expected attn_mask=None when is_causal=True")
-        causal = creation.tensor(np.tril(np.ones((L, S), dtype=bool)), device=query.device)
+        causal = from_array(np.tril(np.ones((L, S), dtype=bool)), device=query.device)
         scores = scores + _allowed_to_bias(causal, scores.dtype)
     if attn_mask is not None:
         scores = scores + _allowed_to_bias(attn_mask, scores.dtype)
-    weights = F.softmax(scores, -1)
+    weights = functional.softmax(scores, -1)
     if dropout_p > 0.0:
-        weights = A.dropout(weights, dropout_p, training=True)
-    return F.matmul(weights, value)
+        weights = activation_ops.dropout(weights, dropout_p, training=True)
+    return functional.matmul(weights, value)
 
 
 def _blocked_to_bias(mask, dtype):
     """Additive bias: -inf where a bool ``mask`` is True (blocked); float masks as they are."""
-    return F.where(mask, float("-inf"), 0.0) if mask.dtype is dtypes.bool_ else F.cast(mask, dtype)
+    return functional.where(mask, float("-inf"), 0.0) if mask.dtype is dtypes.bool_ else functional.cast(mask, dtype)
 
 
 def _attention_bias(attn_mask, key_padding_mask, n: int, heads: int, L: int, S: int, dtype):
@@ -60,23 +64,23 @@ def _attention_bias(attn_mask, key_padding_mask, n: int, heads: int, L: int, S: 
         if attn_mask.ndim == 2:
             if tuple(attn_mask.shape) != (L, S):
                 fail_shape("MultiheadAttention", f"attn_mask ({L}, {S})", tuple(attn_mask.shape))
-            bias = F.reshape(_blocked_to_bias(attn_mask, dtype), (1, 1, L, S))
+            bias = functional.reshape(_blocked_to_bias(attn_mask, dtype), (1, 1, L, S))
         elif tuple(attn_mask.shape) == (n * heads, L, S):
-            bias = F.reshape(_blocked_to_bias(attn_mask, dtype), (n, heads, L, S))
+            bias = functional.reshape(_blocked_to_bias(attn_mask, dtype), (n, heads, L, S))
         else:
             fail_shape("MultiheadAttention", f"attn_mask ({L}, {S}) or ({n * heads}, {L}, {S})",
                        tuple(attn_mask.shape))
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (n, S):
             fail_shape("MultiheadAttention", f"key_padding_mask ({n}, {S})", tuple(key_padding_mask.shape))
-        pad = F.reshape(_blocked_to_bias(key_padding_mask, dtype), (n, 1, 1, S))
+        pad = functional.reshape(_blocked_to_bias(key_padding_mask, dtype), (n, 1, 1, S))
         bias = pad if bias is None else bias + pad
     return bias
 
 
 def _split_heads(x, n: int, heads: int):
     """(N, L, E) -> (N, heads, L, E / heads)."""
-    return F.permute(F.reshape(x, (n, x.shape[1], heads, x.shape[2] // heads)), [0, 2, 1, 3])
+    return functional.permute(functional.reshape(x, (n, x.shape[1], heads, x.shape[2] // heads)), [0, 2, 1, 3])
 
 
 @lower_precision
@@ -89,22 +93,24 @@ def multi_head_attention(query, key, value, heads: int, q_proj, k_proj, v_proj, 
     (N, heads, L, S), or None.
     """
     n, L, S = query.shape[0], query.shape[1], key.shape[1]
-    q = F.matmul(query, F.t(q_proj[0]))
-    k = F.matmul(key, F.t(k_proj[0]))
-    v = F.matmul(value, F.t(v_proj[0]))
+    q = functional.matmul(query, functional.t(q_proj[0]))
+    k = functional.matmul(key, functional.t(k_proj[0]))
+    v = functional.matmul(value, functional.t(v_proj[0]))
     if q_proj[1] is not None:
         q, k, v = q + q_proj[1], k + k_proj[1], v + v_proj[1]
     q, k, v = _split_heads(q, n, heads), _split_heads(k, n, heads), _split_heads(v, n, heads)
-    scores = F.matmul(q * (1.0 / math.sqrt(q.shape[-1])), F.transpose(k, -2, -1))
+    scores = functional.matmul(q * (1.0 / math.sqrt(q.shape[-1])), functional.transpose(k, -2, -1))
     bias = _attention_bias(attn_mask, key_padding_mask, n, heads, L, S, scores.dtype)
     if bias is not None:
         scores = scores + bias
-    weights = F.softmax(scores, -1)
-    dropped = A.dropout(weights, dropout_p, training=True) if dropout_p > 0.0 else weights
-    out = F.reshape(F.permute(F.matmul(dropped, v), [0, 2, 1, 3]), (n, L, v.shape[1] * v.shape[3]))
-    out = F.matmul(out, F.t(out_proj[0]))
+    weights = functional.softmax(scores, -1)
+    dropped = activation_ops.dropout(weights, dropout_p, training=True) if dropout_p > 0.0 else weights
+    out = functional.reshape(
+        functional.permute(functional.matmul(dropped, v), [0, 2, 1, 3]), (n, L, v.shape[1] * v.shape[3])
+    )
+    out = functional.matmul(out, functional.t(out_proj[0]))
     if out_proj[1] is not None:
         out = out + out_proj[1]
     if not need_weights:
         return out, None
-    return out, (F.mean(weights, 1) if average_attn_weights else weights)
+    return out, (functional.mean(weights, 1) if average_attn_weights else weights)

@@ -25,9 +25,8 @@ import functools
 
 from flowserve import dtypes
 from flowserve.dispatch import current_interpreter
-from flowserve.ops import basic as F
-from flowserve.ops import functional_math as FM
-
+from flowserve.ops import core_functions
+from flowserve.ops import math_functions
 LOW = (dtypes.float16, dtypes.bfloat16)
 
 
@@ -44,14 +43,16 @@ def _cast_args(args, kwargs, wanted, source, through=None):
             return type(v)(cast(u) for u in v)
         if getattr(v, "dtype", None) not in source or not hasattr(v, "_data"):
             return v
-        return F.cast(F.cast(v, through) if through is not None and v.dtype is not through else v, wanted)
+        return core_functions.cast(
+            core_functions.cast(v, through) if through is not None and v.dtype is not through else v, wanted
+        )
     return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
 
 
 def _cast_results(out, wanted):
     if isinstance(out, (tuple, list)):
         return type(out)(_cast_results(o, wanted) for o in out)
-    return F.cast(out, wanted) if getattr(out, "dtype", None) is dtypes.float32 else out
+    return core_functions.cast(out, wanted) if getattr(out, "dtype", None) is dtypes.float32 else out
 
 
 def lower_precision(fn):
@@ -88,13 +89,13 @@ def like_input(fn):
         low = x.dtype
         (x, *args), kwargs = _cast_args((x, *args), kwargs, dtypes.float32, LOW)
         out = fn(x, *args, **kwargs)
-        return F.cast(out, low) if getattr(out, "dtype", None) is dtypes.float32 else out
+        return core_functions.cast(out, low) if getattr(out, "dtype", None) is dtypes.float32 else out
     return wrapped
 
 
 # the public spellings (flow.matmul, flow.mm, flow.bmm, Tensor.__matmul__ / matmul / mm / bmm);
-# composites call basic.matmul and keep their inputs' dtype
-matmul = lower_precision(F.matmul)
+# composites call core_functions.matmul and keep their inputs' dtype
+matmul = lower_precision(core_functions.matmul)
 mm = matmul
-bmm = lower_precision(FM.bmm)
-einsum = lower_precision(FM.einsum)
+bmm = lower_precision(math_functions.bmm)
+einsum = lower_precision(math_functions.einsum)

@@ -16,7 +16,7 @@ The gradient is written with flowserve ops, so it is itself differentiable.
 
 from __future__ import annotations
 
-from flowserve.ops import functional as F
+from flowserve.ops import functional
 from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
 
 
@@ -48,22 +48,22 @@ def _vjp(ctx, g, g_mean=None, g_var=None):
     _, mean, var = ctx.outputs
     axes, shape = reduce_axes(x.ndim), channel_shape(x)
     n = x.numel() // x.shape[1]
-    r = F.rsqrt(var + ctx.attrs["eps"])
-    d = x - F.reshape(mean, shape)
+    r = functional.rsqrt(var + ctx.attrs["eps"])
+    d = x - functional.reshape(mean, shape)
     gx = gw = gb = None
     if g is not None:
-        sum_g = F.sum(g, axes)
-        sum_gd = F.sum(g * d, axes)
+        sum_g = functional.sum(g, axes)
+        sum_gd = functional.sum(g * d, axes)
         k = r * weight
-        gx = g * F.reshape(k, shape) + (d * F.reshape(k * r * r * sum_gd * (-1.0 / n), shape)
-                                        + F.reshape(k * sum_g * (-1.0 / n), shape))
+        gx = g * functional.reshape(k, shape) + (d * functional.reshape(k * r * r * sum_gd * (-1.0 / n), shape)
+                                        + functional.reshape(k * sum_g * (-1.0 / n), shape))
         gw, gb = sum_gd * r, sum_g
     if g_var is not None:  # d var / dx = 2 d / n
-        term = d * F.reshape(g_var * (2.0 / n), shape)
+        term = d * functional.reshape(g_var * (2.0 / n), shape)
         gx = term if gx is None else gx + term
     if g_mean is not None:  # d mean / dx = 1 / n
-        term = F.reshape(g_mean * (1.0 / n), shape)
-        gx = gx + term if gx is not None else F.expand(term, x.shape)
+        term = functional.reshape(g_mean * (1.0 / n), shape)
+        gx = gx + term if gx is not None else functional.expand(term, x.shape)
     return gx, gw, gb
 
 

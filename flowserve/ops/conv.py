@@ -13,7 +13,7 @@ kernel size. Both lower to plain ONNX ``Conv``/``ConvTranspose``.
 
 from __future__ import annotations
 
-from flowserve.ops import shape as S
+from flowserve.ops import shape as shape_ops
 from flowserve.ops.conv_kernels import conv2d as _conv2d
 from flowserve.ops.conv_kernels import conv_out_size, conv_transpose_out_size
 from flowserve.ops.conv_kernels import conv_transpose2d as _conv_transpose2d
@@ -97,7 +97,7 @@ def weight_grad(x, g, kernel, stride, pads, dilation, groups):
     gt = gt.reshape([groups * og, n, *g.shape[2:]])
     out = conv(xt, gt, stride=list(dilation), pads=list(pads), dilation=list(stride), groups=groups)
     if list(out.shape[2:]) != list(kernel):
-        out = S.slice_(out, starts=[0] * r, ends=list(kernel), axes=list(range(2, 2 + r)), steps=[1] * r)
+        out = shape_ops.slice_(out, starts=[0] * r, ends=list(kernel), axes=list(range(2, 2 + r)), steps=[1] * r)
     return out.permute([1, 0, *range(2, 2 + r)])
 
 
@@ -133,7 +133,7 @@ def _conv_transpose_vjp(ctx, g):
         gx = conv(g, w, stride=a["stride"], pads=a["pads"], dilation=a["dilation"], groups=a["groups"])
         r = x.ndim - 2
         if list(gx.shape[2:]) != list(x.shape[2:]):  # output_padding rows reach past x's last row
-            gx = S.slice_(gx, starts=[0] * r, ends=list(x.shape[2:]), axes=list(range(2, 2 + r)), steps=[1] * r)
+            gx = shape_ops.slice_(gx, starts=[0] * r, ends=list(x.shape[2:]), axes=list(range(2, 2 + r)), steps=[1] * r)
     gw = weight_grad(g, x, w.shape[2:], a["stride"], a["pads"], a["dilation"], a["groups"]) \
         if ctx.needs(1) else None
     return gx, gw

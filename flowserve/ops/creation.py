@@ -1,72 +1,64 @@
-"""Tensor creation: ``tensor``, ``zeros``, ``randn``, ... and the global random generator.
+"""Tensor creation, all of it: ``tensor``, ``zeros``, ``ones``, ``full``, ``arange``,
+``randn``, ``*_like``, ... as ``flow.*`` spells them (``flowserve.api`` re-exports them).
 
-These make eager tensors from numpy; inside ``nn.Graph.build`` their results become
-constants of the graph.
+- Eagerly they make tensors from numpy (random ones draw from ``flowserve.ops.generator``).
+- Inside ``nn.Graph.build`` the random ones record random ops (``flowserve.ops.random``), so
+  a compiled graph draws fresh values on every call instead of freezing the trace's draw; a
+  size holding the batch (``flow.zeros(x.shape[0], 4)``, ``flow.arange(x.shape[0])``)
+  becomes ops that follow the batch at run time (``flowserve.ops.dims``); other results
+  become constants of the graph.
+- Given OneFlow's ``placement=`` and ``sbp=`` they make a global tensor: the logical tensor
+  (rank 0's draw for the random ones), of which each rank keeps its piece.
+
+>>> import flowserve as flow
+>>> flow.zeros(2, 3).shape
+flowserve.Size([2, 3])
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.device import CPU, as_device, to_device_array
-from flowserve.ops.dims import as_dim
-from flowserve.tensor import Tensor, array_from
+from flowserve.autograd import no_grad
+from flowserve.device import CPU, as_device
+from flowserve.ops import core_functions, random
+from flowserve.ops.dims import BatchDim, as_dim
+from flowserve.ops.indexing_functions import cumsum
+from flowserve.ops.generator import Generator, default_generator, manual_seed, rng_of
+from flowserve.ops.registry import broadcast_shapes, current_trace
+from flowserve.tensor import array_from, from_array
+
+__all__ = [
+    "Generator", "default_generator", "manual_seed", "tensor", "from_numpy", "zeros", "ones", "empty", "full",
+    "arange", "linspace", "eye", "randn", "rand", "randint", "randperm", "normal", "zeros_like", "ones_like",
+    "empty_like", "full_like", "randn_like", "rand_like", "randint_like",
+]
 
 
-class Generator:
-    """A seeded source of random numbers (``flowserve.Generator().manual_seed(0)``)."""
+def with_placement(random: bool = False):
+    """A creation function that also takes OneFlow's ``placement=``/``sbp=``: with them it
+    makes the logical tensor and keeps this rank's piece (``Tensor._global_from_logical``,
+    from ``flowserve.distributed``); ``random``: the ranks' draws differ, rank 0's is used."""
 
-    def __init__(self, seed: int | None = None):
-        self.manual_seed(seed if seed is not None else np.random.SeedSequence().entropy % (2**63))
+    def decorate(create):
+        @functools.wraps(create)
+        def make(*args, placement=None, sbp=None, **kwargs):
+            if placement is None and sbp is None:
+                return create(*args, **kwargs)
+            requires_grad = kwargs.pop("requires_grad", False)
+            with no_grad():
+                out = create(*args, **kwargs)._global_from_logical(placement, sbp, same_on_every_rank=not random)
+            return out.requires_grad_() if requires_grad else out
 
-    def manual_seed(self, seed: int) -> "Generator":
-        self._seed = int(seed)
-        self.rng = np.random.default_rng(self._seed)
-        return self
+        return make
 
-    def initial_seed(self) -> int:
-        return self._seed
-
-    def draw_seed(self) -> np.ndarray:
-        """The next seed this generator gives a compiled ``nn.Graph`` (one per call), as
-        an int64 0-d array below ``2**31 - 1``."""
-        return np.asarray(self.rng.integers(0, (1 << 31) - 1), dtype=np.int64)
-
-
-default_generator = Generator(0)
+    return decorate
 
 
-def manual_seed(seed: int) -> Generator:
-    """Seed flowserve's default generator, as ``flow.manual_seed(0)``."""
-    return default_generator.manual_seed(seed)
-
-
-def _rng(generator: Generator | None):
-    return (generator or default_generator).rng
-
-
-def _make(data: np.ndarray, dtype=None, device=None, requires_grad=False):
-    if dtype is not None:
-        data = data.astype(dtypes.as_dtype(dtype).np, copy=False)
-    d = as_device(device) if device is not None else CPU
-    t = Tensor._wrap(to_device_array(data, d), d)
-    if requires_grad:
-        t.requires_grad = True
-    return t
-
-
-def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``."""
-    arr = np.array(array_from(data, dtypes.default_float), copy=True)
-    return _make(arr, dtype, device, requires_grad)
-
-
-def from_numpy(array: np.ndarray):
-    """A tensor sharing memory with ``array``."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"from_numpy expected a numpy.ndarray, got {type(array).__name__}")
-    return _make(array)
+# -- sizes, dtypes, devices --------------------------------------------------------------------
 
 
 def _size(size) -> tuple:
@@ -75,75 +67,185 @@ def _size(size) -> tuple:
     return tuple(as_dim(s) for s in size)  # the batch mark of a trace survives (ops.dims)
 
 
+def _size_arg(args: tuple, size) -> tuple:
+    """The size given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as ``size=`` (PyTorch's keyword)."""
+    if size is None:
+        return _size(args)
+    if args:
+        raise TypeError(f"got the size both positionally {args} and as size={size}")
+    return _size((size,))
+
+
 def _float_dtype(dtype):
     return dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_float
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
-    return _make(np.zeros(_size(size), _float_dtype(dtype).np), None, device, requires_grad)
+def _device(device):
+    return as_device(device) if device is not None else CPU
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
-    return _make(np.ones(_size(size), _float_dtype(dtype).np), None, device, requires_grad)
+def _batch_sized(size: tuple) -> bool:
+    """Inside a trace, a size that holds the symbolic batch (``zeros(x.shape[0], 4)``)."""
+    return current_trace() is not None and any(isinstance(d, BatchDim) for d in size)
 
 
+def _traced_full(size: tuple, value, dtype, device):
+    """``full`` inside a trace with a batch-sized shape: an ``expand`` that follows the batch."""
+    scalar = core_functions.scalar_tensor(value, dtypes.as_dtype(dtype), _device(device))
+    return core_functions.expand(scalar, list(size))
+
+
+# -- from data -------------------------------------------------------------------------------
+
+
+@with_placement()
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``."""
+    arr = np.array(array_from(data, dtypes.default_float), copy=True)
+    return from_array(arr, dtype, device, requires_grad)
+
+
+def from_numpy(array: np.ndarray):
+    """A tensor sharing memory with ``array``."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy expected a numpy.ndarray, got {type(array).__name__}")
+    return from_array(array)
+
+
+# -- filled ----------------------------------------------------------------------------------
+
+
+@with_placement()
+def zeros(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    size = _size_arg(size_args, size)
+    if _batch_sized(size):
+        return _traced_full(size, 0, _float_dtype(dtype), device)
+    return from_array(np.zeros(size, _float_dtype(dtype).np), None, device, requires_grad)
+
+
+@with_placement()
+def ones(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    size = _size_arg(size_args, size)
+    if _batch_sized(size):
+        return _traced_full(size, 1, _float_dtype(dtype), device)
+    return from_array(np.ones(size, _float_dtype(dtype).np), None, device, requires_grad)
+
+
+@with_placement()
+def empty(*size_args, size=None, dtype=None, device=None, requires_grad=False):
+    return zeros(*_size_arg(size_args, size), dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+@with_placement()
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    shape = _size((size,))
     if dtype is None:
-        dtype = dtypes.as_dtype(type(fill_value)) if not isinstance(fill_value, float) else dtypes.default_float
-    return _make(np.full(_size((size,)), fill_value, dtypes.as_dtype(dtype).np), None, device, requires_grad)
+        dtype = dtypes.default_float if isinstance(fill_value, float) else dtypes.as_dtype(type(fill_value))
+    if _batch_sized(shape):
+        return _traced_full(shape, fill_value, dtype, device)
+    return from_array(np.full(shape, fill_value, dtypes.as_dtype(dtype).np), None, device, requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False):
-    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+# -- ranges ----------------------------------------------------------------------------------
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    data = _rng(generator).standard_normal(_size(size), dtype=np.float64)
-    return _make(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+@with_placement()
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None and isinstance(start, BatchDim) and current_trace() is not None and step == 1:
+        ones_ = _traced_full((start,), 1, dtypes.int64, device)  # a running count that follows the batch
+        return core_functions.cast(cumsum(ones_, 0) - 1, dtypes.as_dtype(dtype) if dtype else dtypes.int64)
+    if end is None:
+        start, end = 0, start
+    is_float = any(isinstance(v, float) for v in (start, end, step))
+    default = dtypes.default_float if is_float else dtypes.int64
+    data = np.arange(start, end, step, dtype=np.float64 if is_float else np.int64)
+    return from_array(data.astype((dtypes.as_dtype(dtype) if dtype else default).np), None, device, requires_grad)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, generator=None):
-    data = _rng(generator).random(_size(size), dtype=np.float64)
-    return _make(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+@with_placement()
+def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False):
+    data = np.linspace(start, end, int(steps), dtype=np.float64)
+    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
 
 
+@with_placement()
+def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=False):
+    return from_array(np.eye(n, m, dtype=_float_dtype(dtype).np), None, device, requires_grad)
+
+
+# -- random ----------------------------------------------------------------------------------
+
+
+@with_placement(random=True)
+def randn(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    size = _size_arg(size_args, size)
+    if current_trace() is not None:  # a graph draws fresh values per call
+        return random.traced_normal(size, _float_dtype(dtype), _device(device), generator=generator)
+    data = rng_of(generator).standard_normal(size, dtype=np.float64)
+    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+
+
+@with_placement(random=True)
+def rand(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
+    size = _size_arg(size_args, size)
+    if current_trace() is not None:
+        return random.traced_uniform(size, _float_dtype(dtype), _device(device), generator=generator)
+    data = rng_of(generator).random(size, dtype=np.float64)
+    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+
+
+@with_placement(random=True)
 def randint(low, high=None, size=(), dtype=None, device=None, generator=None):
     """Integers in ``[low, high)``: ``flow.randint(0, 10, (2, 3))`` or ``flow.randint(10, (2, 3))``."""
     if isinstance(high, (tuple, list)):
         low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
-    data = _rng(generator).integers(low, high, size=_size((size,)), dtype=np.int64)
-    return _make(data, dtype, device)
+    if current_trace() is not None:
+        uniform = random.traced_uniform(_size((size,)), dtypes.float32, _device(device), low, high, generator)
+        return random.integers_from(uniform, low, high, dtype)
+    data = rng_of(generator).integers(low, high, size=_size((size,)), dtype=np.int64)
+    return from_array(data, dtype, device)
 
 
+@with_placement(random=True)
 def randperm(n: int, dtype=None, device=None, generator=None):
-    return _make(_rng(generator).permutation(n).astype(np.int64), dtype, device)
+    if current_trace() is not None:
+        return random.traced_randperm(int(n), dtype, _device(device), generator)
+    return from_array(rng_of(generator).permutation(n).astype(np.int64), dtype, device)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
-    if end is None:
-        start, end = 0, start
-    is_float = any(isinstance(v, float) for v in (start, end, step))
-    default = dtypes.default_float if is_float else dtypes.int64
-    data = np.arange(start, end, step, dtype=np.float64 if is_float else np.int64)
-    return _make(data.astype((dtypes.as_dtype(dtype) if dtype else default).np), None, device, requires_grad)
+@with_placement(random=True)
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None):
+    """Normal draws (``torch.normal``): ``normal(mean_tensor, std_tensor)`` elementwise, or
+    ``normal(mean, std, size)`` with numbers; fresh per call inside a graph.
+
+    >>> import flowserve as flow
+    >>> tuple(flow.normal(0.0, 2.0, (3, 4)).shape)
+    (3, 4)
+    """
+    if size is not None:
+        return randn(*size, generator=generator, dtype=dtype, device=device) * std + mean
+    mean_t = mean if hasattr(mean, "shape") else None
+    std_t = std if hasattr(std, "shape") else None
+    like = mean_t if mean_t is not None else std_t
+    if like is None:
+        raise TypeError("normal expects tensors for mean or std, or a size=")
+    shape = broadcast_shapes("normal", *[tuple(t.shape) for t in (mean_t, std_t) if t is not None])
+    z = randn(*shape, generator=generator, dtype=like.dtype, device=like.device)
+    return z * std + mean
 
 
-def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False):
-    data = np.linspace(start, end, int(steps), dtype=np.float64)
-    return _make(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+# -- like another tensor ----------------------------------------------------------------------
 
 
-def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=False):
-    return _make(np.eye(n, m, dtype=_float_dtype(dtype).np), None, device, requires_grad)
-
-
-def _like(fn, t, dtype=None, device=None, requires_grad=False, **kw):
-    if t.is_global:  # OneFlow's rule: global, with t's placement and sbp (random: rank 0's draw)
-        return t._global_like(lambda: fn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, **kw),
-                              requires_grad, random=fn in (randn, rand))
-    return fn(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad, **kw)
+def _like(create, t, dtype=None, device=None, requires_grad=False, random=False, **kw):
+    """``create`` with ``t``'s size, dtype and device; a global ``t`` gives a global result with
+    its placement and sbp (OneFlow's rule; random: rank 0's draw)."""
+    if t.is_global:
+        return t._global_like(lambda: create(*t.shape, dtype=dtype or t.dtype, device=device or t.device, **kw),
+                              requires_grad, random=random)
+    return create(*t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad, **kw)
 
 
 def zeros_like(t, dtype=None, device=None, requires_grad=False):
@@ -154,26 +256,32 @@ def ones_like(t, dtype=None, device=None, requires_grad=False):
     return _like(ones, t, dtype, device, requires_grad)
 
 
-def randn_like(t, dtype=None, device=None, requires_grad=False, generator=None):
-    return _like(randn, t, dtype, device, requires_grad, generator=generator)
-
-
-def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
-    return _like(rand, t, dtype, device, requires_grad, generator=generator)
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return _like(zeros, t, dtype, device, requires_grad)
 
 
 def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
-    if t.is_global:
-        return t._global_like(lambda: full(tuple(t.shape), fill_value, dtype=dtype or t.dtype,
-                                           device=device or t.device), requires_grad)
-    return full(tuple(t.shape), fill_value, dtype=dtype or t.dtype, device=device or t.device,
-                requires_grad=requires_grad)
+    def create(*size, dtype, device, requires_grad=False):
+        return full(size, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    return _like(create, t, dtype, device, requires_grad)
 
 
-def empty_like(t, dtype=None, device=None, requires_grad=False):
-    return _like(empty, t, dtype, device, requires_grad)
+def randn_like(t, dtype=None, device=None, requires_grad=False, generator=None):
+    if current_trace() is not None:
+        return random.normal_as(t, dtype=dtype, generator=generator)
+    return _like(randn, t, dtype, device, requires_grad, random=True, generator=generator)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
+    if current_trace() is not None:
+        return random.uniform_as(t, dtype=dtype, generator=generator)
+    return _like(rand, t, dtype, device, requires_grad, random=True, generator=generator)
 
 
 def randint_like(t, low, high=None, dtype=None, device=None, generator=None):
-    return randint(low, high, tuple(t.shape), dtype=dtype or t.dtype, device=device or t.device,
-                   generator=generator)
+    if current_trace() is not None:
+        low, high = (0, low) if high is None else (low, high)
+        return random.integers_from(random.uniform_as(t, low, high, dtypes.float32, generator), low, high,
+                                    dtype or t.dtype)
+    return randint(low, high, tuple(t.shape), dtype=dtype or t.dtype, device=device or t.device, generator=generator)

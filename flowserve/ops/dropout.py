@@ -9,7 +9,7 @@ runs therefore drop different elements: training-equality checks use ``p=0`` or 
 
 from __future__ import annotations
 
-from flowserve.ops.creation import default_generator
+from flowserve.ops.generator import default_generator
 from flowserve.ops.registry import Meta, fail_dtype, fail_shape, primitive
 
 

@@ -8,9 +8,7 @@ import math
 import string
 
 from flowserve.errors import ShapeError
-from flowserve.ops import basic as F
-
-
+from flowserve.ops import core_functions
 def _fail(equation: str, why: str):
     raise ShapeError(f"einsum expected {why}, got equation {equation!r}")
 
@@ -52,7 +50,7 @@ def _sum_private(x, term: str, keep: set):
     axes = [i for i, c in enumerate(term) if c not in keep]
     if not axes:
         return x, term
-    return F.sum(x, axes), "".join(c for c in term if c in keep)
+    return core_functions.sum(x, axes), "".join(c for c in term if c in keep)
 
 
 def _contract(a, ta: str, b, tb: str, keep: set, sizes: dict):
@@ -61,12 +59,14 @@ def _contract(a, ta: str, b, tb: str, keep: set, sizes: dict):
     summed = [c for c in ta if c in tb and c not in keep]
     left = [c for c in ta if c not in tb]
     right = [c for c in tb if c not in ta]
-    a = F.permute(a, [ta.index(c) for c in batch + left + summed])
-    b = F.permute(b, [tb.index(c) for c in batch + summed + right])
+    a = core_functions.permute(a, [ta.index(c) for c in batch + left + summed])
+    b = core_functions.permute(b, [tb.index(c) for c in batch + summed + right])
     n = [math.prod(sizes[c] for c in group) for group in (batch, left, summed, right)]
-    out = F.matmul(F.reshape(a, (n[0], n[1], n[2])), F.reshape(b, (n[0], n[2], n[3])))
+    out = core_functions.matmul(
+        core_functions.reshape(a, (n[0], n[1], n[2])), core_functions.reshape(b, (n[0], n[2], n[3]))
+    )
     term = "".join(batch + left + right)
-    return F.reshape(out, [sizes[c] for c in term]), term
+    return core_functions.reshape(out, [sizes[c] for c in term]), term
 
 
 def einsum(equation: str, operands: list):
@@ -85,4 +85,4 @@ def einsum(equation: str, operands: list):
         keep = set(out).union(*[set(t) for t in terms[i + 1:]])
         x, term = _contract(x, term, xs[i], terms[i], keep, sizes)
         x, term = _sum_private(x, term, keep)
-    return F.permute(x, [term.index(c) for c in out]) if term != out else x
+    return core_functions.permute(x, [term.index(c) for c in out]) if term != out else x

@@ -2,7 +2,7 @@
 ``gather``, ``scatter``, ``scatter_add``) and ``take`` (numpy's ``take``, ONNX ``Gather``).
 
 Advanced indexing, boolean masks and ``__setitem__`` are composites over these (see
-``flowserve.ops.functional_index``), so they need no gradient or lowering of their own.
+``flowserve.ops.indexing_functions``), so they need no gradient or lowering of their own.
 """
 
 from __future__ import annotations

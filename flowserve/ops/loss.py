@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.ops import functional as F
+from flowserve.ops import functional
 from flowserve.ops.autocast_policy import float32
 from flowserve.ops.registry import fail_dtype, fail_shape
 
@@ -11,9 +11,9 @@ REDUCTIONS = ("mean", "sum", "none")
 
 def reduce(loss, reduction: str, op: str):
     if reduction == "mean":
-        return F.mean(loss)
+        return functional.mean(loss)
     if reduction == "sum":
-        return F.sum(loss)
+        return functional.sum(loss)
     if reduction == "none":
         return loss
     raise ValueError(f"{op} expected reduction 'mean', 'sum' or 'none', got {reduction!r}")
@@ -34,25 +34,25 @@ def mse_loss(input, target, reduction: str = "mean"):
 @float32
 def l1_loss(input, target, reduction: str = "mean"):
     _same_shape("l1_loss", input, target)
-    return reduce(F.abs(input - target), reduction, "l1_loss")
+    return reduce(functional.abs(input - target), reduction, "l1_loss")
 
 
 @float32
 def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0):
     """Squared below ``beta``, absolute above (``beta=0`` is the L1 loss)."""
     _same_shape("smooth_l1_loss", input, target)
-    diff = F.abs(input - target)
+    diff = functional.abs(input - target)
     if beta == 0:
         return reduce(diff, reduction, "smooth_l1_loss")
-    loss = F.where(F.lt(diff, beta), diff * diff * (0.5 / beta), diff - 0.5 * beta)
+    loss = functional.where(functional.lt(diff, beta), diff * diff * (0.5 / beta), diff - 0.5 * beta)
     return reduce(loss, reduction, "smooth_l1_loss")
 
 
 @float32
 def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
     _same_shape("huber_loss", input, target)
-    diff = F.abs(input - target)
-    loss = F.where(F.lt(diff, delta), diff * diff * 0.5, (diff - 0.5 * delta) * delta)
+    diff = functional.abs(input - target)
+    loss = functional.where(functional.lt(diff, delta), diff * diff * 0.5, (diff - 0.5 * delta) * delta)
     return reduce(loss, reduction, "huber_loss")
 
 
@@ -60,8 +60,8 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0):
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     """``-(t log x + (1 - t) log(1 - x))`` with logs clamped at -100, as PyTorch."""
     _same_shape("binary_cross_entropy", input, target)
-    log_x = F.maximum(F.log(input), -100.0)
-    log_1mx = F.maximum(F.log(1.0 - input), -100.0)
+    log_x = functional.maximum(functional.log(input), -100.0)
+    log_1mx = functional.maximum(functional.log(1.0 - input), -100.0)
     loss = -(target * log_x + (1.0 - target) * log_1mx)
     if weight is not None:
         loss = loss * weight
@@ -72,8 +72,10 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
 def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean", pos_weight=None):
     """Sigmoid + binary cross entropy in one stable expression, as PyTorch."""
     _same_shape("binary_cross_entropy_with_logits", input, target)
-    max_val = F.relu(-input)
-    log_terms = F.log(F.exp(-max_val) + F.exp(-input - max_val)) + max_val  # log(1 + exp(-x))
+    max_val = functional.relu(-input)
+    log_terms = (
+        functional.log(functional.exp(-max_val) + functional.exp(-input - max_val)) + max_val
+    )  # log(1 + exp(-x))
     if pos_weight is not None:
         log_terms = log_terms * ((pos_weight - 1.0) * target + 1.0)
     loss = (1.0 - target) * input + log_terms
@@ -84,7 +86,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str 
 
 def _class_last(x):
     """(N, C, d1, ...) -> (N, d1, ..., C)."""
-    return F.permute(x, [0] + list(range(2, x.ndim)) + [1]) if x.ndim > 2 else x
+    return functional.permute(x, [0] + list(range(2, x.ndim)) + [1]) if x.ndim > 2 else x
 
 
 def _check_class_target(op: str, input, target) -> None:
@@ -99,10 +101,10 @@ def _check_class_target(op: str, input, target) -> None:
 
 def _picked_weights(input, target, weight, ignore_index: int):
     """Per target element: its class's weight (0 where ignored), and the one-hot of its class."""
-    valid = F.ne(target, ignore_index)
-    hot = F.one_hot(F.where(valid, target, 0), input.shape[1], dtype=input.dtype)
-    hot = hot * F.cast(F.unsqueeze(valid, -1), input.dtype)
-    w = F.sum(hot * weight, -1) if weight is not None else F.sum(hot, -1)
+    valid = functional.ne(target, ignore_index)
+    hot = functional.one_hot(functional.where(valid, target, 0), input.shape[1], dtype=input.dtype)
+    hot = hot * functional.cast(functional.unsqueeze(valid, -1), input.dtype)
+    w = functional.sum(hot * weight, -1) if weight is not None else functional.sum(hot, -1)
     return w, hot
 
 
@@ -110,19 +112,21 @@ def _picked_weights(input, target, weight, ignore_index: int):
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
     """Negative log likelihood of class indices ``target`` under log-probabilities ``input``."""
     if input.ndim == 1:
-        return nll_loss(F.unsqueeze(input, 0), F.unsqueeze(target, 0), weight, ignore_index, reduction)
+        return nll_loss(
+            functional.unsqueeze(input, 0), functional.unsqueeze(target, 0), weight, ignore_index, reduction
+        )
     _check_class_target("nll_loss", input, target)
     w, hot = _picked_weights(input, target, weight, ignore_index)
-    picked = -F.sum(_class_last(input) * hot, -1)
+    picked = -functional.sum(_class_last(input) * hot, -1)
     if weight is not None:
         picked = picked * w
     if reduction == "mean":
-        return F.sum(picked) / F.sum(w)
+        return functional.sum(picked) / functional.sum(w)
     return reduce(picked, reduction, "nll_loss")
 
 
 def _class_weight_view(weight, ndim: int):
-    return F.reshape(weight, [1, weight.shape[0]] + [1] * (ndim - 2)) if weight is not None else None
+    return functional.reshape(weight, [1, weight.shape[0]] + [1] * (ndim - 2)) if weight is not None else None
 
 
 @float32
@@ -131,12 +135,12 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
     """Softmax cross entropy with class indices or class probabilities, label smoothing,
     class weights and ``ignore_index``, exactly as ``torch.nn.functional.cross_entropy``."""
     if input.ndim == 1:
-        target = F.unsqueeze(target, 0)
-        loss = cross_entropy(F.unsqueeze(input, 0), target, weight, ignore_index, reduction, label_smoothing)
-        return F.squeeze(loss, 0) if reduction == "none" else loss
+        target = functional.unsqueeze(target, 0)
+        loss = cross_entropy(functional.unsqueeze(input, 0), target, weight, ignore_index, reduction, label_smoothing)
+        return functional.squeeze(loss, 0) if reduction == "none" else loss
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy expected label_smoothing in [0, 1], got {label_smoothing}")
-    logp = F.log_softmax(input, 1)
+    logp = functional.log_softmax(input, 1)
     classes = input.shape[1]
     w_view = _class_weight_view(weight, input.ndim)
     if target.dtype.is_floating_point:  # class probabilities
@@ -144,19 +148,19 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / classes
         weighted = logp * target if w_view is None else logp * target * w_view
-        loss = -F.sum(weighted, 1)
+        loss = -functional.sum(weighted, 1)
         if reduction == "mean":
-            return F.sum(loss) * (classes / input.numel())
+            return functional.sum(loss) * (classes / input.numel())
         return reduce(loss, reduction, "cross_entropy")
     loss = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0:
         return loss
     _check_class_target("cross_entropy", input, target)
-    smooth = -F.sum(logp if w_view is None else logp * w_view, 1)
-    smooth = smooth * F.cast(F.ne(target, ignore_index), input.dtype)
+    smooth = -functional.sum(logp if w_view is None else logp * w_view, 1)
+    smooth = smooth * functional.cast(functional.ne(target, ignore_index), input.dtype)
     if reduction == "mean":
         w, _ = _picked_weights(input, target, weight, ignore_index)
-        smooth = F.sum(smooth) / F.sum(w)
+        smooth = functional.sum(smooth) / functional.sum(w)
     else:
         smooth = reduce(smooth, reduction, "cross_entropy")
     return loss * (1 - label_smoothing) + smooth * (label_smoothing / classes)
@@ -166,12 +170,12 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100, reductio
 def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
     _same_shape("kl_div", input, target)
     if log_target:
-        loss = F.exp(target) * (target - input)
+        loss = functional.exp(target) * (target - input)
     else:
-        safe = F.where(F.gt(target, 0), target, 1.0)
-        loss = F.where(F.gt(target, 0), target * (F.log(safe) - input), 0.0)
+        safe = functional.where(functional.gt(target, 0), target, 1.0)
+        loss = functional.where(functional.gt(target, 0), target * (functional.log(safe) - input), 0.0)
     if reduction == "batchmean":
-        return F.sum(loss) * (1.0 / input.shape[0])
+        return functional.sum(loss) * (1.0 / input.shape[0])
     return reduce(loss, reduction, "kl_div")
 
 

@@ -1,6 +1,6 @@
 """Elementwise math primitives beyond the arithmetic core: trigonometry, erf, rounding,
 ``fmod``, ``expm1``/``log1p`` and bitwise ops. Public functions (``flow.sin``,
-``flow.remainder``, ``flow.logical_and``...) are in ``flowserve.ops.functional_math``."""
+``flow.remainder``, ``flow.logical_and``...) are in ``flowserve.ops.math_functions``."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from flowserve.autograd.grad_mode import no_grad
-from flowserve.ops import collective as C
-from flowserve.ops import functional as F
+from flowserve.ops import collective
+from flowserve.ops import functional
 from flowserve.ops.autocast_policy import like_input
 from flowserve.ops.batch_norm import batch_norm_train
 from flowserve.ops.registry import fail_shape
@@ -34,8 +34,8 @@ def _train_local(x, running_mean, running_var, weight, bias, momentum, eps: floa
     gradient), then the running statistics."""
     c = x.shape[1]
     if weight is None or bias is None:
-        weight = F.expand(F.scalar_tensor(1, x.dtype, x.device), [c]) if weight is None else weight
-        bias = F.expand(F.scalar_tensor(0, x.dtype, x.device), [c]) if bias is None else bias
+        weight = functional.expand(functional.scalar_tensor(1, x.dtype, x.device), [c]) if weight is None else weight
+        bias = functional.expand(functional.scalar_tensor(0, x.dtype, x.device), [c]) if bias is None else bias
     y, mean, var = batch_norm_train(x, weight, bias, eps=float(eps))
     if running_mean is not None:
         _update_running(running_mean, mean.detach(), momentum)
@@ -47,10 +47,10 @@ def _train_local(x, running_mean, running_var, weight, bias, momentum, eps: floa
 def _synced_stats(x, axes: list, count: int):
     """Mean and biased variance over every rank's batch, in two passes as one process
     computes them on the whole batch (the ranks' batches may differ in size)."""
-    total = C.all_reduce(F.scalar_tensor(float(count), x.dtype, x.device))
-    mean = C.all_reduce(F.sum(x, axes, keepdim=True)) / total
+    total = collective.all_reduce(functional.scalar_tensor(float(count), x.dtype, x.device))
+    mean = collective.all_reduce(functional.sum(x, axes, keepdim=True)) / total
     centered = x - mean
-    var = C.all_reduce(F.sum(centered * centered, axes, keepdim=True)) / total
+    var = collective.all_reduce(functional.sum(centered * centered, axes, keepdim=True)) / total
     return mean, centered, var, total
 
 
@@ -80,31 +80,31 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: b
             return _train_local(x, running_mean, running_var, weight, bias, momentum, eps, count)
         axes = [0] + list(range(2, x.ndim))
         mean, centered, var, count = _synced_stats(x, axes, count)
-        scale = F.rsqrt(var + eps)
+        scale = functional.rsqrt(var + eps)
         if weight is not None:
-            scale = scale * F.reshape(weight, shape)
+            scale = scale * functional.reshape(weight, shape)
         y = centered * scale
         if running_mean is not None:
-            _update_running(running_mean, F.reshape(mean, [c]).detach(), momentum)
+            _update_running(running_mean, functional.reshape(mean, [c]).detach(), momentum)
         if running_var is not None:
-            _update_running(running_var, F.reshape(var, [c]).detach() * (count / (count - 1)), momentum)
-        return y + F.reshape(bias, shape) if bias is not None else y
+            _update_running(running_var, functional.reshape(var, [c]).detach() * (count / (count - 1)), momentum)
+        return y + functional.reshape(bias, shape) if bias is not None else y
     if running_mean is None or running_var is None:
         raise ValueError(f"{op} in eval mode needs running_mean and running_var")
-    scale = F.rsqrt(running_var + eps)
+    scale = functional.rsqrt(running_var + eps)
     if weight is not None:
         scale = scale * weight
     shift = -running_mean * scale
     if bias is not None:
         shift = shift + bias
-    return x * F.reshape(scale, shape) + F.reshape(shift, shape)
+    return x * functional.reshape(scale, shape) + functional.reshape(shift, shape)
 
 
 def _normalize_last(x, axes: list, eps: float):
-    mean = F.mean(x, axes, keepdim=True)
+    mean = functional.mean(x, axes, keepdim=True)
     centered = x - mean
-    var = F.mean(centered * centered, axes, keepdim=True)
-    return centered * F.rsqrt(var + eps)
+    var = functional.mean(centered * centered, axes, keepdim=True)
+    return centered * functional.rsqrt(var + eps)
 
 
 @like_input
@@ -127,9 +127,9 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
         fail_shape("group_norm", f"input (N, C, ...) with C divisible by num_groups={num_groups}",
                    tuple(x.shape))
     n, c = x.shape[:2]
-    grouped = F.reshape(x, (n, num_groups, math.prod(x.shape[1:]) // num_groups))
-    y = F.reshape(_normalize_last(grouped, [2], eps), x.shape)
+    grouped = functional.reshape(x, (n, num_groups, math.prod(x.shape[1:]) // num_groups))
+    y = functional.reshape(_normalize_last(grouped, [2], eps), x.shape)
     shape = _channel_shape(x)
     if weight is not None:
-        y = y * F.reshape(weight, shape)
-    return y + F.reshape(bias, shape) if bias is not None else y
+        y = y * functional.reshape(weight, shape)
+    return y + functional.reshape(bias, shape) if bias is not None else y

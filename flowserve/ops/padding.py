@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.ops import creation
-from flowserve.ops import functional as F
-from flowserve.ops import indexing as I
-from flowserve.ops import shape as S
+from flowserve.ops import functional
+from flowserve.ops import indexing as indexing_ops
+from flowserve.ops import shape as shape_ops
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import from_array
 
 MODES = ("constant", "reflect", "replicate", "circular")
 
@@ -52,7 +52,7 @@ def _constant(x, pairs, value: float):
     crop = [(i, max(-b, 0), max(-a, 0)) for i, (b, a) in enumerate(pairs) if b < 0 or a < 0]
     for i, b, a in crop:  # negative constant padding crops
         axis = x.ndim - 1 - i
-        x = S.slice_(x, starts=[b], ends=[x.shape[axis] - a], axes=[axis], steps=[1])
+        x = shape_ops.slice_(x, starts=[b], ends=[x.shape[axis] - a], axes=[axis], steps=[1])
     pairs = [(max(b, 0), max(a, 0)) for b, a in pairs]
     axes = [x.ndim - 1 - i for i in range(len(pairs))]
     shape = list(x.shape)
@@ -60,12 +60,12 @@ def _constant(x, pairs, value: float):
         shape[axis] += b + a
     starts = [b for b, _ in pairs]
     ends = [b + x.shape[axis] for axis, (b, _) in zip(axes, pairs)]
-    placed = S.slice_backward(x, shape=shape, starts=starts, ends=ends, axes=axes, steps=[1] * len(axes))
+    placed = shape_ops.slice_backward(x, shape=shape, starts=starts, ends=ends, axes=axes, steps=[1] * len(axes))
     if value == 0:
         return placed
     inside = np.zeros(shape[min(axes):], dtype=bool)
     inside[tuple(slice(s, e) for s, e in zip(starts[::-1], ends[::-1]))] = True
-    return F.where(creation.tensor(inside, device=x.device), placed, value)
+    return functional.where(from_array(inside, device=x.device), placed, value)
 
 
 def pad(x, pad, mode: str = "constant", value=None):
@@ -83,5 +83,5 @@ def pad(x, pad, mode: str = "constant", value=None):
         if b or a:
             axis = x.ndim - 1 - i
             index = _source_index(x.shape[axis], b, a, mode)
-            x = I.take(x, creation.tensor(index, device=x.device), axis=axis)
+            x = indexing_ops.take(x, from_array(index, device=x.device), axis=axis)
     return x

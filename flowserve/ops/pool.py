@@ -20,12 +20,12 @@ import math
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import basic as F
-from flowserve.ops import conv as C
-from flowserve.ops import conv_kernels as K
-from flowserve.ops import creation
+from flowserve.ops import core_functions
+from flowserve.ops import conv as conv_ops
+from flowserve.ops import conv_kernels
 from flowserve.ops.indexing import take
 from flowserve.ops.registry import Meta, fail_shape, primitive
+from flowserve.tensor import from_array
 
 
 def pool_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -75,7 +75,7 @@ def _running_max(xp, x, kernel, stride, pads, dilation, ceil_mode):
             for i in range(2)]
     padded = xp.pad(x, ((0, 0), (0, 0), (pads[0], ends[0]), (pads[1], ends[1])),
                     constant_values=_lowest(xp, x.dtype))
-    win = K.windows(xp, padded, kernel, stride, [0, 0, 0, 0], dilation)[:, :, :out[0], :out[1]]
+    win = conv_kernels.windows(xp, padded, kernel, stride, [0, 0, 0, 0], dilation)[:, :, :out[0], :out[1]]
     best = win[:, :, :, :, 0, 0].copy()
     tap = xp.zeros(best.shape, dtype=xp.int64)
     for t in range(1, kernel[0] * kernel[1]):
@@ -142,16 +142,16 @@ def avg_pool2d(x, kernel, stride, padding, ceil_mode=False, count_include_pad=Tr
     if min(out) < 1:
         fail_shape("avg_pool2d", "an input at least as large as the kernel", f"input {tuple(x.shape)}, kernel {kernel}")
     ends = [max(padding[i], (out[i] - 1) * stride[i] + kernel[i] - x.shape[2 + i] - padding[i]) for i in range(2)]
-    ones = creation.ones(c, 1, *kernel, dtype=x.dtype, device=x.device)
-    sums = C.conv(x, ones, stride=list(stride), pads=[padding[0], padding[1], ends[0], ends[1]],
+    ones = from_array(np.ones((c, 1, *kernel)), dtype=x.dtype, device=x.device)
+    sums = conv_ops.conv(x, ones, stride=list(stride), pads=[padding[0], padding[1], ends[0], ends[1]],
                   dilation=[1, 1], groups=c)
-    sums = F.getitem(sums, (slice(None), slice(None), slice(0, out[0]), slice(0, out[1])))
+    sums = core_functions.getitem(sums, (slice(None), slice(None), slice(0, out[0]), slice(0, out[1])))
     if divisor_override:
         return sums * (1.0 / divisor_override)
     sizes = [_window_sizes(x.shape[2 + i], out[i], kernel[i], stride[i], padding[i], count_include_pad)
              for i in range(2)]
     inverse = 1.0 / np.outer(sizes[0], sizes[1])
-    return sums * creation.tensor(inverse, dtype=x.dtype, device=x.device)
+    return sums * from_array(inverse, dtype=x.dtype, device=x.device)
 
 
 def adaptive_avg_pool2d(x, output_size):
@@ -162,10 +162,10 @@ def adaptive_avg_pool2d(x, output_size):
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
     if (oh, ow) == (1, 1):
-        return F.mean(x, (-2, -1), keepdim=True)
+        return core_functions.mean(x, (-2, -1), keepdim=True)
     if h % oh == 0 and w % ow == 0:
-        blocks = F.reshape(x, (*x.shape[:-2], oh, h // oh, ow, w // ow))
-        return F.mean(blocks, (-3, -1))
+        blocks = core_functions.reshape(x, (*x.shape[:-2], oh, h // oh, ow, w // ow))
+        return core_functions.mean(blocks, (-3, -1))
     return _resample(x, _adaptive_matrix(h, oh), _adaptive_matrix(w, ow))
 
 
@@ -179,9 +179,9 @@ def _adaptive_matrix(size: int, out: int) -> np.ndarray:
 
 def _resample(x, rows: np.ndarray, cols: np.ndarray):
     """``rows @ x @ cols.T`` over the last two dims (a separable linear resampling)."""
-    r = creation.tensor(rows, dtype=x.dtype, device=x.device)
-    c = creation.tensor(cols.T.copy(), dtype=x.dtype, device=x.device)
-    return F.matmul(r, F.matmul(x, c))
+    r = from_array(rows, dtype=x.dtype, device=x.device)
+    c = from_array(cols.T.copy(), dtype=x.dtype, device=x.device)
+    return core_functions.matmul(r, core_functions.matmul(x, c))
 
 
 def _nearest_matrix(size: int, out: int, scale: float) -> np.ndarray:
@@ -262,17 +262,19 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     out, scales = _out_sizes(x, size, scale_factor)
     if mode == "area":
         squeeze_area = x.ndim == 3
-        y = adaptive_avg_pool2d(F.unsqueeze(x, 2) if squeeze_area else x, ([1] if squeeze_area else []) + out)
-        return F.squeeze(y, 2) if squeeze_area else y
+        y = adaptive_avg_pool2d(
+            core_functions.unsqueeze(x, 2) if squeeze_area else x, ([1] if squeeze_area else []) + out
+        )
+        return core_functions.squeeze(y, 2) if squeeze_area else y
     squeeze = x.ndim == 3
     if squeeze:
-        x, out, scales = F.unsqueeze(x, 2), [1] + out, [1.0] + scales
+        x, out, scales = core_functions.unsqueeze(x, 2), [1] + out, [1.0] + scales
     h, w = x.shape[2:]
     if mode == "nearest" and all(o % i == 0 and abs(s * (o // i) - 1) < 1e-12
                                  for o, i, s in zip(out, (h, w), scales)):
         fh, fw = out[0] // h, out[1] // w
-        y = F.expand(F.reshape(x, (*x.shape[:2], h, 1, w, 1)), (*x.shape[:2], h, fh, w, fw))
-        y = F.reshape(y, (*x.shape[:2], out[0], out[1]))
+        y = core_functions.expand(core_functions.reshape(x, (*x.shape[:2], h, 1, w, 1)), (*x.shape[:2], h, fh, w, fw))
+        y = core_functions.reshape(y, (*x.shape[:2], out[0], out[1]))
     elif mode == "nearest":
         y = _resample(x, _nearest_matrix(h, out[0], scales[0]), _nearest_matrix(w, out[1], scales[1]))
     elif mode == "nearest-exact":
@@ -283,4 +285,4 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     else:
         ac = bool(align_corners)
         y = _resample(x, _linear_matrix(h, out[0], scales[0], ac), _linear_matrix(w, out[1], scales[1], ac))
-    return F.squeeze(y, 2) if squeeze else y
+    return core_functions.squeeze(y, 2) if squeeze else y

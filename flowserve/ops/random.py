@@ -24,10 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.ops import creation as C
-from flowserve.ops import functional as F
-from flowserve.ops.functional_index import argsort, cumsum, topk
+from flowserve.ops import functional
+from flowserve.ops.indexing_functions import argsort, cumsum, topk
+from flowserve.ops.generator import default_generator, rng_of
 from flowserve.ops.registry import Meta, current_trace, fail_dtype, fail_shape, primitive
+from flowserve.tensor import from_array
 
 RANDOM_PRIMITIVES = ("uniform_like", "normal_like", "dropout_mask", "uniform_seeded")
 
@@ -52,12 +53,12 @@ def _float_like(op: str):
 
 @primitive("uniform_like", shape=_float_like("uniform_like"), differentiable=False)
 def uniform_like(xp, x, low: float, high: float):
-    return xp.asarray(C.default_generator.rng.uniform(low, high, x.shape)).astype(x.dtype)
+    return xp.asarray(default_generator.rng.uniform(low, high, x.shape)).astype(x.dtype)
 
 
 @primitive("normal_like", shape=_float_like("normal_like"), differentiable=False)
 def normal_like(xp, x, mean: float, std: float):
-    return xp.asarray(C.default_generator.rng.normal(mean, std, x.shape)).astype(x.dtype)
+    return xp.asarray(default_generator.rng.normal(mean, std, x.shape)).astype(x.dtype)
 
 
 def _seeded_meta(x: Meta, seed: Meta, stream: int) -> Meta:
@@ -91,13 +92,13 @@ def uniform_seeded(xp, x, seed, stream: int):
 
 def _base(size: tuple, dtype, device):
     """A tensor of shape ``size`` (batch dims kept symbolic) whose only use is its shape."""
-    return F.expand(F.scalar_tensor(0, dtype, device), list(size))
+    return functional.expand(functional.scalar_tensor(0, dtype, device), list(size))
 
 
 def _float_base(like, dtype):
     dtype = dtypes.as_dtype(dtype) if dtype is not None else like.dtype
     base_dtype = dtype if dtype.is_floating_point else dtypes.float32
-    return like if like.dtype is base_dtype else F.cast(like, base_dtype), dtype
+    return like if like.dtype is base_dtype else functional.cast(like, base_dtype), dtype
 
 
 def _seeded(base, generator):
@@ -117,7 +118,7 @@ def _normal(base, mean: float, std: float, generator):
     if generator is None:
         return normal_like(base, mean=float(mean), std=float(std))
     u1, u2 = _seeded(base, generator), _seeded(base, generator)  # Box-Muller; 1 - u1 is in (0, 1]
-    z = F.sqrt(F.log(1.0 - u1) * -2.0) * F.cos(u2 * (2.0 * np.pi))
+    z = functional.sqrt(functional.log(1.0 - u1) * -2.0) * functional.cos(u2 * (2.0 * np.pi))
     return z * float(std) + float(mean)
 
 
@@ -132,24 +133,28 @@ def traced_normal(size: tuple, dtype, device, mean: float = 0.0, std: float = 1.
 
 def uniform_as(like, low: float = 0.0, high: float = 1.0, dtype=None, generator=None):
     base, dtype = _float_base(like, dtype)
-    return F.cast(_uniform(base, low, high, generator), dtype)
+    return functional.cast(_uniform(base, low, high, generator), dtype)
 
 
 def normal_as(like, mean: float = 0.0, std: float = 1.0, dtype=None, generator=None):
     base, dtype = _float_base(like, dtype)
     if std == 0:
-        return F.cast(F.expand(F.scalar_tensor(float(mean), base.dtype, base.device), list(base.shape)), dtype)
-    return F.cast(_normal(base, mean, std, generator), dtype)
+        return functional.cast(
+            functional.expand(functional.scalar_tensor(float(mean), base.dtype, base.device), list(base.shape)), dtype
+        )
+    return functional.cast(_normal(base, mean, std, generator), dtype)
 
 
 def integers_from(uniform, low: int, high: int, dtype):
     """Integers in ``[low, high)`` from uniform draws in ``[low, high)``."""
-    return F.cast(F.clamp(F.floor(uniform), max=float(high - 1)), dtypes.as_dtype(dtype or dtypes.int64))
+    return functional.cast(
+        functional.clamp(functional.floor(uniform), max=float(high - 1)), dtypes.as_dtype(dtype or dtypes.int64)
+    )
 
 
 def traced_randperm(n: int, dtype, device, generator=None):
     uniform = traced_uniform((n,), dtypes.float32, device, generator=generator)
-    return F.cast(argsort(uniform), dtypes.as_dtype(dtype or dtypes.int64))
+    return functional.cast(argsort(uniform), dtypes.as_dtype(dtype or dtypes.int64))
 
 
 # -- user-facing random functions ---------------------------------------------------------------
@@ -167,12 +172,12 @@ def bernoulli(input, p=None, *, generator=None):  # noqa: A002 - PyTorch's argum
     >>> flow.bernoulli(flow.tensor([0.0, 1.0])).tolist()
     [0.0, 1.0]
     """
-    probs = input if p is None else F.expand(F.scalar_tensor(float(p), input.dtype, input.device),
+    probs = input if p is None else functional.expand(functional.scalar_tensor(float(p), input.dtype, input.device),
                                              list(input.shape))
     if _tracing():
-        return F.cast(F.lt(uniform_as(probs, generator=generator), probs), input.dtype)
-    draws = C._rng(generator).random(tuple(input.shape))
-    return C._make((draws < probs.numpy()).astype(input.dtype.np), None, input.device)
+        return functional.cast(functional.lt(uniform_as(probs, generator=generator), probs), input.dtype)
+    draws = rng_of(generator).random(tuple(input.shape))
+    return from_array((draws < probs.numpy()).astype(input.dtype.np), None, input.device)
 
 
 def multinomial(input, num_samples: int, replacement: bool = False, *, generator=None):  # noqa: A002
@@ -195,23 +200,23 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, generator
     if (weights < 0).any() or not np.isfinite(weights).all() or (weights.sum(-1) <= 0).any():
         raise RuntimeError("multinomial: probability tensor contains either inf, nan or element < 0, "
                            "or a row that sums to 0")
-    rng = C._rng(generator)
+    rng = rng_of(generator)
     rows = [rng.choice(n, num_samples, replace=replacement, p=w / w.sum()) for w in weights]
     out = np.stack(rows).astype(np.int64)
-    return C._make(out[0] if input.ndim == 1 else out, None, input.device)
+    return from_array(out[0] if input.ndim == 1 else out, None, input.device)
 
 
 def _traced_multinomial(input, num_samples: int, replacement: bool, generator):  # noqa: A002
-    probs = F.cast(input, dtypes.float32)
-    probs = probs / F.sum(probs, dim=-1, keepdim=True)
+    probs = functional.cast(input, dtypes.float32)
+    probs = probs / functional.sum(probs, dim=-1, keepdim=True)
     n = probs.shape[-1]
     if replacement:  # inverse CDF: count the CDF steps below each uniform draw
         lead = tuple(probs.shape[:-1])
         u = traced_uniform(lead + (num_samples, 1), dtypes.float32, input.device, generator=generator)
-        cdf = F.unsqueeze(cumsum(probs, -1), -2)
-        index = F.sum(F.cast(F.ge(u, cdf), dtypes.int64), dim=-1)
-        return F.clamp(index, max=n - 1)
+        cdf = functional.unsqueeze(cumsum(probs, -1), -2)
+        index = functional.sum(functional.cast(functional.ge(u, cdf), dtypes.int64), dim=-1)
+        return functional.clamp(index, max=n - 1)
     # Gumbel top-k: the k largest of log(p) + Gumbel noise are a sample without replacement
     u = uniform_as(probs, 1e-20, 1.0, generator=generator)
-    keys = F.log(probs) - F.log(-F.log(u))
+    keys = functional.log(probs) - functional.log(-functional.log(u))
     return topk(keys, num_samples, -1)[1]

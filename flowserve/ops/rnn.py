@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve.autograd import engine, grad_mode  # modules: autograd imports the ops first
-from flowserve.ops import functional as F
-from flowserve.ops.functional_index import chunk, unbind
+from flowserve.ops import functional
+from flowserve.ops.indexing_functions import chunk, unbind
 from flowserve.ops.registry import Meta, fail_shape, primitive
 
 GATES = {"lstm_layer": 4, "gru_layer": 3, "rnn_layer": 1}
@@ -107,39 +107,39 @@ def _time_steps(x, reverse: bool):
 
 
 def _finish(ys: list, reverse: bool):
-    return F.stack(list(reversed(ys)) if reverse else ys, 0)
+    return functional.stack(list(reversed(ys)) if reverse else ys, 0)
 
 
 def lstm_composite(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse: bool = False):
     h, c, ys = h0, c0, []
-    w_ih_t, w_hh_t = F.transpose(w_ih, 0, 1), F.transpose(w_hh, 0, 1)
+    w_ih_t, w_hh_t = functional.transpose(w_ih, 0, 1), functional.transpose(w_hh, 0, 1)
     for x_t in _time_steps(x, reverse):
-        i, f, g, o = chunk(F.matmul(x_t, w_ih_t) + b_ih + F.matmul(h, w_hh_t) + b_hh, 4, -1)
-        c = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
-        h = F.sigmoid(o) * F.tanh(c)
+        i, f, g, o = chunk(functional.matmul(x_t, w_ih_t) + b_ih + functional.matmul(h, w_hh_t) + b_hh, 4, -1)
+        c = functional.sigmoid(f) * c + functional.sigmoid(i) * functional.tanh(g)
+        h = functional.sigmoid(o) * functional.tanh(c)
         ys.append(h)
     return _finish(ys, reverse), h, c
 
 
 def gru_composite(x, h0, w_ih, w_hh, b_ih, b_hh, reverse: bool = False):
     h, ys = h0, []
-    w_ih_t, w_hh_t = F.transpose(w_ih, 0, 1), F.transpose(w_hh, 0, 1)
+    w_ih_t, w_hh_t = functional.transpose(w_ih, 0, 1), functional.transpose(w_hh, 0, 1)
     for x_t in _time_steps(x, reverse):
-        xr, xz, xn = chunk(F.matmul(x_t, w_ih_t) + b_ih, 3, -1)
-        hr, hz, hn = chunk(F.matmul(h, w_hh_t) + b_hh, 3, -1)
-        r, z = F.sigmoid(xr + hr), F.sigmoid(xz + hz)
-        n = F.tanh(xn + r * hn)
+        xr, xz, xn = chunk(functional.matmul(x_t, w_ih_t) + b_ih, 3, -1)
+        hr, hz, hn = chunk(functional.matmul(h, w_hh_t) + b_hh, 3, -1)
+        r, z = functional.sigmoid(xr + hr), functional.sigmoid(xz + hz)
+        n = functional.tanh(xn + r * hn)
         h = (1 - z) * n + z * h
         ys.append(h)
     return _finish(ys, reverse), h
 
 
 def rnn_composite(x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity: str = "tanh", reverse: bool = False):
-    act = F.tanh if nonlinearity == "tanh" else F.relu
+    act = functional.tanh if nonlinearity == "tanh" else functional.relu
     h, ys = h0, []
-    w_ih_t, w_hh_t = F.transpose(w_ih, 0, 1), F.transpose(w_hh, 0, 1)
+    w_ih_t, w_hh_t = functional.transpose(w_ih, 0, 1), functional.transpose(w_hh, 0, 1)
     for x_t in _time_steps(x, reverse):
-        h = act(F.matmul(x_t, w_ih_t) + b_ih + F.matmul(h, w_hh_t) + b_hh)
+        h = act(functional.matmul(x_t, w_ih_t) + b_ih + functional.matmul(h, w_hh_t) + b_hh)
         ys.append(h)
     return _finish(ys, reverse), h
 
@@ -156,7 +156,7 @@ def _recompute_vjp(composite, ctx, grads):
         total = None
         for out, g in zip(outs, grads):
             if g is not None:
-                term = F.sum(out * g)
+                term = functional.sum(out * g)
                 total = term if total is None else total + term
     found = engine.grad(total, [inputs[i] for i in wanted])
     result = [None] * len(inputs)

@@ -1,5 +1,5 @@
 """Ordering primitives: ``topk`` (which also gives ``sort``/``argsort`` with k = n) and
-``cumsum``. Public functions are in ``flowserve.ops.functional_index``."""
+``cumsum``. Public functions are in ``flowserve.ops.indexing_functions``."""
 
 from __future__ import annotations
 

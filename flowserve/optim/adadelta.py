@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flowserve import dtypes
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
                                       lerp, step_tensor)
 
@@ -35,7 +35,7 @@ class Adadelta(Optimizer):
             g = g + p * group["weight_decay"]
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
         square_avg.copy_(addcmul(square_avg * rho, g, g, 1 - rho))
-        delta = F.sqrt(acc_delta + eps) / F.sqrt(square_avg + eps) * g
+        delta = ops_functional.sqrt(acc_delta + eps) / ops_functional.sqrt(square_avg + eps) * g
         acc_delta.copy_(addcmul(acc_delta * rho, delta, delta, 1 - rho))
         p.copy_(p + delta * (-lr))
 
@@ -67,6 +67,6 @@ class Adamax(Optimizer):
             g = g + p * group["weight_decay"]
         exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
         exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
-        exp_inf.copy_(F.maximum(exp_inf * beta2, F.abs(g) + group["eps"]))
-        correction = 1 - beta1 ** F.cast(step, dtypes.float64)
+        exp_inf.copy_(ops_functional.maximum(exp_inf * beta2, ops_functional.abs(g) + group["eps"]))
+        correction = 1 - beta1 ** ops_functional.cast(step, dtypes.float64)
         p.copy_(addcdiv(p, exp_avg, exp_inf, -(lr / correction)))

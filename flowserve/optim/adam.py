@@ -6,7 +6,7 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.optim.foreach import CHUNK, Writer, chunks, run, scalar_step
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
                                       lerp, step_tensor)
@@ -14,8 +14,8 @@ from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update
 
 def bias_corrections(step, beta1: float, beta2: float):
     """``(1 - beta1**step, sqrt(1 - beta2**step))`` computed in float64 from the step tensor."""
-    step64 = F.cast(step, dtypes.float64)
-    return 1 - beta1**step64, F.sqrt(1 - beta2**step64)
+    step64 = ops_functional.cast(step, dtypes.float64)
+    return 1 - beta1**step64, ops_functional.sqrt(1 - beta2**step64)
 
 
 class Adam(Optimizer):
@@ -65,8 +65,8 @@ class Adam(Optimizer):
         second = exp_avg_sq
         if group["amsgrad"]:
             second = state["max_exp_avg_sq"]
-            second.copy_(F.maximum(second, exp_avg_sq))
-        denom = F.sqrt(second) / correction2_sqrt + group["eps"]
+            second.copy_(ops_functional.maximum(second, exp_avg_sq))
+        denom = ops_functional.sqrt(second) / correction2_sqrt + group["eps"]
         p.copy_(addcdiv(p, exp_avg, denom, -(lr / correction1)))
 
     def _foreach_update(self, params: list, states: list, group: dict, lr: float) -> None:

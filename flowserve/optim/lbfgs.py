@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from flowserve.autograd.grad_mode import enable_grad, no_grad
 from flowserve.errors import FlowserveError
-from flowserve.ops import basic
+from flowserve.ops import core_functions
 from flowserve.ops import creation
 from flowserve.optim.line_search import strong_wolfe
 from flowserve.optim.optimizer import Optimizer
@@ -54,7 +54,7 @@ class LBFGS(Optimizer):
 
     def _flat_grad(self):
         """The gradients joined into one new vector (zeros where a parameter has none)."""
-        return basic.clone(basic.cat([(p.grad if p.grad is not None else creation.zeros_like(p)).reshape(-1)
+        return core_functions.clone(core_functions.cat([(p.grad if p.grad is not None else creation.zeros_like(p)).reshape(-1)
                                       for p in self._params], 0))
 
     def _add_grad(self, step_size: float, update) -> None:

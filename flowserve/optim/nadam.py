@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flowserve import dtypes
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_betas, check_options,
                                       lerp, step_tensor)
 
@@ -56,14 +56,14 @@ class NAdam(Optimizer):
         beta1, beta2 = group["betas"]
         g, step = begin_update(g, state, group)
         g = _decayed(p, g, group, lr)
-        step64 = F.cast(step, dtypes.float64)
+        step64 = ops_functional.cast(step, dtypes.float64)
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step64 * group["momentum_decay"]))
         mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step64 + 1) * group["momentum_decay"]))
         mu_product = state["mu_product"]
-        mu_product.copy_(mu_product * F.cast(mu, dtypes.float32))
+        mu_product.copy_(mu_product * ops_functional.cast(mu, dtypes.float32))
         exp_avg, exp_avg_sq = _moments(state, g, beta1, beta2)
-        denom = F.sqrt(exp_avg_sq / (1 - beta2**step64)) + group["eps"]
-        product = F.cast(mu_product, dtypes.float64)
+        denom = ops_functional.sqrt(exp_avg_sq / (1 - beta2**step64)) + group["eps"]
+        product = ops_functional.cast(mu_product, dtypes.float64)
         p.copy_(addcdiv(p, g, denom, -lr * (1.0 - mu) / (1.0 - product)))
         p.copy_(addcdiv(p, exp_avg, denom, -lr * mu_next / (1.0 - product * mu_next)))
 
@@ -94,12 +94,14 @@ class RAdam(Optimizer):
         g, step = begin_update(g, state, group)
         g = _decayed(p, g, group, lr)
         exp_avg, exp_avg_sq = _moments(state, g, beta1, beta2)
-        step64 = F.cast(step, dtypes.float64)
+        step64 = ops_functional.cast(step, dtypes.float64)
         correction1, correction2 = 1 - beta1**step64, 1 - beta2**step64
-        corrected = exp_avg / F.cast(correction1, exp_avg.dtype)
+        corrected = exp_avg / ops_functional.cast(correction1, exp_avg.dtype)
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step64 * (beta2**step64) / correction2
-        rect = F.sqrt(F.clamp((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), min=0.0))
-        adaptive = F.sqrt(correction2) / (F.sqrt(exp_avg_sq) + group["eps"])
-        rectified = corrected * lr * F.cast(adaptive * rect, corrected.dtype)
-        p.copy_(p - F.where(rho_t > 5.0, rectified, corrected * lr))
+        rect = ops_functional.sqrt(
+            ops_functional.clamp((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), min=0.0)
+        )
+        adaptive = ops_functional.sqrt(correction2) / (ops_functional.sqrt(exp_avg_sq) + group["eps"])
+        rectified = corrected * lr * ops_functional.cast(adaptive * rect, corrected.dtype)
+        p.copy_(p - ops_functional.where(rho_t > 5.0, rectified, corrected * lr))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flowserve import dtypes
 from flowserve.ops import creation
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import (Optimizer, addcdiv, addcmul, begin_update, check_options, lerp,
                                       step_tensor)
 
@@ -47,9 +47,9 @@ class RMSprop(Optimizer):
         if group["centered"]:
             grad_avg = state["grad_avg"]
             grad_avg.copy_(lerp(grad_avg, g, 1 - alpha))
-            avg = F.sqrt(addcmul(square_avg, grad_avg, grad_avg, -1))
+            avg = ops_functional.sqrt(addcmul(square_avg, grad_avg, grad_avg, -1))
         else:
-            avg = F.sqrt(square_avg)
+            avg = ops_functional.sqrt(square_avg)
         avg = avg + group["eps"]
         if group["momentum"] > 0:
             buf = state["momentum_buffer"]
@@ -90,8 +90,8 @@ class Adagrad(Optimizer):
         g, step = begin_update(g, state, group)
         if group["weight_decay"]:
             g = g + p * group["weight_decay"]
-        clr = lr / ((F.cast(step, dtypes.float64) - 1) * group["lr_decay"] + 1)
+        clr = lr / ((ops_functional.cast(step, dtypes.float64) - 1) * group["lr_decay"] + 1)
         state_sum = state["sum"]
         state_sum.copy_(addcmul(state_sum, g, g))
-        std = F.sqrt(state_sum) + group["eps"]
+        std = ops_functional.sqrt(state_sum) + group["eps"]
         p.copy_(addcdiv(p, g, std, -clr))

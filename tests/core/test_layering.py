@@ -13,6 +13,7 @@ from pathlib import Path
 import flowserve
 
 PACKAGE = Path(flowserve.__file__).parent
+BACKEND = "flowserve.onnx_backend"
 CORE_OUT = ("flowserve.tensor", "flowserve.ops", "flowserve.exporter", "flowserve.server", "flowserve.api")
 
 
@@ -121,16 +122,18 @@ def test_the_dispatch_layer_knows_no_tensor_and_no_op():
 
 
 def test_the_core_knows_no_onnx_at_import():
-    """flowserve's core (all but the CLI and the demo) imports no ONNX, ONNX Runtime,
-    exporter or server when it loads."""
-    banned = ("onnx", "onnxruntime", "flowserve.exporter", "flowserve.server")
+    """Of flowserve's core (all but the CLI and the demo), only the ONNX backend
+    (``flowserve.onnx_backend``) imports ONNX or ONNX Runtime when it loads, and no module
+    imports the exporter or the server: they sit above the core."""
+    onnx_names, above = ("onnx", "onnxruntime"), ("flowserve.exporter", "flowserve.server")
     offenders = []
     for name, path in modules().items():
         if name in ("flowserve.cli", "flowserve.demo"):
             continue
+        in_backend = name == BACKEND or name.startswith(BACKEND + ".")
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for target in module_level_imports(tree, name, path.name == "__init__.py"):
-            if target.split(".")[0] in banned or target.startswith(banned[2:]):
+            if (target.split(".")[0] in onnx_names and not in_backend) or target.startswith(above):
                 offenders.append(f"{name}: {target}")
     assert not offenders, offenders
 
@@ -176,3 +179,12 @@ def test_the_package_is_lazy_but_complete():
                "from flowserve import *\n"
                "print(callable(tensor), zeros(2).tolist())")
     assert out.splitlines() == ["False", "3.0 cpu True", "True [0.0, 0.0]"]
+
+
+def test_the_backend_runtime_loads_no_core_above_it():
+    """The server takes its ONNX Runtime sessions from the backend's ``runtime`` module,
+    which must load no tensor, ops, autograd, nn, optim or exporter."""
+    above = CORE_OUT + ("flowserve.nn", "flowserve.autograd", "flowserve.optim")
+    loaded = _run(f"import sys, {BACKEND}.runtime\n"
+                  f"print(sorted(m for m in sys.modules if m.startswith({above!r})))")
+    assert loaded == "[]"

@@ -8,10 +8,11 @@ import pytest
 
 import flowserve as flow
 from flowserve import dtypes
-from flowserve.exporter.lower import lower_ir
-from flowserve.exporter.lowering import LOWERINGS
-from flowserve.exporter.runtime import create_session
+from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR, Node, Value
+from flowserve.onnx_backend.lower import lower_ir
+from flowserve.onnx_backend.lowering import LOWERINGS, lowering
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.ops.registry import REGISTRY, infer_meta
 from tests.core.op_cases import all_cases
 
@@ -25,15 +26,26 @@ def test_every_primitive_has_every_facet():
     for name, prim in sorted(REGISTRY.items()):
         if prim.differentiable and prim.vjp is None:
             missing.append(f"{name}: vjp")
-        if name not in LOWERINGS:
+        if prim not in LOWERINGS:
             missing.append(f"{name}: ONNX lowering")
         if not CASES.get(name):
             missing.append(f"{name}: op case (tests/core/op_cases)")
     assert not missing, "primitives lacking a facet:\n" + "\n".join(missing)
 
 
-def test_no_lowering_without_primitive():
-    assert sorted(set(LOWERINGS) - set(REGISTRY)) == []
+def test_lowerings_are_keyed_by_the_registered_primitives():
+    """Every lowering is registered for a declared primitive object, and an IR node's op
+    name finds it through the op registry."""
+    assert all(REGISTRY.get(prim.name) is prim for prim in LOWERINGS)
+    assert all(LOWERINGS.for_op(name) is not None for name, prim in REGISTRY.items() if prim in LOWERINGS)
+    assert LOWERINGS.for_op("fused.AddToOutput") is None  # a graph-mode fusion, no primitive
+
+
+def test_a_lowering_is_registered_for_a_primitive_once():
+    with pytest.raises(ExportError, match="for a Primitive, got 'add'"):
+        lowering("add")(lambda b, node, ctx: None)
+    with pytest.raises(ExportError, match="'add' is registered twice"):
+        lowering(REGISTRY["add"])(lambda b, node, ctx: None)
 
 
 def _tensors(arrays, dtype):

@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.precision import reduce_precision
-from flowserve.exporter.runtime import create_session
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.serialization.examples import ExampleBatch, ExampleSet
 
 

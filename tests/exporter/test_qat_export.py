@@ -13,7 +13,7 @@ import pytest
 import flowserve as flow
 from flowserve.errors import SavedGraphError
 from flowserve.exporter.precision import reduce_precision
-from flowserve.exporter.runtime import create_session
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.exporter.verified import export_verified
 from flowserve.serialization.manifest import read_manifest
 from flowserve.serialization.tensors import read_tensors

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import flowserve
 from flowserve.errors import DeviceError
-from flowserve.exporter import runtime
+from flowserve.onnx_backend import runtime
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.runtime import OrtRunner
 
@@ -60,7 +60,7 @@ def test_the_server_runner_uses_the_same_runtime():
 
 
 def test_one_place_probes_cuda_and_builds_sessions():
-    """CUDA detection and ``InferenceSession`` construction live only in exporter/runtime.py."""
+    """CUDA detection and ``InferenceSession`` construction live only in flowserve/onnx_backend/runtime.py."""
     found = []
     for folder in ("flowserve", "exporter", "server"):
         for path in sorted((ROOT / folder).rglob("*.py")):
@@ -68,7 +68,7 @@ def test_one_place_probes_cuda_and_builds_sessions():
             for needle in ("libcuda", "get_available_providers", "InferenceSession(", "/dev/nvidia"):
                 if needle in text:
                     found.append(f"{path.relative_to(ROOT)}: {needle}")
-    assert all(f.startswith("exporter/runtime.py") for f in found), found
+    assert all(f.startswith("flowserve/onnx_backend/runtime.py") for f in found), found
 
 
 # -- flow.backends' switches reach the sessions ----------------------------------------------------

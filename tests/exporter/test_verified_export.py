@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import flowserve.cli
 from flowserve.errors import ExportError
-from flowserve.exporter.runtime import create_session
 from flowserve.exporter.verified import export_verified, read_sidecar, sidecar_path
+from flowserve.onnx_backend.runtime import create_session
 from flowserve.serialization import ExampleSet, read_examples
 from flowserve.serialization.examples import ExampleBatch
 from tests.deployments import MIN_AGREEMENT, MODELS, PRECISIONS, example_labels

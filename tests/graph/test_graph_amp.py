@@ -125,7 +125,7 @@ def test_set_grad_scaler_checks_its_argument():
 @pytest.mark.parametrize("dtype", [flow.float16, flow.bfloat16])
 def test_saved_amp_graph_does_not_depend_on_the_tracing_machines_gpu(dtype, monkeypatch):
     """The traced (saved) IR is the same whether or not ONNX Runtime could use a GPU here."""
-    import flowserve.exporter.runtime as ort_runtime
+    import flowserve.onnx_backend.runtime as ort_runtime
 
     x, y = data()
     _, plain, _ = _losses(mlp, x, y, dtype, steps=1)

@@ -14,7 +14,7 @@ import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
-from flowserve.exporter import openvino, runtime
+from flowserve.onnx_backend import openvino, runtime
 
 from tests.graph.helpers import TrainGraph
 

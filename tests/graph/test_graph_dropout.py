@@ -7,7 +7,7 @@ import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
-from flowserve.exporter.lowering.random import paired_thresholds
+from flowserve.onnx_backend.lowering.random import paired_thresholds
 
 
 class Drop(nn.Graph):

@@ -132,7 +132,7 @@ def test_double_erf_over_its_whole_range():
 
 
 def test_an_op_without_a_kernel_in_its_dtype_is_refused_in_one_line(monkeypatch):
-    import flowserve.exporter.lowering.conv as conv_lowering
+    import flowserve.onnx_backend.lowering.conv as conv_lowering
 
     monkeypatch.setattr(conv_lowering, "is_double", lambda ctx, name: False)  # the plain double Conv
     graph = _Infer(flow.nn.Conv2d(3, 4, 3).double())

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import flowserve as flow
-from flowserve.exporter import runtime
+from flowserve.onnx_backend import runtime
 
 torch = pytest.importorskip("torch")
 

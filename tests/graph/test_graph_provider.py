@@ -12,7 +12,7 @@ import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
-from flowserve.exporter import openvino
+from flowserve.onnx_backend import openvino
 from tests.graph.helpers import TrainGraph
 
 needs_openvino = pytest.mark.skipif(not openvino.available(), reason='needs pip install "flowserve[openvino]"')

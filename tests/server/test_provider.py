@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowserve.exporter import openvino
+from flowserve.onnx_backend import openvino
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.runtime import OrtRunner
 from flowserve.server.settings import ServerSettings

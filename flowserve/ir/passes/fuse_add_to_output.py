@@ -2,8 +2,8 @@
 operand is a 2-D matmul's result, used nowhere else, is done by the matmul itself
 (ONNX ``Gemm``: ``y = x @ w + c``), so the product is written once, with the addend.
 
-The fused node's op is ``fused.AddToOutput``; the exporter lowers it
-(``flowserve.exporter.lowering.graph_mode``). The pass runs on the private copy of the IR
+The fused node's op is ``fused.AddToOutput``; the ONNX backend lowers it
+(``flowserve.onnx_backend.lowering.graph_mode``). The pass runs on the private copy of the IR
 that graph mode lowers, never on the IR a graph saves.
 """
 

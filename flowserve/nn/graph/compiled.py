@@ -24,6 +24,7 @@ from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph.passes import lowering_ir
 from flowserve.nn.graph.trace import Traced
+from flowserve.onnx_backend import lower, runtime
 from flowserve.tensor import Tensor
 
 
@@ -54,8 +55,6 @@ class CompiledGraph:
         self._build_session()
 
     def _lower(self, fed: list, baked: dict):
-        from flowserve.exporter import lower, runtime  # local: graph mode loads ONNX on first compile
-
         ir, _ = lowering_ir(self.traced.ir, self.options)
         cpu = runtime.runs_on_cpu_provider(self.options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
@@ -66,8 +65,6 @@ class CompiledGraph:
                               dynamic_dims=self.dynamic_dims)
 
     def _build_session(self) -> None:
-        from flowserve.exporter.runtime import create_session  # local: as above
-
         state = self.traced.state
         if self.training:
             ir = self.traced.ir
@@ -80,7 +77,7 @@ class CompiledGraph:
         self.fed_state = fed
         try:
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = runtime.create_session(self.model, options=self.options)
         except Exception as exc:
             missing = _missing_kernel(exc, self.traced.ir)
             if missing is not None:
@@ -89,7 +86,7 @@ class CompiledGraph:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = create_session(self.model, options=self.options)
+            self.session = runtime.create_session(self.model, options=self.options)
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
 
@@ -120,8 +117,6 @@ class CompiledGraph:
 
     def _bind_state_outputs(self, binding) -> dict:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
-        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
-
         new = {}
         for name in self.update_names:
             current = self.traced.state[name]._data
@@ -131,15 +126,13 @@ class CompiledGraph:
                     current.flags.c_contiguous else [np.empty_like(current), np.empty_like(current)]
                 self._buffers[name] = pair
             target = pair[1] if current is pair[0] else pair[0]
-            binding.bind_ortvalue_output(name + ":new", OrtValue.ortvalue_from_numpy(target))
+            binding.bind_ortvalue_output(name + ":new", runtime.ort_value(target))
             new[name] = target
         return new
 
     def _bind_user_outputs(self, binding, inputs) -> list:
         """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
         the shapes stay the same (outputs are copied out after the run)."""
-        from onnxruntime import OrtValue  # local: ONNX Runtime loads on first compile
-
         shapes = self._output_shapes(inputs)
         size = self.options.get("outputs_buffer_size", 2)
         if len(self._out_ring) != size or any(s is None for s in shapes):
@@ -155,7 +148,7 @@ class CompiledGraph:
             if array is None:
                 binding.bind_output(v.name)
             else:
-                binding.bind_ortvalue_output(v.name, OrtValue.ortvalue_from_numpy(array))
+                binding.bind_ortvalue_output(v.name, runtime.ort_value(array))
             arrays.append(array)
         if any(a is None for a in arrays):
             return _Deferred(binding, arrays)

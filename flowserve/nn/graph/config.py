@@ -8,7 +8,7 @@
 - ``allow_fuse_add_to_output``: an add into a matmul/conv output becomes its bias/output;
 - ``allow_fuse_cast_scale``: cast round trips and cast+scale chains collapse;
 - ``enable_straighten_algorithm`` / ``enable_compress_memory``: the runtime's execution
-  order and memory planning (``flowserve.exporter.runtime.session_options``);
+  order and memory planning (``flowserve.onnx_backend.runtime.session_options``);
 - ``enable_cudnn_conv_heuristic_search_algo``: the CUDA provider's conv algorithm search;
 - ``enable_zero`` (and ``GraphModule.set_stage``): across launched processes, sharded
   optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
@@ -26,9 +26,9 @@
 from __future__ import annotations
 
 from flowserve import dtypes
+from flowserve.onnx_backend.runtime import EXECUTION_PROVIDERS
 
 STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")
-EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")
 
 
 class GraphConfig:
@@ -125,7 +125,7 @@ class GraphConfig:
     def allow_cpu_blocked_kernels(self, mode: bool = True) -> None:
         """Training graphs on ONNX Runtime's CPU provider: 3x3 (and larger) convolutions
         whose channels fill its NCHWc blocks run its blocked kernels, the weight reordered
-        in the graph each step (``flowserve.exporter.lowering.conv``). On by default; off
+        in the graph each step (``flowserve.onnx_backend.lowering.conv``). On by default; off
         lowers standard ONNX ``Conv`` only. Saved and exported models are standard ONNX
         either way."""
         self._set("cpu_blocked_kernels", bool(mode))

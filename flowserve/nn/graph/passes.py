@@ -2,7 +2,7 @@
 
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
 convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, and the stage/ZeRO records. On
-the private copy graph mode lowers: the add-to-output fusion (the exporter lowers its
+the private copy graph mode lowers: the add-to-output fusion (the ONNX backend lowers its
 fused node). Every pass returns ``PassResult(ir, modified)``.
 """
 
@@ -66,7 +66,7 @@ def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
 
 def lowering_ir(ir: GraphIR, options: dict) -> PassResult:
     """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
-    exporter lowers its fused nodes), else ``ir`` itself."""
+    ONNX backend lowers its fused nodes), else ``ir`` itself."""
     if not options.get("fuse_add_to_output"):
         return PassResult(ir, False)
     copy, changed = fuse_add_to_output(ir.copy())

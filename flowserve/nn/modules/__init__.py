@@ -25,18 +25,29 @@ from flowserve.nn.modules.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase,
 from flowserve.nn.modules.transformer_decoder import (  # noqa: F401
     Transformer, TransformerDecoder, TransformerDecoderLayer,
 )
-from flowserve.nn.modules.more_layers import (  # noqa: F401
-    CELU, GLU, SELU, AdaptiveMaxPool1d, AvgPool3d, MaxPool3d, AdaptiveMaxPool2d, ConstantPad2d, CosineSimilarity, Dropout1d, Dropout2d,
-    Dropout3d, Fold, FusedBatchNorm2d, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, PairwiseDistance, PixelShuffle,
-    PixelUnshuffle, PReLU, ReflectionPad2d, ReplicationPad2d, Softmax2d, Softsign, Threshold, Unflatten, Unfold,
+from flowserve.nn.modules.activation import (  # noqa: F401
+    CELU, GLU, SELU, Hardshrink, PReLU, Softmax2d, Softmin, Softshrink, Softsign, Tanhshrink, Threshold,
+)
+from flowserve.nn.modules.channelshuffle import ChannelShuffle  # noqa: F401
+from flowserve.nn.modules.conv import ConvTranspose3d  # noqa: F401
+from flowserve.nn.modules.distance import CosineSimilarity, PairwiseDistance  # noqa: F401
+from flowserve.nn.modules.dropout import Dropout1d, Dropout2d, Dropout3d  # noqa: F401
+from flowserve.nn.modules.fold import Fold, Unfold  # noqa: F401
+from flowserve.nn.modules.linear import Bilinear, Unflatten  # noqa: F401
+from flowserve.nn.modules.loss import (  # noqa: F401
+    CosineEmbeddingLoss, CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss, MultiLabelSoftMarginLoss,
+    PoissonNLLLoss, SoftMarginLoss, TripletMarginLoss,
+)
+from flowserve.nn.modules.normalization import (  # noqa: F401
+    FusedBatchNorm2d, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, RMSNorm,
+)
+from flowserve.nn.modules.padding import (  # noqa: F401
+    ConstantPad1d, ConstantPad2d, ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d, ZeroPad1d,
     ZeroPad2d,
 )
-from flowserve.nn.modules.ported import (  # noqa: F401
-    AdaptiveAvgPool3d, AdaptiveMaxPool3d, ConvTranspose3d, CTCLoss, EmbeddingBag,
+from flowserve.nn.modules.pixelshuffle import PixelShuffle, PixelUnshuffle  # noqa: F401
+from flowserve.nn.modules.pooling import (  # noqa: F401
+    AdaptiveAvgPool1d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, AvgPool1d,
+    AvgPool3d, LPPool1d, LPPool2d, MaxPool3d,
 )
-from flowserve.nn.modules.ported_layers import (  # noqa: F401
-    AdaptiveAvgPool1d, AvgPool1d, Bilinear, ChannelShuffle, ConstantPad1d, CosineEmbeddingLoss, GaussianNLLLoss,
-    HingeEmbeddingLoss, Hardshrink, LPPool1d, LPPool2d, MarginRankingLoss, MultiLabelSoftMarginLoss, PoissonNLLLoss,
-    ReflectionPad1d, ReplicationPad1d, RMSNorm, Softmin, Softshrink, SoftMarginLoss, Tanhshrink, TripletMarginLoss,
-    ZeroPad1d,
-)
+from flowserve.nn.modules.sparse import EmbeddingBag  # noqa: F401

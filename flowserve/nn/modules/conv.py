@@ -6,16 +6,16 @@ from __future__ import annotations
 import math
 
 from flowserve.nn import init
-from flowserve.nn.functional_3d import conv3d
+from flowserve.nn.volumetric_functions import conv3d
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
-from flowserve.ops import conv as C
+from flowserve.ops import conv as conv_ops
 from flowserve.ops.autocast_policy import lower_precision
 from flowserve.ops import creation
-from flowserve.ops import padding as P
-
-_conv_nd = lower_precision(C.conv_nd)  # under flow.autocast: in float16/bfloat16, as PyTorch
-_conv_transpose_nd = lower_precision(C.conv_transpose_nd)
+from flowserve.ops import padding as padding_ops
+from flowserve.nn import functional as nn_functional
+_conv_nd = lower_precision(conv_ops.conv_nd)  # under flow.autocast: in float16/bfloat16, as PyTorch
+_conv_transpose_nd = lower_precision(conv_ops.conv_transpose_nd)
 
 
 class _ConvNd(Module):
@@ -36,11 +36,11 @@ class _ConvNd(Module):
         if padding_mode != "zeros" and self._transposed:
             raise ValueError(f"Only 'zeros' padding mode is supported for {name}, got {padding_mode!r}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = tuple(C.tuple_arg(kernel_size, r, "kernel_size", name))
-        self.stride = tuple(C.tuple_arg(stride, r, "stride", name))
-        self.dilation = tuple(C.tuple_arg(dilation, r, "dilation", name))
-        self.padding = padding if isinstance(padding, str) else tuple(C.tuple_arg(padding, r, "padding", name))
-        self.output_padding = tuple(C.tuple_arg(output_padding, r, "output_padding", name))
+        self.kernel_size = tuple(conv_ops.tuple_arg(kernel_size, r, "kernel_size", name))
+        self.stride = tuple(conv_ops.tuple_arg(stride, r, "stride", name))
+        self.dilation = tuple(conv_ops.tuple_arg(dilation, r, "dilation", name))
+        self.padding = padding if isinstance(padding, str) else tuple(conv_ops.tuple_arg(padding, r, "padding", name))
+        self.output_padding = tuple(conv_ops.tuple_arg(output_padding, r, "output_padding", name))
         self.padding_mode = padding_mode
         if self._transposed:
             shape = (in_channels, out_channels // groups, *self.kernel_size)
@@ -61,9 +61,9 @@ class _ConvNd(Module):
         r, name = self._dims, type(self).__name__
         padding = self.padding
         if self.padding_mode != "zeros":  # pad explicitly, then convolve without padding
-            pads = C.conv_pads(padding, list(self.kernel_size), list(self.dilation), list(self.stride), r, name)
+            pads = conv_ops.conv_pads(padding, list(self.kernel_size), list(self.dilation), list(self.stride), r, name)
             order = [p for i in reversed(range(r)) for p in (pads[i], pads[r + i])]
-            x, padding = P.pad(x, order, self.padding_mode), 0
+            x, padding = padding_ops.pad(x, order, self.padding_mode), 0
         return _conv_nd(x, self.weight, self.bias, self.stride, padding, self.dilation, self.groups, r, name)
 
     def extra_repr(self) -> str:
@@ -137,14 +137,25 @@ class ConvTranspose2d(_ConvTransposeNd):
 
 class Conv3d(_ConvNd):
     """3-d convolution over (N, C, D, H, W), as ``torch.nn.Conv3d`` (a composite of 2-d
-    convolutions over the kernel's depth taps: ``flowserve.nn.functional_3d``)."""
+    convolutions over the kernel's depth taps: ``flowserve.nn.volumetric_functions``)."""
 
     _dims = 3
 
     def forward(self, x):
         name = type(self).__name__
-        pads = C.conv_pads(self.padding, list(self.kernel_size), list(self.dilation), list(self.stride), 3, name)
+        pads = conv_ops.conv_pads(self.padding, list(self.kernel_size), list(self.dilation), list(self.stride), 3, name)
         if any(pads):
             order = [p for i in reversed(range(3)) for p in (pads[i], pads[3 + i])]
-            x = P.pad(x, order, "constant" if self.padding_mode == "zeros" else self.padding_mode)
+            x = padding_ops.pad(x, order, "constant" if self.padding_mode == "zeros" else self.padding_mode)
         return conv3d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """Transposed 3-d convolution over (N, C, D, H, W), as ``torch.nn.ConvTranspose3d``
+    (weight (in, out/groups, kD, kH, kW))."""
+
+    _dims = 3
+
+    def forward(self, x):
+        return nn_functional.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)

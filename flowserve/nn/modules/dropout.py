@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn.module import Module
 
 
@@ -20,7 +20,32 @@ class Dropout(Module):
         self.p, self.inplace = p, inplace
 
     def forward(self, x):
-        return F.dropout(x, self.p, self.training, self.inplace)
+        return nn_functional.dropout(x, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class _ChannelDropout(Dropout):
+    """Dropout of whole channels: ``Dropout``'s arguments, one draw per (sample, channel)."""
+
+    _fn = None
+
+    def forward(self, x):
+        return type(self)._fn(x, self.p, self.training, self.inplace)
+
+
+class Dropout1d(_ChannelDropout):
+    """Zero whole channels of ``(N, C, L)`` with probability ``p`` (training only)."""
+
+    _fn = staticmethod(nn_functional.dropout1d)
+
+
+class Dropout2d(_ChannelDropout):
+    """Zero whole channels of ``(N, C, H, W)`` with probability ``p`` (training only)."""
+
+    _fn = staticmethod(nn_functional.dropout2d)
+
+
+class Dropout3d(_ChannelDropout):
+    _fn = staticmethod(nn_functional.dropout3d)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import creation
-from flowserve.ops import graph_creation as GC
-from flowserve.ops import functional as OF
-from flowserve.ops import rnn as R
+from flowserve.ops import functional as ops_functional
+from flowserve.ops import rnn as rnn_ops
 from flowserve.ops.autocast_policy import lower_precision
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
@@ -101,10 +100,10 @@ class RNNBase(Module):
                 outputs.append(result[0])
                 for store, state in zip(finals, result[1:]):
                     store.append(state)
-            x = outputs[0] if len(outputs) == 1 else OF.cat(outputs, -1)
+            x = outputs[0] if len(outputs) == 1 else ops_functional.cat(outputs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, True)
-        return x, [OF.stack(f, 0) for f in finals]
+                x = nn_functional.dropout(x, self.dropout, True)
+        return x, [ops_functional.stack(f, 0) for f in finals]
 
     def _forward(self, x, hx: list):
         unbatched = x.ndim == 2
@@ -116,7 +115,7 @@ class RNNBase(Module):
         self._check_input(x, hx)
         batch = x.shape[1]
         shape = (self.num_layers * self._directions, batch, self.hidden_size)
-        hx = [GC.zeros(*shape, dtype=x.dtype, device=x.device) if h is None else h for h in hx]
+        hx = [creation.zeros(*shape, dtype=x.dtype, device=x.device) if h is None else h for h in hx]
         out, finals = self._run(x, hx)
         if unbatched:
             return out.squeeze(1), [f.squeeze(1) for f in finals]
@@ -145,7 +144,7 @@ class RNN(RNNBase):
                          num_layers, bias, batch_first, dropout, bidirectional, device=device, dtype=dtype)
 
     def _cell(self, x, states, weights, reverse):
-        return R.rnn_layer(x, states[0], *weights, nonlinearity=self.nonlinearity, reverse=reverse)
+        return rnn_ops.rnn_layer(x, states[0], *weights, nonlinearity=self.nonlinearity, reverse=reverse)
 
     def forward(self, input, hx=None):  # noqa: A002 - PyTorch's argument name
         out, (h,) = self._forward(input, [hx])
@@ -160,7 +159,7 @@ class LSTM(RNNBase):
 
     @lower_precision  # under flow.autocast: in float16/bfloat16, as PyTorch's CPU LSTM
     def _cell(self, x, states, weights, reverse):
-        return R.lstm_layer(x, states[0], states[1], *weights, reverse=reverse)
+        return rnn_ops.lstm_layer(x, states[0], states[1], *weights, reverse=reverse)
 
     def forward(self, input, hx=None):  # noqa: A002
         h0, c0 = (None, None) if hx is None else hx
@@ -175,7 +174,7 @@ class GRU(RNNBase):
         super().__init__("GRU", *args, **kwargs)
 
     def _cell(self, x, states, weights, reverse):
-        return R.gru_layer(x, states[0], *weights, reverse=reverse)
+        return rnn_ops.gru_layer(x, states[0], *weights, reverse=reverse)
 
     def forward(self, input, hx=None):  # noqa: A002
         out, (h,) = self._forward(input, [hx])
@@ -208,7 +207,7 @@ class RNNCellBase(Module):
                              f"({self.input_size},), got {tuple(x.shape)}")
         unbatched = x.ndim == 1
         x = x.unsqueeze(0) if unbatched else x
-        states = [GC.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if s is None
+        states = [creation.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if s is None
                   else (s.unsqueeze(0) if unbatched else s) for s in states]
         zeros = creation.zeros(self.weight_ih.shape[0], dtype=x.dtype, device=x.device)
         biases = [self.bias_ih, self.bias_hh] if self.bias else [zeros, zeros]
@@ -228,7 +227,7 @@ class RNNCell(RNNCellBase):
         super().__init__(input_size, hidden_size, bias, device, dtype)
 
     def _cell(self, x, states, weights):
-        return R.rnn_layer(x, states[0], *weights, nonlinearity=self.nonlinearity)
+        return rnn_ops.rnn_layer(x, states[0], *weights, nonlinearity=self.nonlinearity)
 
     def forward(self, input, hx=None):  # noqa: A002
         return self._step(input, [hx])[0]
@@ -238,7 +237,7 @@ class LSTMCell(RNNCellBase):
     _gates = 4
 
     def _cell(self, x, states, weights):
-        return R.lstm_layer(x, states[0], states[1], *weights)
+        return rnn_ops.lstm_layer(x, states[0], states[1], *weights)
 
     def forward(self, input, hx=None):  # noqa: A002
         h, c = self._step(input, [None, None] if hx is None else list(hx))
@@ -249,7 +248,7 @@ class GRUCell(RNNCellBase):
     _gates = 3
 
     def _cell(self, x, states, weights):
-        return R.gru_layer(x, states[0], *weights)
+        return rnn_ops.gru_layer(x, states[0], *weights)
 
     def forward(self, input, hx=None):  # noqa: A002
         return self._step(input, [hx])[0]

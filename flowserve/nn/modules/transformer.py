@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import copy
+from types import MappingProxyType
 
-from flowserve.nn import functional as F
+from flowserve.nn import functional as nn_functional
 from flowserve.nn import init
 from flowserve.nn.module import Module
 from flowserve.nn.modules.container import ModuleList
@@ -15,7 +16,7 @@ from flowserve.nn.modules.normalization import LayerNorm
 from flowserve.nn.parameter import Parameter
 from flowserve.ops import attention
 from flowserve.ops import creation
-from flowserve.ops import functional as OF
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.registry import fail_shape
 
 
@@ -64,11 +65,11 @@ class MultiheadAttention(Module):
     def _projections(self):
         e = self.embed_dim
         if self._qkv_same_embed_dim:
-            ws = [OF.getitem(self.in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
+            ws = [ops_functional.getitem(self.in_proj_weight, slice(i * e, (i + 1) * e)) for i in range(3)]
         else:
             ws = [self.q_proj_weight, self.k_proj_weight, self.v_proj_weight]
         b = self.in_proj_bias
-        bs = [None] * 3 if b is None else [OF.getitem(b, slice(i * e, (i + 1) * e)) for i in range(3)]
+        bs = [None] * 3 if b is None else [ops_functional.getitem(b, slice(i * e, (i + 1) * e)) for i in range(3)]
         return list(zip(ws, bs))
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
@@ -78,10 +79,10 @@ class MultiheadAttention(Module):
                              "(is_causal is a hint about attn_mask)")
         unbatched = query.ndim == 2
         if unbatched:
-            query, key, value = (OF.unsqueeze(t, 0) for t in (query, key, value))
-            key_padding_mask = OF.unsqueeze(key_padding_mask, 0) if key_padding_mask is not None else None
+            query, key, value = (ops_functional.unsqueeze(t, 0) for t in (query, key, value))
+            key_padding_mask = ops_functional.unsqueeze(key_padding_mask, 0) if key_padding_mask is not None else None
         elif not self.batch_first:
-            query, key, value = (OF.transpose(t, 0, 1) for t in (query, key, value))
+            query, key, value = (ops_functional.transpose(t, 0, 1) for t in (query, key, value))
         if query.ndim != 3 or query.shape[-1] != self.embed_dim:
             fail_shape("MultiheadAttention", f"query (L, N, {self.embed_dim}) or (N, L, {self.embed_dim})",
                          tuple(query.shape))
@@ -91,11 +92,11 @@ class MultiheadAttention(Module):
             query, key, value, self.num_heads, q, k, v, (self.out_proj.weight, self.out_proj.bias),
             attn_mask, key_padding_mask, need_weights, average_attn_weights, p)
         if unbatched:
-            return OF.squeeze(out, 0), (OF.squeeze(weights, 0) if weights is not None else None)
-        return (out if self.batch_first else OF.transpose(out, 0, 1)), weights
+            return ops_functional.squeeze(out, 0), (ops_functional.squeeze(weights, 0) if weights is not None else None)
+        return (out if self.batch_first else ops_functional.transpose(out, 0, 1)), weights
 
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS = MappingProxyType({"relu": nn_functional.relu, "gelu": nn_functional.gelu})
 
 
 def activation_of(activation, owner: str):

@@ -21,14 +21,12 @@ from flowserve.nn.modules.transformer import (
     LayerStack, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer, activation_of,
 )
 from flowserve.ops import creation
-from flowserve.ops import functional as OF
-
-
+from flowserve.ops import functional as ops_functional
 def square_subsequent_mask(size: int, dtype=None, device=None):
     """``(size, size)`` float mask: 0 on and below the diagonal, -inf above (PyTorch's)."""
     ones = creation.ones(size, size, dtype=dtype, device=device)
-    return OF.masked_fill(creation.zeros(size, size, dtype=dtype, device=device),
-                          OF.triu(ones, 1) > 0, float("-inf"))
+    return ops_functional.masked_fill(creation.zeros(size, size, dtype=dtype, device=device),
+                          ops_functional.triu(ones, 1) > 0, float("-inf"))
 
 
 def _causal(mask, is_causal: bool, length: int, like):

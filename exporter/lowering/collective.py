@@ -1,9 +1,0 @@
-"""ONNX lowerings of the collective primitives: an ONNX model is one process, and in a world
-of one process a collective returns its input. (Deployable graphs are traced in eval mode
-and hold none; a multi-process training step runs them between ONNX sessions.)"""
-
-from __future__ import annotations
-
-from flowserve.exporter.lowering.registry import simple
-
-simple("Identity", "all_reduce", "reduce_scatter", "all_gather")

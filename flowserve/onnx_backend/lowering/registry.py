@@ -1,0 +1,126 @@
+"""Where each primitive's ONNX lowering is registered: by the ``Primitive`` object itself
+(JAX's ``mlir.register_lowering(prim, rule)``), from the lowering module named as the op
+family that declares it (``lowering/elementwise.py`` for ``flowserve.ops.elementwise``).
+
+A lowering is ``fn(b, node, ctx)``: it appends ONNX nodes to builder ``b`` that compute
+``node.outputs`` (exact names) from ``node.inputs``; ``ctx.meta(name)`` gives a value's
+shape and dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from flowserve.dispatch import REGISTRY, Primitive
+from flowserve.errors import ExportError
+from flowserve.ops.dims import batch_steps
+
+
+class Lowerings:
+    """Primitive -> its ONNX lowering. IR nodes name their op: ``for_op(name)`` finds the
+    primitive in the op registry (``flowserve.dispatch.REGISTRY``), then its lowering."""
+
+    def __init__(self):
+        self._rules: dict[Primitive, Callable] = {}
+
+    def register(self, prim: Primitive, fn: Callable) -> None:
+        if not isinstance(prim, Primitive):
+            raise ExportError(f"an ONNX lowering is registered for a Primitive, got {prim!r}")
+        if prim in self._rules:
+            raise ExportError(f"ONNX lowering of {prim.name!r} is registered twice")
+        self._rules[prim] = fn
+
+    def for_op(self, name: str) -> Callable | None:
+        """The lowering of the primitive named ``name``; None for an op that is no primitive
+        (graph mode's and the exporter's fused nodes) or has no lowering."""
+        prim = REGISTRY.get(name)
+        return None if prim is None else self._rules.get(prim)
+
+    def __contains__(self, prim: Primitive) -> bool:
+        return prim in self._rules
+
+    def __iter__(self) -> Iterator[Primitive]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+
+LOWERINGS = Lowerings()
+
+
+def lowering(*prims: Primitive):
+    """``@lowering(prims.gather)``: register the decorated function for each primitive."""
+
+    def register(fn: Callable) -> Callable:
+        for prim in prims:
+            LOWERINGS.register(prim, fn)
+        return fn
+
+    return register
+
+
+def simple(op_type: str, *prims: Primitive, **fixed_attrs):
+    """Register ``prims`` as one ONNX node of ``op_type`` with the same inputs and outputs."""
+
+    def lower(b, node, ctx):
+        b.op(op_type, node.inputs, node.outputs, **fixed_attrs)
+
+    for prim in prims:
+        LOWERINGS.register(prim, lower)
+
+
+class LoweringContext:
+    """What a lowering may read besides its node: value metadata, the builder, whether the
+    batch is dynamic, ``cpu_provider`` (graph mode on ONNX Runtime's CPU provider: the
+    formulations it runs fastest) and ``nchwc_block`` (its NCHWc channel block for training
+    graphs, else 0: standard ONNX operators only)."""
+
+    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0, cpu_provider: bool = False):
+        self.ir = ir
+        self.b = builder
+        self.dynamic_batch = dynamic_batch
+        self.nchwc_block = nchwc_block
+        self.cpu_provider = cpu_provider
+        self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
+
+    def meta(self, name: str):
+        return self.ir.values[name]
+
+    def batch_size(self) -> str:
+        """A 1-element int64 tensor: the run-time batch (dim 0 of the graph's first input)."""
+        name = getattr(self, "_batch_size", None)
+        if name is None:
+            shape = self.b.op1("Shape", [self.ir.inputs[0].name])
+            name = self.b.op1("Slice", [shape, self.b.const([0]), self.b.const([1])])
+            self._batch_size = name
+        return name
+
+    def batch_expression(self, steps) -> str:
+        """A 1-element int64 tensor: ``steps`` (``flowserve.ops.dims``) applied to the run-time
+        batch (``B * T``, ``B // 2``, ``B + 1``: Mul, Div, Add; dims are never negative where
+        Div's truncation and floor division could differ)."""
+        name = self.batch_size()
+        for op, k in steps:
+            name = self.b.op1({"mul": "Mul", "div": "Div", "add": "Add"}[op], [name, self.b.const([int(k)])])
+        return name
+
+    def shape_operand(self, node, attr: str, dims: list) -> str:
+        """``dims`` as a 1-D int64 tensor; with a dynamic batch, the positions that the trace
+        marked as the batch size (``node.batch``) read it at run time."""
+        positions = set(node.batch.get(attr, ())) if self.dynamic_batch and self.ir.inputs else set()
+        if not positions:
+            return self.b.const(list(dims))
+        steps = batch_steps(node.batch, attr)
+        pieces, run = [], []
+        for i, d in enumerate(dims):
+            if i in positions:
+                if run:
+                    pieces.append(self.b.const(run))
+                    run = []
+                pieces.append(self.batch_expression(steps.get(i, ())))
+            else:
+                run.append(int(d))
+        if run:
+            pieces.append(self.b.const(run))
+        return pieces[0] if len(pieces) == 1 else self.b.op1("Concat", pieces, axis=0)

@@ -1,0 +1,181 @@
+"""OpenVINO as the engine that runs a flowserve ONNX model (``pip install "flowserve[openvino]"``).
+
+Two routes, tried in this order (``flowserve.onnx_backend.runtime.create_session`` takes them):
+
+1. ONNX Runtime's OpenVINO execution provider plugin (the ``onnxruntime-ep-openvino``
+   package): registered with ONNX Runtime once per process, used where it lists a device.
+   The session is an ordinary ``onnxruntime.InferenceSession``.
+2. OpenVINO's own runtime (the ``openvino`` package) reading the same ONNX bytes, behind
+   :class:`OpenVINOSession`, which answers the part of ``InferenceSession``'s interface
+   that graph mode and the server use (``run``, ``io_binding``, ``run_with_iobinding``,
+   ``get_inputs``/``get_outputs``, ``get_providers``).
+
+Both compile for the CPU in float32 (``INFERENCE_PRECISION_HINT=f32``: OpenVINO would
+otherwise pick bfloat16 on CPUs that have it, which changes results beyond eager's
+tolerance) with a latency hint and the thread count graph mode asks for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from flowserve.errors import GraphError
+
+PLUGIN_EP = "OpenVINOExecutionProvider"
+INSTALL_HINT = 'pip install "flowserve[openvino]"'
+
+
+def cpu_config(threads: int | None) -> dict:
+    config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = str(int(threads))
+    return config
+
+
+def plugin_devices() -> list:
+    """ONNX Runtime's OpenVINO plugin devices (registering the plugin library if it is
+    installed and not registered yet); ``[]`` where the plugin is absent or lists none."""
+    try:
+        import onnxruntime_ep_openvino as plugin  # local: the optional OpenVINO plugin, probed when asked
+    except ImportError:
+        return []
+    if not hasattr(ort, "get_ep_devices"):  # ONNX Runtime before plugin execution providers
+        return []
+    if not any(d.ep_name == PLUGIN_EP for d in ort.get_ep_devices()):
+        try:
+            ort.register_execution_provider_library(PLUGIN_EP, plugin.get_library_path())
+        except Exception:  # a plugin built for another ONNX Runtime: the second route remains
+            return []
+    return [d for d in ort.get_ep_devices() if d.ep_name == PLUGIN_EP]
+
+
+def runtime_available() -> bool:
+    try:
+        import openvino  # noqa: F401  # local: OpenVINO is optional, probed when asked
+    except ImportError:
+        return False
+    return True
+
+
+def available() -> bool:
+    """Whether either route can run a model here."""
+    return bool(plugin_devices()) or runtime_available()
+
+
+def add_plugin(session_options: ort.SessionOptions, threads: int | None) -> bool:
+    """Put ONNX Runtime's OpenVINO plugin into ``session_options`` where it lists a device
+    (``flowserve/onnx_backend/runtime.py`` then builds the ``InferenceSession``); False where it does not."""
+    devices = plugin_devices()
+    if devices:
+        load_config = json.dumps({"CPU": cpu_config(threads)})
+        session_options.add_provider_for_devices(devices[:1], {"load_config": load_config})
+    return bool(devices)
+
+
+def runtime_session(data: bytes | str, threads: int | None) -> "OpenVINOSession":
+    """The model ``data`` (bytes or a path) compiled by OpenVINO's own runtime."""
+    if not runtime_available():
+        raise GraphError(f"execution provider 'openvino' needs OpenVINO: {INSTALL_HINT}")
+    return OpenVINOSession(data, threads)
+
+
+@dataclass
+class _Arg:
+    """What ``get_inputs()``/``get_outputs()`` give: a name, a shape, a type string."""
+
+    name: str
+    shape: list
+    type: str
+
+
+class OpenVINOSession:
+    """An ONNX model compiled by OpenVINO's runtime, with ``InferenceSession``'s interface."""
+
+    def __init__(self, data: bytes | str, threads: int | None = None):
+        import openvino as ov  # local: optional dependency, the [openvino] extra
+
+        self._ov = ov
+        core = ov.Core()
+        self.compiled = core.compile_model(core.read_model(data), "CPU", cpu_config(threads))
+        self.request = self.compiled.create_infer_request()
+        proto = onnx.load(data, load_external_data=False) if isinstance(data, str) else onnx.load_from_string(data)
+        graph = proto.graph  # the ONNX names: OpenVINO may list others first
+        self._inputs = [v.name for v in graph.input if v.name not in {i.name for i in graph.initializer}]
+        self._outputs = [v.name for v in graph.output]
+        self._ports = {name: _port(self.compiled.outputs, name) for name in self._outputs}
+
+    def get_providers(self) -> list:
+        return ["OpenVINO"]
+
+    def get_inputs(self) -> list:
+        return [_Arg(name, _shape(p), _type(p)) for name in self._inputs for p in [_port(self.compiled.inputs, name)]]
+
+    def get_outputs(self) -> list:
+        return [_Arg(name, _shape(self._ports[name]), _type(self._ports[name])) for name in self._outputs]
+
+    def run(self, output_names, feeds: dict, run_options=None) -> list:
+        results = self._infer(feeds)
+        return [np.array(results[name]) for name in (output_names or self._outputs)]
+
+    def _infer(self, feeds: dict) -> dict:
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise GraphError(f"OpenVINO session expected inputs {self._inputs}, missing {missing}")
+        tensors = {name: self._ov.Tensor(_contiguous(feeds[name]), shared_memory=True) for name in self._inputs}
+        self.request.infer(tensors)
+        return {name: self.request.get_tensor(port).data for name, port in self._ports.items()}
+
+    def io_binding(self) -> "_Binding":
+        return _Binding(self)
+
+    def run_with_iobinding(self, binding: "_Binding", run_options=None) -> None:
+        results = self._infer(binding.inputs)
+        binding.results = results
+        for name, target in binding.outputs.items():
+            if target is not None:
+                target.update_inplace(_contiguous(results[name]))
+
+
+class _Binding:
+    """``SessionIOBinding``'s calls that graph mode makes, for :class:`OpenVINOSession`."""
+
+    def __init__(self, session: OpenVINOSession):
+        self.session, self.inputs, self.outputs, self.results = session, {}, {}, {}
+
+    def bind_cpu_input(self, name: str, array: np.ndarray) -> None:
+        self.inputs[name] = array
+
+    def bind_ortvalue_output(self, name: str, value) -> None:
+        self.outputs[name] = value
+
+    def bind_output(self, name: str, *args) -> None:
+        self.outputs[name] = None
+
+    def copy_outputs_to_cpu(self) -> list:
+        return [np.array(self.results[name]) for name in self.outputs]
+
+
+def _contiguous(array) -> np.ndarray:
+    """C-contiguous, keeping 0-d arrays 0-d (``np.ascontiguousarray`` makes them 1-d)."""
+    array = np.asarray(array)
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _port(ports, name: str):
+    for port in ports:
+        if name in port.get_names():
+            return port
+    raise GraphError(f"OpenVINO's compiled model has no port named {name!r}")
+
+
+def _shape(port) -> list:
+    return [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
+
+
+def _type(port) -> str:
+    return f"tensor({port.get_element_type().get_type_name()})"

@@ -1,0 +1,178 @@
+"""The one ONNX Runtime module: CUDA detection, provider choice, session options and the
+session factory, for graph mode, the exporter's checks and the server alike; the execution
+provider as a graph option (ONNX Runtime CPU/CUDA, or OpenVINO).
+
+CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver reports a
+device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
+
+    session = create_session(model_proto, device="auto")
+
+``flow.backends``' switches reach every session made here through ``engine_flags``:
+``use_deterministic_compute`` in the session options, ``cudnn_conv_algo_search`` and
+``use_tf32`` in the CUDA provider's options (``cuda_provider_options``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from flowserve.backends import engine_flags
+from flowserve.errors import DeviceError
+from flowserve.onnx_backend import openvino
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+CPU_PROVIDER = "CPUExecutionProvider"
+DEVICES = ("auto", "cpu", "cuda")
+EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")  # what a graph runs on (GraphConfig)
+_QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_device_count() -> int:
+    """CUDA devices the driver reports (0 without a driver); never logs."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def cuda_usable() -> bool:
+    """Whether onnxruntime can run on a GPU here (provider built in, a device visible)."""
+    return CUDA_PROVIDER in ort.get_available_providers() and cuda_device_count() > 0
+
+
+def choose_providers(device: str = "auto", options: dict | None = None) -> list:
+    """Execution providers for ``device`` ("auto", "cpu" or "cuda"); the CUDA provider's
+    options come from ``cuda_provider_options`` (``flow.backends`` and an nn.Graph's config
+    ``options``). Raises ``DeviceError`` for an unknown device
+    or for "cuda" where no GPU is usable."""
+    if device not in DEVICES:
+        raise DeviceError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "cpu":
+        return [CPU_PROVIDER]
+    if not cuda_usable():
+        if device == "cuda":
+            raise DeviceError(
+                "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
+                f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)")
+        return [CPU_PROVIDER]
+    return [(CUDA_PROVIDER, cuda_provider_options(options)), CPU_PROVIDER]
+
+
+def cuda_provider_options(options: dict | None = None) -> dict:
+    """The CUDA provider's options: ``flow.backends.cudnn.benchmark`` picks the convolution
+    algorithm search (``EXHAUSTIVE`` when True, else ``HEURISTIC``) unless an nn.Graph's
+    ``enable_cudnn_conv_heuristic_search_algo`` says otherwise; TF32 only where both
+    ``cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` allow it."""
+    flags = engine_flags()
+    search = flags["cudnn_conv_algo_search"]
+    heuristic = (options or {}).get("cudnn_conv_heuristic_search_algo")
+    if heuristic is not None:
+        search = "HEURISTIC" if heuristic else "EXHAUSTIVE"
+    return {"cudnn_conv_algo_search": search, "use_tf32": "1" if flags["use_tf32"] else "0"}
+
+
+# nn.Graph's straighten modes -> ONNX Runtime's execution order. ORT's default topological
+# order keeps fewer tensors alive at once (measured on a resnet18 training step: +268 MiB
+# against +332 MiB for the priority-based order, which favours speed).
+_EXECUTION_ORDER = {"Disable": "DEFAULT", "MemoryFirst": "DEFAULT", "SpeedFirst": "PRIORITY_BASED",
+                    "OverlapCpuGpu": "PRIORITY_BASED", "DelayShortGpu": "PRIORITY_BASED"}
+
+
+def session_options(*, instances: int = 1, threads: int = 0, options: dict | None = None) -> ort.SessionOptions:
+    """Options for one of ``instances`` sessions sharing the cores (``threads`` overrides
+    the share). Threads do not spin: sessions share the cores with eager numpy and with
+    each other; ``flow.backends``' deterministic switch sets ``use_deterministic_compute``.
+    ``options`` are an nn.Graph's config options: ``straighten_algorithm``
+    picks the execution order, ``compress_memory`` returns memory to the system as soon
+    as tensors die (no arena caching freed blocks), ``thread_spinning`` lets the threads
+    spin between operators (``config.allow_thread_spinning``: faster on cores of one's own,
+    slower on busy shared ones)."""
+    so = ort.SessionOptions()
+    so.log_severity_level = _QUIET  # errors only: no provider fallback noise
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads or max(1, (os.cpu_count() or 1) // max(1, instances))
+    so.inter_op_num_threads = 1
+    so.use_deterministic_compute = engine_flags()["deterministic"]  # flow.use_deterministic_algorithms
+    options = options or {}
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("thread_spinning") else "0")
+    if options.get("compress_memory"):
+        so.enable_cpu_mem_arena = False
+        so.enable_mem_reuse = True
+    mode = options.get("straighten_algorithm")
+    if mode:
+        so.execution_order = getattr(ort.ExecutionOrder, _EXECUTION_ORDER.get(mode, "DEFAULT"))
+    return so
+
+
+def runs_on_cpu_provider(options: dict | None = None) -> bool:
+    """Whether ``create_session(..., options=options)`` runs on ONNX Runtime's CPU provider
+    (not CUDA, not OpenVINO)."""
+    provider = check_execution_provider((options or {}).get("execution_provider", "auto"))
+    return provider == "cpu" or (provider == "auto" and not cuda_usable())
+
+
+@functools.lru_cache(maxsize=1)
+def nchwc_block_size() -> int:
+    """The channel block of ONNX Runtime's NCHWc kernels on this CPU (MLAS's
+    ``MlasNchwcGetBlockSize``: 16 with AVX-512, 8 with AVX2), or 0 where this build has no
+    ``com.microsoft.nchwc`` operators. Read from the channels ``ReorderInput`` pads 4 to."""
+    node = onnx.helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN)
+    graph = onnx.helper.make_graph(
+        [node], "probe", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 1, 1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid(NCHWC_DOMAIN, 1)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # fatal only: a build without the kernels is an answer, not an error
+    so.intra_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=[CPU_PROVIDER])
+        (out,) = session.run(None, {"x": np.ones((1, 4, 1, 1), np.float32)})
+    except Exception:  # no NCHWc kernels in this build or on this CPU
+        return 0
+    block = int(out.shape[1])
+    return block if block > 1 and (block & (block - 1)) == 0 else 0
+
+
+def check_execution_provider(name: str) -> str:
+    if name not in EXECUTION_PROVIDERS:
+        raise ValueError(f"execution provider must be one of {EXECUTION_PROVIDERS}, got {name!r}")
+    return name
+
+
+def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", instances: int = 1,
+                   threads: int = 0, options: dict | None = None, provider: str | None = None):
+    """A session of ``model`` (a proto, its bytes, or a path). ``provider`` (else an
+    nn.Graph's ``options["execution_provider"]``) picks the engine: ``"auto"`` (ONNX
+    Runtime on ``device``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
+    (``flowserve.onnx_backend.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
+    plugin, or an ``OpenVINOSession`` with the same interface)."""
+    # a path stays a path: the engines resolve external data against its directory
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    so = session_options(instances=instances, threads=threads, options=options)
+    provider = check_execution_provider(provider or (options or {}).get("execution_provider", "auto"))
+    if provider == "openvino":
+        if not openvino.add_plugin(so, so.intra_op_num_threads):
+            return openvino.runtime_session(data, so.intra_op_num_threads)
+        return ort.InferenceSession(data, sess_options=so)
+    if provider in ("cpu", "cuda"):
+        device = provider
+    return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))
+
+
+def ort_value(array: np.ndarray) -> ort.OrtValue:
+    """``array`` as an ``OrtValue`` sharing its memory: graph mode binds its state and output
+    buffers with these, so ONNX Runtime writes results in place."""
+    return ort.OrtValue.ortvalue_from_numpy(array)

@@ -1,0 +1,65 @@
+"""``Tensor`` conversions: ``to(device, dtype)``, ``byte()``/``char()``/``short()``, ``clone``,
+``copy_``, and the size and placement facts (``itemsize``, ``nbytes``, ``is_global``)."""
+
+from __future__ import annotations
+
+from flowserve import dtypes
+from flowserve.device import as_device
+from flowserve.ops import functional
+from flowserve.tensor import Tensor
+
+
+class ConversionMethods:
+    """Device and dtype moves, copies, and facts about storage."""
+
+    __slots__ = ()
+
+    clone = functional.clone
+    is_complex, is_nonzero = functional.is_complex, functional.is_nonzero
+
+    def to(self, *args, **kwargs):
+        """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)``, ``t.to(device, dtype)``."""
+        dev, dt = None, kwargs.get("dtype")
+        for a in list(args) + [kwargs.get("device")]:
+            if a is None:
+                continue
+            if isinstance(a, Tensor):
+                dev, dt = a.device, a.dtype
+            elif isinstance(a, dtypes.dtype) or a in (float, int, bool):
+                dt = a
+            else:
+                dev = a
+        out = self
+        if dt is not None and dtypes.as_dtype(dt) is not self._dtype:
+            out = functional.cast(out, dtypes.as_dtype(dt))
+        if dev is not None and as_device(dev) != self._device:
+            out = functional.to_device(out, as_device(dev))
+        return out
+
+    def byte(self):
+        return functional.cast(self, dtypes.uint8)
+
+    def char(self):
+        return functional.cast(self, dtypes.int8)
+
+    def short(self):
+        return functional.cast(self, dtypes.int16)
+
+    def copy_(self, src):
+        return self._assign(functional.expand(functional.cast(src, self.dtype), self.shape))
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.itemsize * self.numel()
+
+    @property
+    def is_xpu(self) -> bool:
+        return False  # OneFlow's other accelerators: flowserve runs on CPU and CUDA
+
+    @property
+    def is_global(self) -> bool:
+        return False  # a local tensor (OneFlow's global tensors span ranks: flowserve.distributed)
