@@ -5,10 +5,13 @@ even) and straight-through gradient mask."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
 
 import flowserve as flow
 from flowserve.ao import quantization as Q
+from flowserve.exporter.precision import REDUCE_RANGE
 from flowserve.ops.fake_quant import fake_quant
 from tests.precision import assert_close_in_format
 
@@ -97,11 +100,6 @@ def test_fake_quantize_module_matches_torch_over_calls(kind):
 
 def test_weight_range_is_the_int8_exports():
     """QAT trains for the 7-bit weights ``flowserve export --precision int8`` writes."""
-    import onnx
-    from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
-
-    from flowserve.exporter.precision import REDUCE_RANGE
-
     qmin, qmax = get_qmin_qmax_for_qType(onnx.TensorProto.INT8, reduce_range=REDUCE_RANGE, symmetric=True)
     assert (int(qmin), int(qmax)) == Q.WEIGHT_QUANT_RANGE
 

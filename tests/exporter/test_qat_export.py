@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 
 import numpy as np
 import onnx
+import onnx.inliner
 import pytest
 
 import flowserve as flow
 from flowserve.errors import SavedGraphError
+from flowserve.exporter import export
 from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session
 from flowserve.exporter.verified import export_verified
@@ -73,8 +76,6 @@ def test_int8_export_needs_no_calibration_and_matches_the_qat_graph(trained, tmp
 
 
 def test_reduce_precision_of_a_qdq_model_takes_no_calibration(trained):
-    from flowserve.exporter import export
-
     _, folder = trained
     model = export(folder, None, check=False).model
     quantized = reduce_precision(onnx.inliner.inline_local_functions(model), "int8", None)
@@ -82,8 +83,6 @@ def test_reduce_precision_of_a_qdq_model_takes_no_calibration(trained):
 
 
 def test_a_record_naming_a_missing_tensor_is_refused(trained, tmp_path):
-    import shutil
-
     _, folder = trained
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
