@@ -5,7 +5,9 @@ synthetic images, then fine-tuned with quantization-aware training (``graph.conf
 enable_qat(True)``: fake-quantized weights and activations, BatchNorm folded as deployed)
 as a student of the float32 model; the QAT graph is saved with held-out examples and
 exported with ``--precision int8``, which takes the learned scales (no calibration) and
-proves the int8 model on the examples::
+checks the int8 model on the examples. The export is forced: on MobileNetV2, ONNX
+Runtime's optimised QDQ execution still differs from the fake-quantized graph by more than
+the one quantization step the proof allows (docs/export.md), and the summary says so::
 
     python examples/qat_mobilenet.py
 """
@@ -82,8 +84,8 @@ def main() -> None:
         folder = pathlib.Path(tmp) / "mobilenet_qat"
         held_out, _ = synthetic_images(32, 999)
         flow.save(qat, folder, examples=[flow.tensor(held_out[:16]), flow.tensor(held_out[16:])])
-        result = export_verified(folder, pathlib.Path(tmp) / "mobilenet.int8.onnx", precision="int8")
-        print(result.proof.summary())
+        result = export_verified(folder, pathlib.Path(tmp) / "mobilenet.int8.onnx", precision="int8", force=True)
+        print(("FORCED: " if result.forced else "") + result.proof.summary())
         student.eval()
         agreement = np.mean(student(flow.tensor(held_out)).numpy().argmax(1)
                             == teacher(flow.tensor(held_out)).numpy().argmax(1))
