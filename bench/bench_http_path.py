@@ -31,14 +31,15 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from bench_serving import mlp_model
-from flowserve.clients import grpc_client, protos, rest
+from flowserve.clients import grpc_client, rest
+from flowserve.protocol import protos
 from flowserve.server import DataPlane, ServerSettings
 from flowserve.server.app import NoDelayHTTPProtocol
-from flowserve.server.grpc_app import InferenceServicer
-from flowserve.server.grpc_codec import decode_infer_request as decode_grpc_request
-from flowserve.server.grpc_codec import encode_infer_response as encode_grpc_response
-from flowserve.server.http_app import build_http_app
-from flowserve.server.http_codec import decode_infer_request, encode_infer_response
+from flowserve.server.grpc.app import InferenceServicer
+from flowserve.server.grpc.codec import decode_infer_request as decode_grpc_request
+from flowserve.server.grpc.codec import encode_infer_response as encode_grpc_response
+from flowserve.server.http.app import build_http_app
+from flowserve.server.http.codec import decode_infer_request, encode_infer_response
 
 
 class MemoryTransport(asyncio.Transport):

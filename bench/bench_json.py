@@ -31,33 +31,49 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
-CODEC_FILES = ["server/http_codec.py", "server/json_arrays.py", "clients/tensors.py",
-               "clients/rest.py"]
+# role -> the file holding it; a baseline ref must have this layout (server/http/, flowserve/protocol/):
+# for an older ref, run this script from a checkout of that ref instead
+CODEC_FILES = {"server codec": "server/http/codec.py",
+               "server json arrays": "server/http/json_arrays.py",
+               "client tensors": "clients/tensors.py",
+               "client rest": "clients/rest.py"}
+
+
+def _module(path: str) -> str:
+    """``server/http/codec.py`` -> ``server.http.codec`` (relative to the installed package)."""
+    return path[:-3].replace("/", ".")
 
 
 def baseline_codecs(ref: str, root: pathlib.Path) -> dict:
-    """The baseline's codec modules, imported beside this tree's other modules."""
+    """The baseline's codec modules, imported beside this tree's other modules: relative
+    imports of another codec file go to the baseline's copy, the rest to this tree."""
     package = root / "baseline_codecs"
-    for path in CODEC_FILES:
-        text = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
-        folder, name = path.split("/")
-        local = {p.split("/")[1][:-3] for p in CODEC_FILES if p.startswith(folder)}
-        text = re.sub(r"^from \.(\w+) import",
-                      lambda m: m.group(0) if m.group(1) in local else
-                      f"from flowserve.{folder}.{m.group(1)} import", text, flags=re.M)
-        (package / folder).mkdir(parents=True, exist_ok=True)
-        (package / folder / "__init__.py").touch()
-        (package / folder / name).write_text(text)
-    (package / "__init__.py").touch()
+    copied = {_module(p) for p in CODEC_FILES.values()}
+    for path in CODEC_FILES.values():
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:{path}"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            raise SystemExit(f"--baseline {ref} has no {path} (an older layout): run this script "
+                             f"from a checkout of {ref} to measure it")
+        here = _module(path).split(".")[:-1]
+
+        def absolute(match, here=here):
+            dots, name = len(match.group(1)), match.group(2)
+            target = ".".join(here[:len(here) - dots + 1] + [name])
+            return f"from {'baseline_codecs' if target in copied else 'flowserve'}.{target} import"
+
+        target = package / path
+        for folder in [target.parent, *target.parent.parents]:
+            if folder == root:
+                break
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "__init__.py").touch()
+        target.write_text(re.sub(r"^from (\.+)([\w.]+) import", absolute, shown.stdout, flags=re.M))
     sys.path.insert(0, str(root))
-    return {path: importlib.import_module("baseline_codecs." + path[:-3].replace("/", "."))
-            for path in CODEC_FILES}
+    return {role: importlib.import_module("baseline_codecs." + _module(path)) for role, path in CODEC_FILES.items()}
 
 
 def current_codecs() -> dict:
-    return {path: importlib.import_module("flowserve." + path[:-3].replace("/", "."))
-            for path in CODEC_FILES}
+    return {role: importlib.import_module("flowserve." + _module(path)) for role, path in CODEC_FILES.items()}
 
 
 def phases(codecs: dict, size: int, output_size: int) -> dict:
@@ -67,7 +83,7 @@ def phases(codecs: dict, size: int, output_size: int) -> dict:
     rng = np.random.default_rng(size)
     x = rng.standard_normal((1, size)).astype(np.float32)
     y = rng.standard_normal((1, output_size)).astype(np.float32)
-    rest, server = codecs["clients/rest.py"], codecs["server/http_codec.py"]
+    rest, server = codecs["client rest"], codecs["server codec"]
     body, _ = rest.encode_infer({"x": x}, binary=False)
     response = InferenceResponse("m", "1", {"y": y})
     answer, _ = server.encode_infer_response(response, {})

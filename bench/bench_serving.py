@@ -42,6 +42,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -147,27 +148,44 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(command: list[str], ready_url: str, timeout_s: float = 120) -> subprocess.Popen:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start(command: list[str], ready_url: str, timeout_s: float = 120,
+          log: pathlib.Path = None) -> subprocess.Popen:
+    """``command`` started (in a session of its own, which ``stop`` ends whole) and ready
+    at ``ready_url``; its output goes to ``log`` when given (a chatty server would fill the
+    pipe of stderr otherwise and stall)."""
+    if log is None:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   start_new_session=True)
+    else:
+        with open(log, "wb") as output:
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
     client, deadline = HTTPClient(ready_url, timeout_s=5), time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(process.stderr.read().decode())
+            text = log.read_text()[-4000:] if log is not None else process.stderr.read().decode()
+            raise RuntimeError(text)
         try:
             if client.is_ready():
                 return process
         except Exception:
-            time.sleep(0.2)
-    process.kill()
+            pass
+        time.sleep(0.2)
+    stop(process)
     raise TimeoutError(f"{command} not ready")
 
 
 def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    """End ``process`` and what it started (its session): SIGTERM, then SIGKILL for
+    whatever outlives it (the process itself after 30 s)."""
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
 
 
 def ort_latency_us(model: onnx.ModelProto, x: np.ndarray, seconds: float) -> float:

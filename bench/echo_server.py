@@ -24,7 +24,7 @@ import numpy as np
 import uvicorn
 import uvloop
 
-from flowserve.clients import protos
+from flowserve.protocol import protos
 
 MODEL = "mlp"
 OUTPUT = np.zeros((1, 10), np.float32)

@@ -27,7 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from flowserve.clients import grpc_client, protos
+from flowserve.clients import grpc_client
+from flowserve.protocol import protos
 from flowserve.clients import http2_wire as wire
 
 LIMIT = 64 << 20  # flowserve's default --max-request-bytes, given to the bare server too

@@ -15,7 +15,8 @@ import struct
 import hpack
 import numpy as np
 
-from flowserve.clients import GRPCClient, HTTPClient, grpc_client, protos, rest
+from flowserve.clients import GRPCClient, HTTPClient, grpc_client, rest
+from flowserve.protocol import protos
 from flowserve.clients import http2_wire as wire
 
 

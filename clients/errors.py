@@ -1,4 +1,5 @@
-"""The clients' own exceptions (clients import nothing else from flowserve)."""
+"""The clients' own exceptions (clients import nothing from flowserve but its protocol,
+``flowserve.protocol``)."""
 
 from __future__ import annotations
 

@@ -17,11 +17,13 @@ import grpc
 import numpy as np
 from google.protobuf.descriptor import FieldDescriptor
 
-from . import protos
+from flowserve.protocol import protos
+from flowserve.protocol.protos import health
+from flowserve.protocol.tensors import array_to_raw
+
 from ._grpc_channel import GrpcChannel
 from .errors import InferenceServerError, ServerUnreachableError
-from .protos import health
-from .tensors import array_from_raw, array_to_raw, datatype_of
+from .tensors import array_from_raw, datatype_of
 from .tls import TLS
 
 _OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]

@@ -17,10 +17,11 @@ from typing import Optional
 
 import numpy as np
 
+from flowserve.protocol.datatypes import NUMPY_BY_DATATYPE
+
 from .errors import ClientError
 from .grpc_client import AsyncGRPCClient
 from .http import AsyncHTTPClient
-from .tensors import NUMPY_BY_DATATYPE
 from .tls import TLS
 
 

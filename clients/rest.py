@@ -16,8 +16,10 @@ from urllib.parse import quote
 
 import numpy as np
 
+from flowserve.protocol.tensors import raw_view
+
 from .errors import InferenceServerError, ProtocolError
-from .tensors import array_from_json, array_from_raw, datatype_of, json_list_text, loads, raw_view
+from .tensors import array_from_json, array_from_raw, datatype_of, json_list_text, loads
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

@@ -23,6 +23,7 @@ from flowserve.exporter.passes import ExportGraph, run_passes
 from flowserve.exporter.report import ExportReport
 from flowserve.exporter.source import ExportSource, resolve_source
 from flowserve.exporter.writing import check_model, session_for, write_model
+from flowserve.format.onnx_metadata import BATCH_NOTE_KEY, DYNAMIC_DIMS_KEY
 from flowserve.onnx_backend import versions
 from flowserve.onnx_backend.lower import lower_ir
 
@@ -115,10 +116,6 @@ def _lower(src: ExportSource, graph: ExportGraph, opset: int, dynamic_batch: boo
                         lowerings=fused_lowerings(target), dynamic_dims=src.dynamic_dims)
     except ExportError as exc:
         raise ExportError(f"{src.where}: {exc}") from None
-
-
-BATCH_NOTE_KEY = "flowserve.batch_note"
-DYNAMIC_DIMS_KEY = "flowserve.dynamic_dims"
 
 
 def _name_signature(model: onnx.ModelProto, src: ExportSource) -> None:

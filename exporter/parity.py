@@ -16,11 +16,11 @@ import numpy as np
 
 from flowserve import dtypes
 from flowserve.errors import ExportError
+from flowserve.format.verification import TOLERANCES
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.interpreter import run_ir
 from flowserve.ops.random import RANDOM_PRIMITIVES
 
-TOLERANCES = {"float16": 1e-2, "bfloat16": 2e-2}  # float32/float64: 1e-5
 DEFAULT_RTOL = 1e-5
 # the check's memory is bounded, whatever a saved graph declares: sample inputs and every
 # value the interpreter computes (the traced shape, scaled to the largest sample batch)

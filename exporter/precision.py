@@ -43,7 +43,7 @@ from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.packed_attention import drop_unused_initializers, pack_self_attention
 from flowserve.exporter.qat import is_quantized, quantize_biases
 from flowserve.onnx_backend.runtime import cuda_usable
-from flowserve.serialization.examples import ExampleSet
+from flowserve.format.examples import ExampleSet
 
 PRECISIONS = ("fp32", "int8", "int8-dynamic", "fp16", "bf16")
 # Weights in 7 bits: x86 CPUs without VNNI (AVX2 and AVX-512F, e.g. AMD EPYC before Zen 4)

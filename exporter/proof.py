@@ -17,31 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
-
-from flowserve.serialization.examples import ExampleSet
-
-
-class Criteria(BaseModel):
-    """What a model must reproduce on its examples. ``rtol``: every element within
-    ``rtol * (max|ref| + |ref|)`` (full-precision models); ``min_agreement``: top-1
-    agreement of classifier outputs (reduced precision); ``max_abs_err``: output name ->
-    the largest absolute error allowed (reduced precision, from what export measured)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rtol: Optional[float] = Field(None, gt=0, le=1)
-    min_agreement: Optional[float] = Field(None, ge=0, le=1)
-    max_abs_err: dict[str, float] = Field(default_factory=dict)
-
-    def describe(self) -> str:
-        parts = []
-        if self.rtol is not None:
-            parts.append(f"rtol {self.rtol:g}")
-        if self.min_agreement is not None:
-            parts.append(f"top-1 agreement >= {self.min_agreement:.1%}")
-        if self.max_abs_err:
-            parts.append("max abs err " + ", ".join(f"{k} <= {v:.3g}" for k, v in self.max_abs_err.items()))
-        return "; ".join(parts) or "nothing"
+from flowserve.format.examples import ExampleSet
+from flowserve.format.verification import Criteria
 
 
 @dataclass

@@ -9,11 +9,7 @@ import numpy as np
 
 from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR
-from flowserve.nn.graph.graph import Graph
-from flowserve.nn.graph.inference import deployable_batch, inference_traced
-from flowserve.nn.graph.loaded import LoadedGraph
-from flowserve.serialization import read_graph_dir
-from flowserve.serialization.graph_dir import graph_signature
+from flowserve.serialization.graph_read import graph_signature, read_graph_dir
 
 
 @dataclass
@@ -38,24 +34,27 @@ class ExportSource:
 
 
 def resolve_source(source) -> ExportSource:
+    if isinstance(source, (str, Path)):  # a saved directory: read without nn (the server exports these)
+        manifest, ir, params = read_graph_dir(source)
+        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
+                            manifest.batch_note, manifest.dynamic_dims)
+    from flowserve.nn.graph.graph import Graph  # local: the server exports saved directories and loads no nn
+    from flowserve.nn.graph.loaded import LoadedGraph  # local: as above
+
     if isinstance(source, Graph):
         return _from_graph(source)
     if isinstance(source, LoadedGraph):
         m = source.manifest
         return ExportSource(source.ir, dict(source.params), m.inputs, m.outputs, m.graph_name, m.graph_name,
                             m.batch_note, m.dynamic_dims)
-    if isinstance(source, (str, Path)):
-        manifest, ir, params = read_graph_dir(source)
-        return ExportSource(ir, params, manifest.inputs, manifest.outputs, str(source), manifest.graph_name,
-                            manifest.batch_note, manifest.dynamic_dims)
     raise ExportError(f"export expected an nn.Graph, a loaded graph or a saved directory path, "
                       f"got {type(source).__name__}")
 
 
 def _from_graph(graph) -> ExportSource:
-    traced = inference_traced(graph)
-    batch, note = deployable_batch(graph, traced)
+    deployed = graph.deployable_state()
+    traced = deployed.traced
     arrays = {k: np.asarray(t.numpy()) for k, t in traced.state.items()}
     arrays.update({k: np.asarray(v) for k, v in traced.constants.items()})
-    inputs, outputs = graph_signature(traced.ir, batch)
-    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, note)
+    inputs, outputs = graph_signature(traced.ir, deployed.batch)
+    return ExportSource(traced.ir, arrays, inputs, outputs, f"graph {graph.name}", graph.name, deployed.batch_note)

@@ -21,42 +21,26 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import numpy as np
 import onnx
-from pydantic import BaseModel, ConfigDict
 
 from flowserve.errors import ExportError
 from flowserve.exporter.export import ExportResult, export
 from flowserve.exporter.precision import DESCRIPTIONS, base_target, check_precision, prepare, reduce_precision
-from flowserve.exporter.proof import Criteria, Proof, prove
+from flowserve.exporter.proof import Proof, prove
 from flowserve.exporter.qat import is_quantized, output_steps
 from flowserve.exporter.writing import write_model
+from flowserve.format.examples import ExampleSet, read_examples
+from flowserve.format.tensors import write_bytes
+from flowserve.format.verification import VERIFY_FILE, Criteria, VerifySpec, sidecar_path
 from flowserve.onnx_backend.runtime import create_session
-from flowserve.serialization.examples import ExampleSet, read_example_set, read_examples
-from flowserve.serialization.tensors import write_bytes
 
-SIDECAR_SUFFIX = ".examples"
-VERIFY_FILE = "verify.json"
 REPORTS_DIR = "reports"
 EXPORT_REPORT = "export.json"
 DEFAULT_MIN_AGREEMENT = 0.99
 ERROR_MARGIN = 2.0  # a served reduced-precision model may differ from export's figures by this factor
-
-
-class VerifySpec(BaseModel):
-    """``<model>.examples/verify.json``: which model the examples belong to, its precision,
-    the criteria it is held to, and the sha256 of every example file."""
-
-    model_config = ConfigDict(extra="forbid")
-    format_version: Literal[1] = 1
-    model: str
-    precision: str
-    criteria: Criteria
-    files: dict[str, str]
-    source: str = ""
-    forced: bool = False
 
 
 @dataclass
@@ -82,24 +66,6 @@ class VerifiedExport:
             lines.append(self.proof.table())
             lines.append(("FORCED: " if self.forced else "") + self.proof.summary())
         return "\n".join(lines)
-
-
-def sidecar_path(model_path: Path) -> Path:
-    """Where the examples of an exported model live: ``model.onnx`` -> ``model.examples/``."""
-    model_path = Path(model_path)
-    return model_path.with_name(model_path.stem + SIDECAR_SUFFIX)
-
-
-def read_sidecar(model_path: Path) -> Optional[tuple[VerifySpec, ExampleSet]]:
-    """The verification spec and examples beside an exported model, or None."""
-    folder = sidecar_path(model_path)
-    if not (folder / VERIFY_FILE).is_file():
-        return None
-    try:
-        spec = VerifySpec.model_validate_json((folder / VERIFY_FILE).read_bytes())
-    except ValueError as exc:
-        raise ExportError(f"{folder / VERIFY_FILE}: not a valid verification spec ({exc})") from None
-    return spec, read_example_set(folder, spec.files)
 
 
 def export_verified(source, path=None, *, precision: str = "fp32", target: str = "portable",

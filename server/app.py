@@ -30,8 +30,8 @@ except ImportError:  # uvicorn[standard] brings it on Linux and macOS; asyncio's
 
 from .allocator import keep_freed_memory
 from .dataplane import DataPlane
-from .grpc_app import GrpcServer
-from .http_app import BodySink, FrontDoor, build_http_app, error_body
+from .grpc.app import GrpcServer
+from .http.app import BodySink, FrontDoor, build_http_app, error_body
 from .settings import ServerSettings
 from .tls import grpc_credentials, server_context
 

@@ -1,7 +1,7 @@
 """The one serving core both front ends call: lookup, readiness, inference, stats.
 
 It speaks in numpy arrays and plain dicts; HTTP and gRPC are translations done
-by ``http_app`` and ``grpc_app``. Every error it raises is a ``ServerError``
+by ``http.app`` and ``grpc.app``. Every error it raises is a ``ServerError``
 carrying its HTTP status::
 
     plane = DataPlane(settings)
@@ -23,8 +23,11 @@ from typing import Optional
 
 import numpy as np
 
+from flowserve.protocol.datatypes import TRITON_TYPE_BY_DATATYPE
+from flowserve.protocol.tensors import array_to_raw
+
 from .classification import check_classification, classify_outputs
-from .datatypes import OFFLOAD_BYTES, TRITON_TYPE_BY_DATATYPE, array_from_raw, array_to_raw
+from .datatypes import OFFLOAD_BYTES, array_from_raw
 from .errors import InvalidRequestError, ModelControlDisabledError, RequestTooLargeError, ServerError
 from .metrics import ServerMetrics
 from .model import ServedModel

@@ -2,7 +2,7 @@
 
 Front ends map these in one place each: the HTTP app has one exception handler
 that answers ``{"error": str(exc)}`` with ``exc.status``, the gRPC servicer one
-table from ``status`` to a gRPC status code (``GRPC_CODES`` in ``grpc_app``).
+table from ``status`` to a gRPC status code (``GRPC_CODES`` in ``grpc.app``).
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ import onnx
 from onnx import TensorProto
 
 from flowserve.errors import FlowserveError
+from flowserve.format.manifest import MANIFEST, read_manifest
 
 from .errors import ModelLoadError
 
-MANIFEST_FILE = "flowserve.json"
 ONNX_FILE = "model.onnx"
 SERVE_PARITY_RTOL = 1e-4
 
@@ -37,7 +37,7 @@ def is_model_source(path: pathlib.Path) -> bool:
     """True for an ``.onnx`` file or a folder holding ``model.onnx``/``flowserve.json``."""
     if path.is_file():
         return path.suffix == ".onnx"
-    return (path / ONNX_FILE).is_file() or (path / MANIFEST_FILE).is_file()
+    return (path / ONNX_FILE).is_file() or (path / MANIFEST).is_file()
 
 
 def nested_saved_directory(folder: pathlib.Path) -> Optional[pathlib.Path]:
@@ -45,7 +45,7 @@ def nested_saved_directory(folder: pathlib.Path) -> Optional[pathlib.Path]:
     if not folder.is_dir() or is_model_source(folder):
         return None
     entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / MANIFEST_FILE).is_file():
+    if len(entries) == 1 and entries[0].is_dir() and (entries[0] / MANIFEST).is_file():
         return entries[0]
     return None
 
@@ -72,12 +72,12 @@ def load_model_proto(path: pathlib.Path, root: Optional[pathlib.Path] = None) ->
     nested = nested_saved_directory(path)
     if nested is not None:
         path = nested
-    if (path / MANIFEST_FILE).is_file():
+    if (path / MANIFEST).is_file():
         check_contained(path, root)
         return export_saved_directory(path)
     if (path / ONNX_FILE).is_file():
         return load_onnx_file(path / ONNX_FILE, root)
-    raise ModelLoadError(f"{path}: holds neither {ONNX_FILE}, {MANIFEST_FILE} nor one saved "
+    raise ModelLoadError(f"{path}: holds neither {ONNX_FILE}, {MANIFEST} nor one saved "
                          "directory")
 
 
@@ -195,8 +195,6 @@ def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
 def saved_graph_name(path: pathlib.Path) -> str:
     """The graph name in a saved directory's manifest (the default model name)."""
     try:
-        from flowserve.serialization import read_manifest
-
         return read_manifest(path).graph_name
     except FlowserveError as exc:
         raise ModelLoadError(str(exc)) from None

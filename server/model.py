@@ -21,11 +21,12 @@ from typing import Callable, Optional
 import numpy as np
 import onnx
 
-from flowserve.exporter.export import BATCH_NOTE_KEY, DYNAMIC_DIMS_KEY
+from flowserve.format.onnx_metadata import BATCH_NOTE_KEY, DYNAMIC_DIMS_KEY
+from flowserve.protocol.datatypes import DATATYPE_BY_NUMPY, NUMPY_BY_DATATYPE
 
 from .batcher import BatchRecord, DynamicBatcher
 from .config import ResolvedModelConfig
-from .datatypes import DATATYPE_BY_NUMPY, DATATYPE_BY_ONNX, NUMPY_BY_DATATYPE
+from .datatypes import DATATYPE_BY_ONNX
 from .errors import InferenceFailedError, InvalidRequestError, ModelLoadError
 from .runtime import OrtRunner
 

@@ -28,11 +28,11 @@ import pathlib
 from typing import Callable, Optional
 
 from flowserve.errors import FlowserveError
+from flowserve.format.manifest import MANIFEST
 
 from .config import CONFIG_FILE, ModelConfigFile, read_config, resolve
 from .errors import ModelLoadError, ModelNotFoundError, ModelNotReadyError
 from .loading import (
-    MANIFEST_FILE,
     check_contained,
     is_model_source,
     load_model_proto,
@@ -81,7 +81,7 @@ class ModelRepository:
     def _single_name(self) -> str:
         if self.settings.model_name:
             return self.settings.model_name
-        if self.path.is_dir() and (self.path / MANIFEST_FILE).is_file():
+        if self.path.is_dir() and (self.path / MANIFEST).is_file():
             try:
                 return saved_graph_name(self.path)
             except ModelLoadError:
@@ -179,7 +179,7 @@ class ModelRepository:
             source = numbered[version]
             check_contained(source, folder)
             if not is_model_source(source) and nested_saved_directory(source) is None:
-                raise ModelLoadError(f"{source}: holds neither model.onnx, {MANIFEST_FILE} "
+                raise ModelLoadError(f"{source}: holds neither model.onnx, {MANIFEST} "
                                      "nor exactly one saved directory")
         return {str(v): numbered[v] for v in chosen}
 

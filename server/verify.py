@@ -24,20 +24,17 @@ import logging
 import pathlib
 
 from flowserve.errors import FlowserveError
-from flowserve.exporter.parity import TOLERANCES
-from flowserve.exporter.proof import Criteria, prove
-from flowserve.exporter.verified import VERIFY_FILE, read_sidecar, sidecar_path
-from flowserve.serialization import MANIFEST, read_examples
-from flowserve.serialization.examples import INDEX_FILE
-from flowserve.serialization.manifest import EXAMPLES_DIR
+from flowserve.exporter.proof import prove
+from flowserve.format.examples import INDEX_FILE, read_examples
+from flowserve.format.manifest import EXAMPLES_DIR, MANIFEST
+from flowserve.format.verification import TOLERANCES, VERIFY_FILE, Criteria, read_sidecar, sidecar_path
 
 from .errors import ModelLoadError
-from .loading import check_contained, nested_saved_directory
+from .loading import ONNX_FILE, check_contained, nested_saved_directory
 from .model import ServedModel
 
 log = logging.getLogger("flowserve.server")
 
-ONNX_FILE = "model.onnx"
 # the loosest tolerance export ever holds a model to (its lowest precision's parity
 # tolerance); flowserve never writes a looser one, so a looser stored one was edited
 LOOSEST_DTYPE, MAX_STORED_RTOL = max(TOLERANCES.items(), key=lambda item: item[1])

@@ -108,6 +108,14 @@ class PipelineGraph:
                       if o in self.cross and self.value_stage[o] in self.mine]
         return steps
 
+    @property
+    def state(self) -> dict:
+        return self.traced.state
+
+    def describe(self) -> str:
+        stages = ", ".join(str(s) for s in sorted(self.mine, key=str))
+        return f"pipeline (stage {stages} on rank {self.comm.rank} of {self.comm.world_size})"
+
     def run(self, inputs: list) -> list:
         values = initial_values(self.traced, inputs)
         tags = {name: i for i, name in enumerate(self.cross)}

@@ -136,6 +136,14 @@ class SegmentedGraph:
         for name, handle in pending:
             values[name] = handle.wait()
 
+    @property
+    def state(self) -> dict:
+        return self.traced.state
+
+    def describe(self) -> str:
+        return (f"segmented ({len(self.segments)} sessions between collectives, rank {self.comm.rank} of "
+                f"{self.comm.world_size})")
+
     def run(self, inputs: list) -> list[Tensor]:
         values = initial_values(self.traced, inputs)
         for segment, collectives in zip(self.segments, self.collectives):

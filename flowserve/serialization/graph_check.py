@@ -14,7 +14,7 @@ from flowserve import dtypes
 from flowserve.errors import SavedGraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ops.registry import REGISTRY, Meta
-from flowserve.serialization.manifest import DTYPE_NAMES, MAX_DIM, MAX_RANK, SavedGraphManifest
+from flowserve.format.manifest import DTYPE_NAMES, MAX_DIM, MAX_RANK, SavedGraphManifest
 
 _NODE_FIELDS = {"op": str, "inputs": list, "outputs": list, "attrs": dict, "scope": str, "loc": str}
 

@@ -14,7 +14,7 @@ from safetensors.numpy import load as st_load
 
 import flowserve as flow
 from flowserve.errors import SavedGraphError
-from flowserve.serialization.tensors import read_tensors, write_tensors
+from flowserve.format.tensors import read_tensors, write_tensors
 
 MiB = 1 << 20
 

@@ -130,7 +130,7 @@ def test_segments_count_collectives_on_the_longest_path():
 def test_pipeline_stage_assignment_keeps_each_update_with_its_parameters(monkeypatch):
     from flowserve.distributed.stages import ATTR
     from flowserve.nn.graph import GraphModule
-    from flowserve.nn.graph.trace import trace_build
+    from flowserve.nn.graph.pipeline import trace_and_rewrite
     from tests.distributed.training import TrainGraph, TwoStages, batch
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # traced as rank 0 of two; nothing is compiled or joined
@@ -138,7 +138,7 @@ def test_pipeline_stage_assignment_keeps_each_update_with_its_parameters(monkeyp
     graph = TrainGraph(model, flow.optim.AdamW(model.parameters()), accumulation=4)
     graph.model.front.to(GraphModule).set_stage(0, [0])
     graph.model.back.to(GraphModule).set_stage(1, [1])
-    ir = trace_build(graph, batch("mlp", 0), {}).ir
+    ir = trace_and_rewrite(graph, batch("mlp", 0), {}).ir
     stage_of = ir.attrs[ATTR]
     value_stage = {o: stage_of.get(n.outputs[0]) for n in ir.nodes for o in n.outputs}
     for state, value in ir.updates.items():

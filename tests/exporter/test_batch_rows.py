@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session
-from flowserve.serialization.examples import ExampleBatch, ExampleSet
+from flowserve.format.examples import ExampleBatch, ExampleSet
 
 
 def _block_model() -> onnx.ModelProto:

@@ -69,7 +69,7 @@ def test_a_huge_live_value_is_refused_before_the_parity_check_runs(saved, tmp_pa
 
 def test_sample_inputs_are_bounded(saved):
     from flowserve.exporter.parity import sample_inputs
-    from flowserve.serialization.manifest import TensorSpec
+    from flowserve.format.manifest import TensorSpec
 
     with pytest.raises(ExportError, match="input 'x'.*exceeds"):
         sample_inputs([TensorSpec(name="x", dtype="float32", shape=[-1, 2**30])], 5, seed=0)

@@ -18,8 +18,8 @@ from flowserve.exporter import export
 from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session
 from flowserve.exporter.verified import export_verified
-from flowserve.serialization.manifest import read_manifest
-from flowserve.serialization.tensors import read_tensors
+from flowserve.format.manifest import read_manifest
+from flowserve.format.tensors import read_tensors
 from tests.ao.qat_models import TinyNet, images, labels
 from tests.ao.test_qat_graph import TrainGraph
 

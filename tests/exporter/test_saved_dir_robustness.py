@@ -16,8 +16,8 @@ import pytest
 import flowserve as flow
 from flowserve.errors import FlowserveError, SavedGraphError
 from flowserve.exporter import export
-from flowserve.serialization import manifest as manifest_module
-from flowserve.serialization.tensors import write_tensors
+from flowserve.format import manifest as manifest_module
+from flowserve.format.tensors import write_tensors
 from tests.exporter.helpers import called_graph, mlp
 
 MARKER = "flowserve-robustness-pwned"
@@ -129,7 +129,7 @@ def undefined_value(d):
 
 
 def wrong_dtype_tensor(d):
-    from flowserve.serialization.tensors import read_tensors
+    from flowserve.format.tensors import read_tensors
 
     arrays = read_tensors(d / "params.safetensors")
     arrays["model.0.weight"] = arrays["model.0.weight"].astype(np.float64)
@@ -150,7 +150,7 @@ def signature_dtype_mismatch(d):
 
 
 def tensor_name_traversal(d):
-    from flowserve.serialization.tensors import read_tensors
+    from flowserve.format.tensors import read_tensors
 
     arrays = read_tensors(d / "params.safetensors")
     arrays["../../evil"] = arrays.pop("model.0.weight")
@@ -244,7 +244,7 @@ def attrs_not_object(d):
 
 def dtypes_metadata_not_json(d):
     from safetensors.numpy import save as st_save
-    from flowserve.serialization.tensors import read_tensors
+    from flowserve.format.tensors import read_tensors
 
     arrays = read_tensors(d / "params.safetensors")
     data = st_save(arrays, metadata={"flowserve.dtypes": "{not json"})

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 import flowserve.cli
 from flowserve.errors import ExportError
-from flowserve.exporter.verified import export_verified, read_sidecar, sidecar_path
+from flowserve.exporter.verified import export_verified
+from flowserve.format.verification import read_sidecar, sidecar_path
 from flowserve.onnx_backend.runtime import create_session
 from flowserve.serialization import ExampleSet, read_examples
-from flowserve.serialization.examples import ExampleBatch
+from flowserve.format.examples import ExampleBatch
 from tests.deployments import MIN_AGREEMENT, MODELS, PRECISIONS, example_labels
 
 OPS = {  # ops each precision's model must contain: what the ONNX Runtime tool produced

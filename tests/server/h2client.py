@@ -8,7 +8,7 @@ import struct
 
 import hpack
 
-from flowserve.clients import protos
+from flowserve.protocol import protos
 from flowserve.clients import http2_wire as wire
 
 PATH = f"/{protos.SERVICE_NAME}/ModelInfer"

@@ -17,7 +17,8 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from flowserve.clients import grpc_client, protos
+from flowserve.clients import grpc_client
+from flowserve.protocol import protos
 from flowserve.server.compression import (
     InflateError,
     InflateLimitError,

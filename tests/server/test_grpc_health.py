@@ -6,9 +6,10 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 
-from flowserve.clients import GRPCClient, protos
+from flowserve.clients import GRPCClient
 from flowserve.clients.errors import InferenceServerError
-from flowserve.clients.protos import health
+from flowserve.protocol import protos
+from flowserve.protocol.protos import health
 
 from .conftest import running_server
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from flowserve.clients import grpc_client, protos
+from flowserve.clients import grpc_client
+from flowserve.protocol import protos
 from flowserve.clients import http2_wire as wire
 
 from . import hostile

@@ -10,7 +10,7 @@ import tritonclient.grpc as triton_grpc
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from flowserve.clients import protos
+from flowserve.protocol import protos
 
 from .models import ALL_DATATYPES, mlp_reference, sample
 
@@ -54,7 +54,7 @@ def test_service_methods_match_the_published_service():
 
 def test_committed_descriptor_is_generated_from_the_proto():
     pytest.importorskip("grpc_tools")
-    from flowserve.clients.protos import generate
+    from flowserve.protocol.protos import generate
 
     assert generate.main(["--check"]) == 0
 

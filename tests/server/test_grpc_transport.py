@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from flowserve.clients import grpc_client, protos
+from flowserve.clients import grpc_client
+from flowserve.protocol import protos
 from flowserve.clients import http2_wire as wire
-from flowserve.server.grpc_app import MAX_CONCURRENT_STREAMS
+from flowserve.server.grpc.app import MAX_CONCURRENT_STREAMS
 
 from . import hostile
 from .conftest import running_server

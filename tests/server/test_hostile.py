@@ -166,7 +166,7 @@ def _rehash(directory):
 def test_a_saved_directory_with_non_json_tensor_metadata_never_stops_the_repository(jail):
     import flowserve as flow
     from safetensors.numpy import save as st_save
-    from flowserve.serialization.tensors import read_tensors
+    from flowserve.format.tensors import read_tensors
     from tests.exporter.helpers import called_graph, mlp
 
     repo = hostile.good_repository(jail / "repo")

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from flowserve.clients import protos
+from flowserve.protocol import protos
 
 from . import hostile
 from .conftest import running_server
@@ -134,7 +134,7 @@ def test_request_ids_are_returned(server, answers):
 
 def test_the_http_infer_route_has_one_path():
     from flowserve.server.dataplane import DataPlane
-    from flowserve.server.http_app import build_http_app
+    from flowserve.server.http.app import build_http_app
     from flowserve.server.settings import ServerSettings
 
     front = build_http_app(DataPlane(ServerSettings(model_path="unused")))

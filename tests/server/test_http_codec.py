@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flowserve.server.errors import InvalidRequestError
-from flowserve.server.http_codec import decode_infer_request
+from flowserve.server.http.codec import decode_infer_request
 
 
 def binary_body(arrays: dict, **header_fields) -> tuple[bytes, str]:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from flowserve.server.errors import InvalidRequestError
-from flowserve.server.http_codec import decode_infer_request
-from flowserve.server.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
+from flowserve.server.http.codec import decode_infer_request
+from flowserve.server.http.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
 
 ROWS = 300_000  # a body of a few MB: large enough to be lifted
 
@@ -56,6 +56,43 @@ def test_malformed_numbers_are_still_malformed_json():
     unbalanced = _body([0.5] * ROWS).replace(b"]}]}", b"]]}]}")
     with pytest.raises(InvalidRequestError, match="malformed JSON"):
         decode_infer_request(unbalanced, None, "m")
+
+
+@pytest.mark.parametrize("specials", [["nan"], ["nan", "inf", "-inf"]])
+def test_nan_and_infinity_literals_are_lifted_and_read_as_json_reads_them(specials):
+    values = np.random.default_rng(5).standard_normal(ROWS).tolist()
+    for i in range(0, ROWS, 997):  # json.dumps writes NaN, Infinity, -Infinity
+        values[i] = float(specials[i // 997 % len(specials)])
+    body = _body(values)
+    assert b"NaN" in body and len(lift_numeric_arrays(body)[1].arrays) == 1
+    request, _ = decode_infer_request(body, None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array(values, dtype=np.float32))
+
+
+def test_a_small_body_with_nan_is_read_as_json_reads_it():
+    values = [0.5, float("nan"), -2.0, float("inf")] * 196
+    body = _body([values], shape=[1, len(values)], id="NaN stays text")
+    request, _ = decode_infer_request(body, None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array([values], dtype=np.float32))
+    assert request.id == "NaN stays text"
+
+
+def test_a_small_malformed_body_with_nan_is_refused_where_it_is_malformed():
+    body = _body([0.5, float("nan")] * 100).replace(b"]}]}", b"]}]", 1)
+    with pytest.raises(InvalidRequestError, match=rf"char {len(body)}\)"):
+        decode_infer_request(body, None, "m")
+
+
+def test_a_float_past_the_first_chunk_makes_the_whole_array_float():
+    data = [3] * ROWS + [0.5]  # the integers' chunks come first; the float is in the last
+    request, _ = decode_infer_request(_body(data, "FP64"), None, "m")
+    np.testing.assert_array_equal(request.inputs["x"], np.array(data))
+
+
+def test_brackets_out_of_place_inside_a_lifted_array_are_malformed():
+    body = _body([[0.5, 0.5]] * (ROWS // 2)).replace(b"0.5], [0.5", b"0.5, [0.5", 1)
+    with pytest.raises(InvalidRequestError, match="malformed JSON"):
+        decode_infer_request(body, None, "m")
 
 
 def test_a_data_key_inside_a_string_is_left_alone():

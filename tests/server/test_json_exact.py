@@ -12,8 +12,8 @@ from flowserve.clients.tensors import json_list_text
 from flowserve.server.dataplane import InferenceResponse
 from flowserve.server.datatypes import DecodeLimits
 from flowserve.server.errors import InvalidRequestError, RequestTooLargeError
-from flowserve.server.http_codec import decode_infer_request, encode_infer_response
-from flowserve.server.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
+from flowserve.server.http.codec import decode_infer_request, encode_infer_response
+from flowserve.server.http.json_arrays import LIFT_BODY_BYTES, lift_numeric_arrays
 
 
 def hard_float32(count: int, seed: int = 0) -> np.ndarray:

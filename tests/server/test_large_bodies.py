@@ -18,8 +18,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from flowserve.clients import AsyncHTTPClient, HTTPClient
-from flowserve.server.http_app import SINK_MIN_BYTES, BodySink
-from flowserve.server.http_codec import PlanCache, decode_infer_request
+from flowserve.server.http.app import SINK_MIN_BYTES, BodySink
+from flowserve.server.http.codec import PlanCache, decode_infer_request
 
 from .conftest import running_server
 

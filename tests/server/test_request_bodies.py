@@ -15,7 +15,7 @@ import time
 import onnx
 import pytest
 
-from flowserve.server import http_app
+from flowserve.server.http import app as http_app
 
 from .conftest import running_server
 from .test_large_bodies import check, doubler, images, read_answer, request

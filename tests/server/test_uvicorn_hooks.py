@@ -63,7 +63,7 @@ def test_uvicorn_starts_each_request_through_start_asgi_task():
     assert "self.cycle = RequestResponseCycle(" in inspect.getsource(
         HttpToolsProtocol.on_headers_complete)
     assert "self.cycle.body += body" in inspect.getsource(HttpToolsProtocol.on_body)
-    assert httptools_impl.HIGH_WATER_LIMIT == 64 * 1024  # http_app.SINK_MIN_BYTES
+    assert httptools_impl.HIGH_WATER_LIMIT == 64 * 1024  # server.http.app.SINK_MIN_BYTES
 
 
 def test_a_connection_and_a_cycle_have_the_attributes_the_fast_path_uses():

@@ -1,4 +1,16 @@
-"""Is a traced graph batch-polymorphic? Two traces at two batch sizes, compared.
+"""Is a traced graph batch-polymorphic?
+
+``batch_from_marks`` decides it from one trace, for ``flow.save`` and export: the batch
+marks of the trace (dim 0 of the inputs, the ``BatchDim`` positions each node recorded)
+say what the lowering computes at run time; the IR's shape rules are run again at two
+other batch sizes with those positions following the batch, and every value must then
+agree, and the outputs follow the batch in dim 0 only. Where a number made in ``build()``
+equals the batch size (or its inverse) and meets a value reduced over the batch (a mean
+over the batch written ``x.sum(0) / B``), the marks cannot tell it from a constant, and the
+batch is reported fixed there. No ``build()`` runs.
+
+``batch_mismatch`` compares two traces at two batch sizes (an in-process call at a new
+batch size traces it, once per size):
 
 A graph traced at batch size ``ba`` runs at ``bb`` when its trace at ``bb`` records the
 same ops, values and constants up to the batch size, and every attribute that mentions
@@ -13,10 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.errors import ShapeError
+from flowserve import dtypes
+from flowserve.dispatch import Meta, infer_meta
+from flowserve.errors import FlowserveError, ShapeError
 from flowserve.ir.graph import Node
 from flowserve.ir.interpreter import BATCH_ADAPTED_OPS, batch_adapted_attrs
-from flowserve.ops.dims import BatchDim
+from flowserve.ops.dims import EXPR_SUFFIX, BatchDim, batch_dims_at
+from flowserve.ops.registry import REGISTRY
 
 
 def _match(a, b, ba: int, bb: int) -> bool:
@@ -45,11 +60,16 @@ def _output_mismatch(ir1, ir2, ba: int, bb: int) -> str | None:
     """Outputs with a size that follows the batch other than as the batch itself in dim 0
     (``(B * T, C)``, ``(3, 2 * B)``): the signature (-1 = the batch, in dim 0 only) cannot say
     so, and requests could not be merged and split along it, so the batch is fixed there."""
-    for i, v1 in enumerate(ir1.outputs):
-        v2 = ir2.outputs[i] if i < len(ir2.outputs) else None
-        if v2 is None or len(v1.shape) != len(v2.shape):
+    return _output_sizes_mismatch([(v1.shape, ir2.outputs[i].shape if i < len(ir2.outputs) else None)
+                                   for i, v1 in enumerate(ir1.outputs)], ba, bb)
+
+
+def _output_sizes_mismatch(pairs: list, ba: int, bb: int) -> str | None:
+    """``_output_mismatch`` on (shape at ``ba``, shape at ``bb``) per output."""
+    for i, (shape1, shape2) in enumerate(pairs):
+        if shape2 is None or len(shape1) != len(shape2):
             continue
-        for axis, (a, b) in enumerate(zip(v1.shape, v2.shape)):
+        for axis, (a, b) in enumerate(zip(shape1, shape2)):
             if int(a) != int(b) and not (axis == 0 and a == ba and b == bb):
                 return (f"output {i} has dim {axis} of size {a} at batch size {ba} and {b} at {bb}: it follows the "
                         "batch without being it (e.g. a batch merged with other dims, view(B * T, C)); return it "
@@ -151,3 +171,136 @@ def failure_origin(exc: Exception, ba: int, bb: int) -> str:
         frontier.extend(upstream)
     fixed = f"the batch size {ba} is fixed by {describe(origin)}; " if origin is not None else ""
     return f"{fixed}at batch size {bb}, {describe(failed)} fails: {exc}"
+
+
+# -- one trace: the batch marks decide --------------------------------------------------------
+
+
+def batch_from_marks(traced) -> tuple[int | None, str | None]:
+    """``(batch, None)`` when ``traced`` runs at any batch size by its batch marks,
+    ``(None, reason)`` when something in it fixes the batch size (naming the op and the
+    user's line), ``(None, None)`` when its inputs share no batch dim. As a trace at another
+    size would, a size at which the ops cannot run (``B // 2`` at an odd size) is passed
+    over when the other size runs."""
+    marks = traced.batch_marks
+    if not marks.batched_inputs:
+        return None, None
+    ba = marks.size
+    reason = _suspect_constant(traced, ba)
+    if reason is not None:
+        return None, reason
+    failure = None
+    for bb in (ba + 1, 2 * ba):  # 2 * ba: for a build() that splits the batch (B // 2)
+        reason, ran = _shapes_at(traced, ba, bb)
+        if ran:
+            return (ba, None) if reason is None else (None, reason)
+        failure = failure or reason
+    return None, failure
+
+
+def _has_batch(shape) -> bool:
+    return any(isinstance(d, BatchDim) for d in shape)
+
+
+def _suspect_constant(traced, ba: int) -> str | None:
+    """A one-element tensor made in build() equal to the batch size or its inverse, used
+    with a value that lost the batch (``x.sum(0) / B``, a mean over the batch): the trace
+    cannot tell that number from a constant, so the batch is fixed there."""
+    if ba < 2:  # at batch size 1 the number is 1: it changes nothing, and cannot be told apart
+        return None
+    ir = traced.ir
+    producers = {out: node for node in ir.nodes for out in node.outputs}
+
+    def lost_batch(name: str) -> bool:  # made by an op whose input held the batch and whose output does not
+        node = producers.get(name)
+        return node is not None and not _has_batch(ir.values[name].shape) and any(
+            n in ir.values and _has_batch(ir.values[n].shape) for n in node.inputs)
+
+    for name, c in traced.constants.items():
+        array = np.asarray(c)
+        if array.size != 1 or array.dtype.kind not in "fiu":
+            continue
+        value = float(array.reshape(-1)[0])
+        if not (value == ba or np.isclose(value, 1.0 / ba, rtol=1e-6, atol=0.0)):
+            continue
+        for user in (n for n in ir.nodes if name in n.inputs):
+            if any(lost_batch(n) for n in user.inputs if n != name):
+                return (f"the batch size {ba} is fixed by {describe(user)}: it combines a value reduced over the "
+                        f"batch with the number {value:g}, the batch size (or its inverse) as a plain number; "
+                        "compute it with tensor ops (x.mean(0)) or from the input's size inside flowserve ops")
+    return None
+
+
+def _attrs_at(ir, node: Node, shapes: dict, bb: int) -> dict:
+    """``node``'s attributes at batch size ``bb``, as the lowering computes them from the marks."""
+    if node.op in BATCH_ADAPTED_OPS and node.inputs:
+        return batch_adapted_attrs(node, tuple(_value(ir, node.inputs[0]).shape), shapes[node.inputs[0]], bb)
+    attrs = dict(node.attrs)
+    for key in node.batch:
+        if key.endswith(EXPR_SUFFIX) or not isinstance(attrs.get(key), (list, tuple)):
+            continue
+        at = batch_dims_at(node.batch, key, bb)
+        attrs[key] = [at.get(i, d) for i, d in enumerate(attrs[key])]
+    return attrs
+
+
+def _shapes_at(traced, ba: int, bb: int) -> tuple[str | None, bool]:
+    """Run the IR's shape rules with the marked dims at batch size ``bb``: ``(None, True)``
+    when every op accepts its inputs and the outputs follow the batch in dim 0 only, else
+    why not, and whether every op ran (False: one refused its inputs at ``bb``)."""
+    ir, marks = traced.ir, traced.batch_marks
+    shapes = {name: tuple(int(d) for d in v.shape) for name, v in ir.state.items()}
+    for v in ir.inputs:
+        shape = [int(d) for d in v.shape]
+        if 0 in marks.inputs.get(v.name, ()):
+            shape[0] = bb
+        shapes[v.name] = tuple(shape)
+    for node in ir.nodes:
+        prim = REGISTRY.get(node.op)
+        if prim is None:
+            return f"the batch size {ba} is fixed: op {node.op!r} is not a registered primitive", False
+        try:
+            attrs = _attrs_at(ir, node, shapes, bb)
+            metas = [Meta(shapes[n], dtypes.from_name(_value(ir, n).dtype)) for n in node.inputs]
+            outs = infer_meta(prim, metas, attrs)
+        except (FlowserveError, ValueError, TypeError, IndexError, KeyError) as exc:
+            return _fixed_before(ir, node, shapes, ba, bb, f"at batch size {bb}, {describe(node)} fails: {exc}"), False
+        for name, meta in zip(node.outputs, outs):
+            shapes[name] = tuple(int(d) for d in meta.shape)
+    reason = _output_sizes_mismatch([(tuple(int(d) for d in v.shape), shapes[v.name]) for v in ir.outputs], ba, bb)
+    if reason is not None:
+        return f"the batch size {ba} is fixed: {reason}", True
+    for i, v in enumerate(ir.outputs):
+        now = shapes[v.name]
+        if v.shape and 0 in marks.outputs.get(v.name, ()) and now[0] != bb:
+            producer = next((n for n in ir.nodes if v.name in n.outputs), None)
+            return _fixed_before(ir, producer, shapes, ba, bb, f"output {i} stays of size {now[0]} at batch size {bb}"), True
+    return None, True
+
+
+def _value(ir, name: str):
+    return ir.values.get(name) or ir.state[name]
+
+
+def _fixed_before(ir, failed: Node | None, shapes: dict, ba: int, bb: int, what: str) -> str:
+    """The op upstream of ``failed`` that kept a size of ``ba`` where the batch changed: the
+    first node (walking back over values that did not follow) whose own inputs all followed
+    the batch or never held its size; a tensor made in build() of that size counts as fixed."""
+    if failed is None:
+        return f"the batch size {ba} is fixed: {what}"
+    producers = {out: node for node in ir.nodes for out in node.outputs}
+
+    def stuck(name: str) -> bool:
+        traced = tuple(int(d) for d in _value(ir, name).shape)
+        return ba in traced and shapes.get(name) == traced
+
+    origin, node, seen = failed, failed, set()
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        upstream = [n for n in node.inputs if stuck(n)]
+        made = [n for n in upstream if n in producers]
+        origin = node
+        if not made or len(made) < len(upstream):  # stuck inputs come from build()'s tensors, or nowhere
+            break
+        node = producers[made[0]]
+    return f"the batch size {ba} is fixed by {describe(origin)}; {what}"

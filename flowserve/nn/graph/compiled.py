@@ -34,7 +34,7 @@ def _versions(state: dict, skip=()) -> tuple:
 
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
-                 dynamic_batch: bool = False, key=None, batch: int | None = None, graph=None,
+                 dynamic_batch: bool = False, key=None, batch: int | None = None,
                  dynamic_dims: dict | None = None):
         self.traced = traced
         self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
@@ -89,6 +89,17 @@ class CompiledGraph:
             self.session = runtime.create_session(self.model, options=self.options)
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
+
+    # -- the executor interface (flowserve.nn.graph.executor) ---------------------------------
+
+    @property
+    def state(self) -> dict:
+        return self.traced.state
+
+    def describe(self) -> str:
+        batch = f"batch {self.batch}, dynamic" if self.dynamic_batch else f"batch {self.batch}" if self.batch else "static"
+        return (f"single session ({'training' if self.training else 'inference'}, {batch}, "
+                f"{len(self.traced.ir.nodes)} nodes)")
 
     # -- running ------------------------------------------------------------------------------
 

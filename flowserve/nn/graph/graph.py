@@ -10,22 +10,20 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 
 from flowserve.amp import GradScaler, StaticGradScaler
-from flowserve.distributed.pipeline import PipelineGraph
-from flowserve.distributed.segments import SegmentedGraph, has_collectives
-from flowserve.distributed.stages import ATTR as PIPELINE_ATTR
+from flowserve.distributed.graph_step import DataParallelStep
 from flowserve.errors import FlowserveError, GraphError
 from flowserve.nn.graph import signature as sig
 from flowserve.nn.graph.batching import batch_mismatch, failure_origin
-from flowserve.nn.graph.compiled import CompiledGraph
 from flowserve.nn.graph.config import GraphConfig
 from flowserve.nn.graph.debug import DebugPrinter
+from flowserve.nn.graph.executor import ExecutorSpec, make_executor
+from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
 from flowserve.nn.graph.parts import GraphParts
-from flowserve.nn.graph.passes import run_graph_passes
+from flowserve.nn.graph.pipeline import trace_and_rewrite
 from flowserve.nn.graph.printing import graph_repr
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.state import graph_state_dict, load_graph_state_dict
-from flowserve.nn.graph.trace import trace_build
 from flowserve.nn.module import Module
 from flowserve.nn.qat.prepare import prepare_graph
 from flowserve.ops import creation
@@ -151,6 +149,14 @@ class Graph:
         ``return self.model``. The default (None) deploys the last top-level module that
         ``build()`` called that is not a loss."""
         return None
+
+    def deployable_state(self, model=None, dynamic_dims: dict | None = None) -> DeployableState:
+        """What saving or exporting this graph writes (``flowserve.nn.graph.inference``):
+        the deployed inference trace with its parameters and buffers, signature, dynamic
+        dims and, for a training graph, the state resuming needs. An inference graph gives
+        the trace its calls made (``build()`` does not run again); a training graph traces
+        its deployed module once, in eval mode. ``model`` and ``dynamic_dims`` as in ``flow.save``."""
+        return deployable_state(self, model, dynamic_dims)
 
     def build(self, *args, **kwargs):
         """The ``build()`` method must be overridden to define the computation of the graph."""
@@ -285,7 +291,7 @@ class Graph:
         if batch not in self._batch_verdicts:
 
             try:
-                other = self._traced_quietly(trace_build, args, kwargs)
+                other = self._traced_quietly(args, kwargs)
                 reason = batch_mismatch(compiled.traced, compiled.batch, other, batch)
             except FlowserveError as exc:
                 reason = failure_origin(exc, compiled.batch, batch)
@@ -294,41 +300,40 @@ class Graph:
                          f"compiled for batch size {compiled.batch}")
         return self._batch_verdicts[batch] is None
 
-    def _traced_quietly(self, trace_build, args, kwargs):
-        """A trace that leaves no trace: optimizer states and scaler untouched."""
-        debug = self._debug
-        object.__setattr__(self, "_debug", None)
-        try:
-            return trace_build(self, args, kwargs)
-        finally:
-            object.__setattr__(self, "_debug", debug)
+    def _traced_quietly(self, args, kwargs):
+        """A trace that leaves no trace: no debug output, optimizer states and scaler untouched."""
+        return trace_and_rewrite(self, args, kwargs, on_start=self._watch_quietly)
 
     def _compile(self, args, kwargs, leaves):
+        """The pipeline (``flowserve.nn.graph.pipeline``): trace + passes, then the executor."""
         start = time.perf_counter()
         self._log(0, "start building graph.")
         if self.config.options.get("qat"):
             prepare_graph(self)
-        traced = trace_build(self, args, kwargs)
+        DataParallelStep.of(self)  # the distributed part of a launched training step, kept across traces
+        traced = trace_and_rewrite(self, args, kwargs, on_start=self._watch)
+        self._log(1, f"graph passes applied: {', '.join(traced.ir.attrs.get('passes', ())) or 'none'}")
         object.__setattr__(self, "_input_names", [v.name for v in traced.ir.inputs])
         self._log(0, f"building graph Done! Cost time: {time.perf_counter() - start:.2f}s.")
         start = time.perf_counter()
         self._log(0, "start building plan.")
         batch = sig.batch_size(leaves) if self._cache is None else None
-        if PIPELINE_ATTR in traced.ir.attrs:  # this rank's pipeline stage
-            compiled = PipelineGraph(traced, self.training, self.config.options,
-                                     key=sig.signature(leaves, traced.in_spec))
-        elif has_collectives(traced.ir):  # a step of a distributed run: sessions between collectives
-            compiled = SegmentedGraph(traced, self.training, self.config.options,
-                                      key=sig.signature(leaves, traced.in_spec))
-        else:
-            compiled = CompiledGraph(traced, self.training, self.config.options, dynamic_batch=batch is not None,
-                                     key=sig.signature(leaves, traced.in_spec), batch=batch, graph=self)
-        self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s.")
+        spec = ExecutorSpec(self.training, self.config.options, key=sig.signature(leaves, traced.in_spec), batch=batch)
+        compiled = make_executor(traced, spec)
+        self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s. Runs as {compiled.describe()}.")
         return compiled
 
-    # -- hooks used by the tracer -------------------------------------------------------------
+    def _module_graph(self, attr: str, module: Module) -> "Graph":
+        """A graph whose ``build()`` calls ``module`` (held as ``attr``) under this graph's
+        name: how a training graph's deployed module is traced (``inference_traced``)."""
+        return _ModuleGraph(attr, module, self.name)
 
-    def _on_build_start(self, tracer) -> None:
+    # -- what the tracer reports back ---------------------------------------------------------
+
+    def _watch_quietly(self, tracer) -> None:
+        tracer.on_unregistered_module = self._warn_unregistered
+
+    def _watch(self, tracer) -> None:
         tracer.on_unregistered_module = self._warn_unregistered
         if self._debug is not None:
             self._debug.attach(tracer)
@@ -344,10 +349,6 @@ class Graph:
             "in state_dict()). Assign it in __init__ (self.name = module) to register it.",
             UserWarning, stacklevel=2)
 
-    def _after_trace(self, ir, tracer) -> None:
-
-        run_graph_passes(self, ir, tracer)
-
     def _log(self, level: int, message: str) -> None:
         if self._debug is not None:
             self._debug.log(level, message)
@@ -356,6 +357,19 @@ class Graph:
         """The graph structure: GRAPH / CONFIG / MODULE / PARAMETER / BUFFER lines, plus
         INPUT / OUTPUT lines (of the graph and of each module) after the first call."""
         return graph_repr(self)
+
+
+class _ModuleGraph(Graph):
+    """Wraps one module of a training graph under the same attribute name."""
+
+    def __init__(self, attr: str, module: Module, name: str):
+        super().__init__()
+        setattr(self, attr, module)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_attr", attr)
+
+    def build(self, *args):
+        return getattr(self, self._attr)(*args)
 
 
 def _as_tensor_arg(a):

@@ -1,40 +1,36 @@
-"""The deployable part of a graph: for a training graph, its model traced in eval mode."""
+"""The deployable part of a graph (the ``deploy`` stage of ``flowserve.nn.graph.pipeline``):
+for an inference graph, the trace its calls made; for a training graph, its model traced
+once in eval mode. ``deployable_state`` gathers what ``flow.save`` and export write."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
-from flowserve.nn.graph.batching import batch_mismatch, failure_origin
-from flowserve.nn.graph.graph import Graph
+from flowserve.nn.graph.batching import batch_from_marks
+from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
+from flowserve.nn.graph.pipeline import trace_and_rewrite
 from flowserve.nn.graph.proxy import ProxyModule
-from flowserve.nn.graph.trace import Traced, trace_build
+from flowserve.nn.graph.trace import Traced
 from flowserve.nn.module import Module
 from flowserve.nn.modules.loss import _Loss
 from flowserve.ops.creation import zeros
 from flowserve.utils.tree import unflatten
 
-
-class _ModelGraph(Graph):
-    """Wraps one module of a training graph under the same attribute name."""
-
-    def __init__(self, attr: str, module: Module, name: str):
-        super().__init__()
-        setattr(self, attr, module)
-        object.__setattr__(self, "_name", name)
-        object.__setattr__(self, "_attr", attr)
-
-    def build(self, *args):
-        return getattr(self, self._attr)(*args)
+if TYPE_CHECKING:
+    from flowserve.nn.graph.graph import Graph
 
 
-def inference_traced(graph: Graph, model=None, batch: int | None = None, shapes: dict | None = None) -> Traced:
-    """The inference trace of ``graph``: its own trace when it has no optimizer, else the
-    trace of its deployable module in eval mode, without grads. That module is ``model``
-    (``flow.save(graph, dir, model=graph.model)``), else what ``graph.deploy()`` returns,
-    else the last top-level module ``build()`` called that is not a loss. With ``batch``,
-    traced again on zero inputs of that batch size (the batch check of ``flow.save``); with
-    ``shapes`` (input name -> shape), on zero inputs of those shapes (its named-dims check)."""
+def inference_traced(graph: "Graph", model=None, shapes: dict | None = None) -> Traced:
+    """The inference trace of ``graph``: its own trace when it has no optimizer (no
+    ``build()`` runs), else the trace of its deployable module in eval mode, without grads.
+    That module is ``model`` (``flow.save(graph, dir, model=graph.model)``), else what
+    ``graph.deploy()`` returns, else the last top-level module ``build()`` called that is
+    not a loss. With ``shapes`` (input name -> shape), traced again on zero inputs of those
+    shapes (the named-dims check of ``flow.save``)."""
     compiled = graph.parts.last
     if compiled is None:
         raise GraphError(f"(GRAPH:{graph.name}:{type(graph).__name__}) has not been compiled; the graph must be "
@@ -45,11 +41,11 @@ def inference_traced(graph: Graph, model=None, batch: int | None = None, shapes:
         if chosen is not None:
             raise GraphError(f"{graph.name} is an inference graph: it deploys its own build(); "
                              "model= and deploy() choose a module of a training graph only")
-        if batch is None and shapes is None:
+        if shapes is None:
             return compiled.traced
-        samples = [_sample(v, batch, shapes) for v in compiled.traced.ir.inputs]
+        samples = [_sample(v, shapes) for v in compiled.traced.ir.inputs]
         args, kwargs = unflatten(compiled.traced.in_spec, samples)
-        return graph._traced_quietly(trace_build, args, kwargs)
+        return graph._traced_quietly(args, kwargs)
     traced = compiled.traced
     attr, module, args = _deployed_call(graph, traced, chosen)
     inputs = {v.name for v in traced.ir.inputs}
@@ -60,18 +56,18 @@ def inference_traced(graph: Graph, model=None, batch: int | None = None, shapes:
             raise GraphError(f"module {attr!r} of {graph.name} is called on a computed tensor; to deploy it, "
                              "its inputs must be inputs of build()")
         names.append(name)
-    samples = [_sample(a._lazy, batch, shapes) for a in args]
+    samples = [_sample(a._lazy, shapes) for a in args]
     modes = {m: m.training for m in module.modules()}
     module.eval()
     try:
         with no_grad():
-            return trace_build(_ModelGraph(attr, module, graph.name), tuple(samples), {}, names)
+            return trace_and_rewrite(graph._module_graph(attr, module), tuple(samples), {}, names)
     finally:
         for m, mode in modes.items():
             object.__setattr__(m, "training", mode)
 
 
-def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
+def _deployed_call(graph: "Graph", traced: Traced, chosen) -> tuple:
     """(attribute name, module, lazy args) of the build() call of the module to deploy."""
     top = [c for c in traced.module_calls if "." not in c[0]]
     if chosen is None:
@@ -92,31 +88,64 @@ def _deployed_call(graph: Graph, traced: Traced, chosen) -> tuple:
     return attr, module, args
 
 
-def _sample(value, batch: int | None = None, shapes: dict | None = None):
-    """Zeros of a traced value's shape and dtype (dim 0 = ``batch`` when given; the shape
-    ``shapes`` gives for its name, when it does)."""
+def _sample(value, shapes: dict | None = None):
+    """Zeros of a traced value's shape and dtype (the shape ``shapes`` gives for its
+    name, when it does)."""
     shape = [int(d) for d in (shapes or {}).get(value.name, value.shape)]
-    if batch is not None and shape:
-        shape[0] = batch
     return zeros(*shape, dtype=dtypes.from_name(value.dtype))
 
 
-def deployable_batch(graph, traced, model=None) -> tuple[int | None, str | None]:
-    """``(batch, None)`` when the deployable trace ``traced`` of ``graph`` runs at any batch
-    size (its inputs share dim 0 and a trace at another batch size agrees), else
-    ``(None, reason)``; ``(None, None)`` when the inputs share no batch dim."""
-    ir = traced.ir
-    firsts = {v.shape[0] if v.shape else None for v in ir.inputs}
-    if len(firsts) != 1 or None in firsts:
-        return None, None
-    batch = int(firsts.pop())
-    failure = None
-    for other_batch in (batch + 1, 2 * batch):  # 2 * batch: for a build() that splits the batch (B // 2)
+@dataclass
+class DeployableState:
+    """What saving or exporting a graph writes, read from its traces: the deployed
+    inference trace (IR, parameters, buffers, constants), its batch size where it stays
+    dynamic (``batch``; None: static, with ``batch_note`` saying why where the marks show
+    it), the named dynamic dims, the arrays to store (for a training graph also what
+    resuming needs: optimizer state and the step, without this rank's ZeRO shards), and
+    the graph's name, class, mode, config and recent inputs (reference examples)."""
+
+    traced: Traced
+    batch: int | None
+    batch_note: str | None
+    dynamic_dims: dict
+    arrays: dict
+    name: str
+    graph_class: str
+    training: bool
+    config: dict
+    recent_inputs: list = field(default_factory=list)
+
+    @property
+    def ir(self):
+        return self.traced.ir
+
+
+def deployable_state(graph: "Graph", model=None, dynamic_dims: dict | None = None) -> DeployableState:
+    """``graph``'s ``DeployableState``: an inference graph's own trace (no ``build()``),
+    a training graph's deployed module traced once in eval mode; the batch from the trace's
+    marks; ``dynamic_dims`` checked by one more trace with every named dim one larger."""
+    traced = inference_traced(graph, model)
+    named = normalize(dynamic_dims, traced.ir) if dynamic_dims else {}
+    if named:
         try:
-            other = inference_traced(graph, model, other_batch)
-        except Exception as exc:  # build() itself cannot run at this batch size
-            failure = failure or failure_origin(exc, batch, other_batch)
-            continue
-        reason = batch_mismatch(traced, batch, other, other_batch)
-        return (batch, None) if reason is None else (None, reason)
-    return None, failure
+            other = inference_traced(graph, model, shapes=grown_shapes(traced.ir, named))
+        except Exception as exc:  # build() cannot run at other sizes: it fixes them
+            raise retrace_failure(exc, traced.ir, named) from None
+        named = check_named_dims(traced, other, named)
+        verify_lowering(traced, other, named)
+    inputs = {v.name for v in traced.ir.inputs}
+    if any(0 in axes for t, axes in named.items() if t in inputs):  # named dims at axis 0: no separate batch
+        batch, note = None, None
+    else:
+        batch, note = batch_from_marks(traced)
+    arrays = {k: t.numpy() for k, t in traced.state.items()}
+    arrays.update(traced.constants)
+    if graph.training:
+        parallel = graph.parts.parallel
+        local = parallel.rank_local_state() if parallel is not None else set()
+        for name, t in graph.parts.traced.state.items():
+            if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
+                arrays.setdefault(name, t.numpy())
+    recent = [] if graph.training else list(graph.parts.recent_inputs)
+    return DeployableState(traced, batch, note, named, arrays, graph.name, type(graph).__name__, graph.training,
+                           dict(graph.config.options), recent)

@@ -1,6 +1,6 @@
 """What an ``nn.Graph`` holds besides its modules and config, behind one small interface:
-tracing, the optimizer update, ``state_dict``, printing and ``flow.save`` read
-``graph.parts`` instead of the graph's private attributes."""
+tracing, the optimizer update, ``state_dict`` and printing read ``graph.parts`` instead of
+the graph's private attributes (``flow.save`` reads ``graph.deployable_state()``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ RECENT_CALLS = 4  # inputs of an inference graph's last calls, kept as reference
 class GraphParts:
     """``optimizers``: (optimizer, lr scheduler or None) pairs, in ``add_optimizer`` order;
     ``grad_scaler``: the ``GradScaler``/``StaticGradScaler`` or None; ``train_step``: a 0-d
-    int64 tensor counting training calls; ``last``: the compiled entry the latest call ran
-    (None before the first call); ``parallel``: the distributed part of a training step in a
-    launched run (``flowserve.distributed.graph_step.DataParallelStep``), made at the first
-    trace, or None; ``recent_inputs``: copies of the tensor inputs of an inference graph's
+    int64 tensor counting training calls; ``last``: the executor the latest call ran
+    (``flowserve.nn.graph.executor``; None before the first call); ``parallel``: the
+    distributed part of a training step in a launched run
+    (``flowserve.distributed.graph_step.DataParallelStep``), made by the graph before its
+    first trace, or None; ``recent_inputs``: copies of the tensor inputs of an inference graph's
     last calls (``flow.save`` stores them as reference examples)."""
 
     train_step: object

@@ -1,14 +1,17 @@
-"""Which IR passes a graph's config and its modules' options ask for, in order.
+"""The graph pass pipeline: which IR passes a graph's config and its modules' options
+ask for, as one ordered list run by ``flowserve.ir.passes.manager.PassManager``.
 
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
-convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, and the stage/ZeRO records. On
-the private copy graph mode lowers: the add-to-output fusion (the ONNX backend lowers its
-fused node). Every pass returns ``PassResult(ir, modified)``.
+convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, the
+stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
+lowers: the add-to-output fusion, the ONNX backend lowering its fused node
+(``LOWERING_PASSES``). Every pass returns ``PassResult(ir, modified)``.
 """
 
 from __future__ import annotations
 
-from flowserve import env
+from dataclasses import dataclass, field
+
 from flowserve.distributed.stages import record_stages
 from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
@@ -18,6 +21,32 @@ from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
+from flowserve.ir.passes.manager import Pass, PassManager
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What the graph passes read: the graph's config options, whether it trains, its
+    modules' graph options (full name -> ``GraphModule``), the values the forward computed
+    (from the trace) and the world size of a launched run."""
+
+    options: dict
+    training: bool = False
+    modules: dict = field(default_factory=dict)
+    forward_values: frozenset = frozenset()
+    world_size: int = 1
+
+    @property
+    def checkpointed_scopes(self) -> list[str]:
+        return [name for name, gm in self.modules.items() if gm.activation_checkpointing]
+
+    @property
+    def stages(self) -> dict:
+        return {name: gm.options() for name, gm in self.modules.items() if gm.stage_id is not None}
+
+    @property
+    def amp_dtype(self) -> str:
+        return self.options.get("amp_dtype", "float16")
 
 
 def _native_low_precision(dtype: str) -> bool:
@@ -32,42 +61,56 @@ def _native_low_precision(dtype: str) -> bool:
     return False
 
 
-def run_graph_passes(graph, ir: GraphIR, tracer) -> list[str]:
-    """Rewrite ``ir`` in place as ``graph.config`` asks; returns the passes that changed it."""
-    options = graph.config.options
-    applied = []
-    modules = graph._graph_modules()
-    scopes = [name for name, gm in modules.items() if gm.activation_checkpointing]
-    if graph.training and scopes:
-        if checkpoint_activations(ir, scopes, tracer.forward_values)[1]:
-            applied.append("activation_checkpointing")
-    if graph.training and conv_weight_grad_as_matmul(ir)[1]:
-        applied.append("conv_weight_grad_as_matmul")
-    if graph.training and fold_clamp_gradient_masks(ir).modified:
-        applied.append("fold_clamp_gradient_masks")
-    if options.get("amp"):
-        dtype = options.get("amp_dtype", "float16")
-        if amp_cast(ir, dtype, native=_native_low_precision(dtype))[1]:
-            applied.append(f"amp({dtype})")
-    if options.get("fuse_cast_scale") and fuse_cast_scale(ir)[1]:
-        applied.append("fuse_cast_scale")
-    stages = {name: gm.options() for name, gm in modules.items() if gm.stage_id is not None}
-    if stages:
-        ir.attrs["stages"] = stages
-        if graph.training and env.get_world_size() > 1:  # each rank runs its stage's nodes
-            record_stages(ir, {name: o["stage_id"] for name, o in stages.items()}, tracer.forward_values)
-    if options.get("zero"):
-        ir.attrs["zero"] = dict(options["zero"])
-    eliminate_dead_code(ir)
+def _record_stages(ir: GraphIR, ctx: PassContext) -> PassResult:
+    """``ir.attrs["stages"]``; in a launched training run, each node's stage (each rank runs its own)."""
+    stages = ctx.stages
+    ir.attrs["stages"] = stages
+    if ctx.training and ctx.world_size > 1:
+        record_stages(ir, {name: o["stage_id"] for name, o in stages.items()}, ctx.forward_values)
+    return PassResult(ir, True)
+
+
+def _record_zero(ir: GraphIR, ctx: PassContext) -> PassResult:
+    ir.attrs["zero"] = dict(ctx.options["zero"])
+    return PassResult(ir, True)
+
+
+GRAPH_PASSES = PassManager([
+    Pass("activation_checkpointing",
+         lambda ir, ctx: checkpoint_activations(ir, ctx.checkpointed_scopes, ctx.forward_values),
+         when=lambda ctx: ctx.training and bool(ctx.checkpointed_scopes), requires=("forward_values",)),
+    Pass("conv_weight_grad_as_matmul", lambda ir, ctx: conv_weight_grad_as_matmul(ir),
+         when=lambda ctx: ctx.training),
+    Pass("fold_clamp_gradient_masks", lambda ir, ctx: fold_clamp_gradient_masks(ir), when=lambda ctx: ctx.training),
+    Pass("amp", lambda ir, ctx: amp_cast(ir, ctx.amp_dtype, native=_native_low_precision(ctx.amp_dtype)),
+         when=lambda ctx: bool(ctx.options.get("amp")), ensures=("amp_casts",),
+         label=lambda ctx: f"amp({ctx.amp_dtype})"),
+    Pass("fuse_cast_scale", lambda ir, ctx: fuse_cast_scale(ir), when=lambda ctx: bool(ctx.options.get("fuse_cast_scale"))),
+    Pass("stages", _record_stages, when=lambda ctx: bool(ctx.stages), requires=("forward_values",),
+         ensures=("stages",), reported=False),
+    Pass("zero", _record_zero, when=lambda ctx: bool(ctx.options.get("zero")), reported=False),
+    Pass("dce", lambda ir, ctx: eliminate_dead_code(ir), ensures=("no_dead_nodes",), reported=False),
+], given=("forward_values",))
+
+LOWERING_PASSES = PassManager([
+    Pass("fuse_add_to_output", lambda ir, ctx: fuse_add_to_output(ir),
+         when=lambda ctx: bool(ctx.options.get("fuse_add_to_output"))),
+], given=("no_dead_nodes",))
+
+
+def run_graph_passes(ir: GraphIR, context: PassContext) -> list[str]:
+    """Rewrite ``ir`` in place as ``context`` asks (``GRAPH_PASSES``); returns the passes
+    that changed it, also recorded as ``ir.attrs["passes"]``."""
+    _, applied = GRAPH_PASSES.run(ir, context)
     ir.attrs["passes"] = applied
-    graph._log(1, f"graph passes applied: {', '.join(applied) or 'none'}")
     return applied
 
 
 def lowering_ir(ir: GraphIR, options: dict) -> PassResult:
     """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
     ONNX backend lowers its fused nodes), else ``ir`` itself."""
-    if not options.get("fuse_add_to_output"):
+    context = PassContext(options)
+    if not any(p.when(context) for p in LOWERING_PASSES.passes):
         return PassResult(ir, False)
-    copy, changed = fuse_add_to_output(ir.copy())
-    return PassResult(copy, True) if changed else PassResult(ir, False)
+    result, _ = LOWERING_PASSES.run(ir.copy(), context)
+    return result if result.modified else PassResult(ir, False)

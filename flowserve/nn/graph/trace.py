@@ -1,5 +1,8 @@
 """Tracing ``build()`` into a ``GraphIR``: inputs, state, micro-batches, loss scaling,
-optimizer updates, outputs, then the graph passes the config asks for."""
+optimizer updates, outputs. The trace is a value (``Traced``): it changes nothing on the
+graph, and carries what the later stages need, the batch marks included (which input
+and output dims hold the batch, ``BatchMarks``). The graph passes run after it
+(``flowserve.nn.graph.pipeline``)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,39 @@ from flowserve.nn.graph.signature import batch_size
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as F
 from flowserve.ops.creation import default_generator
+from flowserve.ops.dims import BatchDim
 from flowserve.ops.random import RANDOM_PRIMITIVES
 from flowserve.utils.tree import flatten, leaf_names, unflatten
 
 TRAIN_STEP = "System-Train-TrainStep"
 LOSS_SCALE = "System-Train-LossScale"
+
+
+@dataclass(frozen=True)
+class BatchMarks:
+    """Which dims of a trace's inputs and outputs hold the batch itself (dim 0 of inputs
+    that share it, traced as a ``BatchDim``; the output dims that kept that mark), and its
+    traced ``size``. Empty when the inputs share no dim 0."""
+
+    size: int | None = None
+    inputs: dict = field(default_factory=dict)  # input name -> axes holding the batch (every input)
+    outputs: dict = field(default_factory=dict)  # output name -> axes holding the batch
+
+    @classmethod
+    def of(cls, ir: GraphIR, size: int | None) -> "BatchMarks":
+        if size is None:
+            return cls()
+
+        def marked(v) -> tuple:
+            return tuple(i for i, d in enumerate(v.shape) if isinstance(d, BatchDim) and not d.steps)
+
+        return cls(int(size), {v.name: marked(v) for v in ir.inputs},
+                   {v.name: marked(v) for v in ir.outputs if marked(v)})
+
+    @property
+    def batched_inputs(self) -> bool:
+        """Whether every input has the batch in dim 0 (there is at least one input)."""
+        return bool(self.inputs) and all(0 in axes for axes in self.inputs.values())
 
 
 @dataclass
@@ -35,6 +66,14 @@ class Traced:
     in_spec: object = None
     out_spec: object = None
     module_calls: list = field(default_factory=list)
+    batch_marks: BatchMarks = field(default_factory=BatchMarks)
+    forward_values: frozenset = frozenset()  # values computed by forward ops (activation checkpointing, stages)
+
+    def prune_state(self) -> None:
+        """Keep only the state, constants and feeds the IR still reads (after passes)."""
+        for table in (self.state, self.constants, self.system_feeds):
+            for name in [k for k in table if k not in self.ir.state]:
+                del table[name]
 
 
 def input_names(build, leaves_count: int, spec) -> list[str]:
@@ -132,13 +171,16 @@ def _loss_scale(graph, scaler_state: dict, steps: int):
     return scale
 
 
-def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None) -> Traced:
+def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None, on_start=None) -> Traced:
+    """Run ``graph.build`` once on lazy inputs; returns what it recorded. ``on_start(tracer)``
+    attaches the caller's observers (warnings, debug printing) before ``build()`` runs."""
     leaves, spec = flatten((args, kwargs))
     names = names or input_names(graph.build, len(leaves), spec)
     tracer = Tracer(graph.name)
     tracer.module_names = graph._module_names()
-    tracer.batch = batch_size(leaves) if getattr(graph, "_cache", None) is None else None
-    graph._on_build_start(tracer)
+    tracer.batch = batch_size(leaves)
+    if on_start is not None:
+        on_start(tracer)
     steps = graph.config.gradient_accumulation_steps if graph.training else 1
     system_feeds: dict = {}
     with tracer, set_grad_enabled(graph.training):
@@ -159,11 +201,11 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         ir.attrs["random_seed"] = graph_seed()  # ops given a generator= draw from its per-call seed
     name_outputs(ir, [t._lazy.name for t in out_leaves], unique_output_names(leaf_names(out_spec), ir.values))
     eliminate_dead_code(ir)
-    system_feeds.update({k: feed for k, feed in tracer.system_feeds.items() if k in ir.state})
-    graph._after_trace(ir, tracer)
-    state = {k: v for k, v in tracer.state_eager.items() if k in ir.state}
-    constants = {k: v for k, v in tracer.constants.items() if k in ir.state}
-    return Traced(ir, constants, state, system_feeds, spec, out_spec, tracer.module_calls)
+    system_feeds.update(tracer.system_feeds)
+    traced = Traced(ir, dict(tracer.constants), dict(tracer.state_eager), system_feeds, spec, out_spec,
+                    tracer.module_calls, BatchMarks.of(ir, tracer.batch), frozenset(tracer.forward_values))
+    traced.prune_state()
+    return traced
 
 
 def graph_seed() -> int:

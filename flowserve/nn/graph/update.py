@@ -13,7 +13,6 @@ import numpy as np
 
 from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
-from flowserve.distributed.graph_step import DataParallelStep
 from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
 from flowserve.ops import functional as F
@@ -92,7 +91,7 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
     fuse = graph.config.options.get("fuse_model_update_ops", False)
     with no_grad():
         work = _gradients(tracer, graph, scaler_state)
-        parallel = DataParallelStep.of(graph)
+        parallel = graph.parts.parallel  # made by the graph before its first trace (DataParallelStep.of)
         if parallel is not None:
             work = parallel.reduce_gradients(work)
         found_inf = None

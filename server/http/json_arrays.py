@@ -11,14 +11,17 @@ placeholder string that ``take`` resolves::
     header = json.loads(body)
     data = arrays.take(header["inputs"][0]["data"])     # the ndarray, or the list as it was
 
-Arrays that are short, unbalanced, or hold anything but plain numbers (``true``,
-``"NaN"``, integers at or beyond the int64 limits) stay in the JSON and take the ordinary
-path, as does every small body. Nesting is not checked here: the element count must
-match the shape, as for flat data.
+Arrays that are short, unbalanced, or hold anything but numbers (``true``, ``"NaN"``,
+integers at or beyond the int64 limits) stay in the JSON and take the ordinary path, as
+does every small body. The ``NaN`` and ``Infinity`` literals, which ``json`` reads and
+Triton's clients write (perf_analyzer's random FP32 data holds hundreds), count as
+numbers. Nesting is not checked here: the element count must match the shape, as for
+flat data.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -29,8 +32,8 @@ LIFT_ARRAY_BYTES = 1 << 16  # arrays below this stay in the JSON
 CHUNK_BYTES = 1 << 20  # bytes scanned or parsed per C call (a few ms; the GIL is free between)
 _PLACEHOLDER = "\0flowserve-array-"
 _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
-_NUMERIC_CHARS = b"0123456789eE+-.,[] \t\r\n"
-_FLOAT_MARK = re.compile(rb"[.eE]")
+_NUMERIC_CHARS = b"0123456789eE+-.,[] \t\r\nNaInfity"  # and the letters of NaN, Infinity
+_FLOAT_MARK = re.compile(rb"[.eENI]")
 
 
 class LiftedArrays:
@@ -52,10 +55,12 @@ class LiftedArrays:
         return data
 
 
-def lift_numeric_arrays(body: bytes) -> tuple[bytes, LiftedArrays]:
-    """``body`` with its long numeric ``data`` arrays replaced by placeholders."""
+def lift_numeric_arrays(body: bytes, body_bytes: int = LIFT_BODY_BYTES,
+                        array_bytes: int = LIFT_ARRAY_BYTES) -> tuple[bytes, LiftedArrays]:
+    """``body`` with its numeric ``data`` arrays of ``array_bytes`` or more replaced by
+    placeholders; a body shorter than ``body_bytes`` is left as it is."""
     lifted, pieces, kept = LiftedArrays(), [], 0
-    if len(body) < LIFT_BODY_BYTES:
+    if len(body) < body_bytes:
         return body, lifted
     position = 0
     while (match := _DATA_KEY.search(body, position)) is not None:
@@ -64,7 +69,7 @@ def lift_numeric_arrays(body: bytes) -> tuple[bytes, LiftedArrays]:
             continue  # an escaped quote: the key is inside a string
         start = match.end() - 1
         end = _numeric_extent(body, start)
-        long_enough = end - start >= LIFT_ARRAY_BYTES
+        long_enough = end - start >= array_bytes
         array = _parse_numbers(memoryview(body)[start:end]) if long_enough else None
         if array is not None:
             pieces += [body[kept:start], lifted.add(array)]
@@ -88,50 +93,78 @@ def _numeric_extent(body: bytes, start: int) -> int:
 def _parse_numbers(view: memoryview):
     """The numbers of a (possibly nested) JSON array, or None when numpy cannot be sure.
 
-    Two passes over ``view`` in chunks split at commas (each chunk holds whole numbers):
-    the first counts values and brackets and finds the dtype, the second parses into one
-    preallocated array; nothing larger than a chunk is copied."""
-    spans, start = [], 0
-    while start < len(view):
-        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
-        end = len(view) if end < 0 else start + CHUNK_BYTES + end
-        spans.append((start, end))
-        start = end + 1
-    commas = opened = closed = 0
-    floats = False
-    for a, b in spans:
-        chunk = bytes(view[a:b])
-        commas, opened, closed = (commas + chunk.count(b","), opened + chunk.count(b"["),
-                                  closed + chunk.count(b"]"))
-        floats = floats or _FLOAT_MARK.search(chunk) is not None
+    ``view`` is parsed in chunks split at commas (each chunk holds whole numbers), one
+    array per chunk, joined at the end; nothing larger than a chunk is copied as text.
+    Floats are parsed by orjson and moved into numpy by ``np.fromiter`` (one pass, no
+    dtype discovery); an array with no ``.``, ``e``, ``NaN`` or ``Infinity`` anywhere is
+    read as integers."""
     tail = bytes(view[-64:]).rstrip(b"] \t\r\n")
-    if not spans or opened != closed or tail.endswith(b",") or tail.endswith(b"["):
+    if tail.endswith(b",") or tail.endswith(b"["):
         return None
-    dtype = np.float64 if floats else np.int64
-    out, filled = np.empty(commas + len(spans), dtype), 0
+    floats = any(_FLOAT_MARK.search(bytes(view[a:b])) for a, b in _chunk_spans(view))
     parse = _parse_floats if floats else _parse_integers
-    for a, b in spans:
-        values = parse(bytes(view[a:b]))
-        if values is None or filled + len(values) > out.size:
+    parts, depth, inner = [], 0, view[1:len(view) - 1]  # within the outer brackets
+    for a, b in _chunk_spans(inner):
+        chunk = bytes(inner[a:b])
+        if chunk.find(b"[") >= 0 or chunk.find(b"]") >= 0:  # nested (find is memchr: fast)
+            depth += chunk.count(b"[") - chunk.count(b"]")
+            chunk = chunk.translate(None, b"[]")
+        values = parse(chunk)
+        if values is None:
             return None  # malformed: let json say where
-        out[filled:filled + len(values)] = values
-        filled += len(values)
-    if filled != out.size or (dtype == np.int64 and _may_have_overflowed(out)):
+        parts.append(values)
+    if not parts or depth != 0:
+        return None
+    out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if not floats and _may_have_overflowed(out):
         return None  # numpy saturates integers beyond int64; json's are exact
     return out
 
 
+def _chunk_spans(view: memoryview):
+    """``(start, end)`` of the chunks of ``view``, cut at the first comma past each
+    ``CHUNK_BYTES``."""
+    start = 0
+    while start < len(view):
+        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
+        end = len(view) if end < 0 else start + CHUNK_BYTES + end
+        yield start, end
+        start = end + 1
+
+
 def _parse_floats(chunk: bytes):
-    """The numbers of ``chunk`` (whole numbers, brackets anywhere) as a list, by orjson."""
+    """The numbers of ``chunk`` (whole numbers, no brackets) as float64.
+
+    orjson parses them, ``NaN`` read as ``null`` (which the chunk cannot hold: its letters
+    are not number characters) and turned back into NaN by numpy; a chunk with
+    ``Infinity``, which orjson refuses, is parsed by ``json``."""
+    text = b"[%b]" % chunk
+    if chunk.find(b"I") >= 0:
+        try:
+            values = json.loads(text)
+        except ValueError:
+            return None
+    else:
+        has_nan = chunk.find(b"N") >= 0
+        try:
+            values = orjson.loads(text.replace(b"NaN", b"null") if has_nan else text)
+        except orjson.JSONDecodeError:
+            return None
+        if has_nan:
+            return _floats_of(lambda: np.array(values, dtype=np.float64))
+    return _floats_of(lambda: np.fromiter(values, dtype=np.float64, count=len(values)))
+
+
+def _floats_of(convert):
     try:
-        return orjson.loads(b"[%b]" % chunk.translate(None, b"[]"))
-    except orjson.JSONDecodeError:
+        return convert()
+    except (TypeError, ValueError, OverflowError):  # an integer too large for a float
         return None
 
 
 def _parse_integers(chunk: bytes):
-    """The integers of ``chunk`` as int64 (saturated beyond its limits), by numpy."""
-    chunk = chunk.translate(None, b"[] \t\r\n")
+    """The integers of ``chunk`` (no brackets) as int64 (saturated beyond its limits)."""
+    chunk = chunk.translate(None, b" \t\r\n")
     try:
         values = np.fromstring(chunk.decode("ascii"), dtype=np.int64, sep=",")
     except ValueError:

@@ -5,8 +5,8 @@ private descriptor pool (see ``__init__.py``), so the generated module holds no
 protobuf-runtime-specific code and never clashes with other ``inference.*``
 definitions (tritonclient's) in the same process. Needs ``grpcio-tools``::
 
-    python -m flowserve.clients.protos.generate            # rewrites the module
-    python -m flowserve.clients.protos.generate --check    # exit 1 if stale
+    python -m flowserve.protocol.protos.generate            # rewrites the module
+    python -m flowserve.protocol.protos.generate --check    # exit 1 if stale
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import pathlib
 import sys
 import tempfile
 
+from google.protobuf import descriptor_pb2
+from grpc_tools import protoc  # grpcio-tools: only regenerating needs it
+
 HERE = pathlib.Path(__file__).resolve().parent
 PROTO_NAME = "grpc_service.proto"
 MODULE_NAME = "grpc_service_descriptor.py"
@@ -22,9 +25,6 @@ MODULE_NAME = "grpc_service_descriptor.py"
 
 def compile_descriptor(proto_dir: pathlib.Path = HERE) -> bytes:
     """Serialized ``FileDescriptorProto`` of ``proto_dir/grpc_service.proto``."""
-    from google.protobuf import descriptor_pb2
-    from grpc_tools import protoc
-
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "set.pb"
         argv = ["protoc", f"-I{proto_dir}", f"--descriptor_set_out={out}", PROTO_NAME]

@@ -5,7 +5,7 @@ use it. Built from the serialized descriptor into a private descriptor pool, so 
 classes coexist with any other ``inference.*`` definitions loaded in the same
 process (tritonclient's, for one). Access messages as attributes::
 
-    from flowserve.clients import protos
+    from flowserve.protocol import protos
     request = protos.ModelInferRequest(model_name="mlp")
     protos.METHODS["ModelInfer"]   # (request class, response class, streaming)
 """

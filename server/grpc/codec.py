@@ -14,18 +14,19 @@ from typing import Any, Optional
 
 import numpy as np
 
-from flowserve.clients import protos  # the one copy of the wire protocol
-from .dataplane import InferenceRequest, InferenceResponse, refuse_sequence
-from .datatypes import (
+from flowserve.protocol import protos  # the one copy of the wire protocol
+from flowserve.protocol.tensors import array_to_raw
+
+from ..dataplane import InferenceRequest, InferenceResponse, refuse_sequence
+from ..datatypes import (
     DecodeLimits,
     array_from_raw,
-    array_to_raw,
     check_bytes_elements,
     element_count,
     numpy_dtype,
 )
-from .errors import InvalidRequestError
-from .shared_memory import SharedInput, shared_tensor
+from ..errors import InvalidRequestError
+from ..shared_memory import SharedInput, shared_tensor
 
 CONTENTS_FIELD = {
     "BOOL": "bool_contents",

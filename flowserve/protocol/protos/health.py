@@ -19,7 +19,7 @@ Kubernetes' gRPC probes, ``grpc-health-probe`` and cloud load balancers call::
 Built in a private descriptor pool, as ``protos`` is, so it coexists with grpcio's own
 copy (``grpcio-health-checking``) in one process::
 
-    from flowserve.clients.protos import health
+    from flowserve.protocol.protos import health
     health.HealthCheckRequest(service="")
     health.HealthCheckResponse.SERVING
 """

@@ -10,7 +10,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flowserve.errors import SavedGraphError
-from flowserve.serialization.quantization import QuantizationRecord
+from flowserve.format.quantization import QuantizationRecord
 
 FORMAT_VERSION = 3  # 2: the manifest lists the reference examples (examples/); 3: dynamic_dims
 BASE_VERSION = 2
@@ -60,7 +60,7 @@ class SavedGraphManifest(BaseModel):
     dynamic_dims: dict[str, dict[int, str]] = Field(default_factory=dict)
     files: dict[Literal["graph.json", "params.safetensors"], str]
     examples: dict[str, str] = Field(default_factory=dict)  # "examples/<file>" -> sha256
-    quantization: Optional[QuantizationRecord] = None  # a QAT graph's scales (serialization/quantization.py)
+    quantization: Optional[QuantizationRecord] = None  # a QAT graph's scales (format/quantization.py)
 
     @field_validator("dynamic_dims")
     @classmethod

@@ -28,12 +28,12 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from flowserve.clients import protos  # the one copy of the wire protocol
-from flowserve.clients.protos import health
-from .dataplane import DataPlane
-from .datatypes import OFFLOAD_BYTES, DecodeLimits
-from .errors import ServerConfigError, ServerError, UnauthorizedError
-from .grpc_codec import decode_infer_request, encode_infer_response, plain_parameters
+from flowserve.protocol import protos  # the one copy of the wire protocol
+from flowserve.protocol.protos import health
+from ..dataplane import DataPlane
+from ..datatypes import OFFLOAD_BYTES, DecodeLimits
+from ..errors import ServerConfigError, ServerError, UnauthorizedError
+from .codec import decode_infer_request, encode_infer_response, plain_parameters
 
 log = logging.getLogger("flowserve.server")
 

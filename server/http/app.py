@@ -1,6 +1,6 @@
 """The HTTP front end: Open Inference Protocol REST routes over the ``DataPlane``.
 
-Handlers only translate: read the body, decode with ``http_codec``, call the
+Handlers only translate: read the body, decode with ``codec``, call the
 data plane, encode. ``ServerError``s become ``{"error": msg}`` (``error_body``)
 with their status; auth, the body-size limit and the one infer path are the
 outer ASGI app, ``FrontDoor``::
@@ -24,8 +24,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from . import http_schemas as schemas
-from .compression import (
+from ..compression import (
     DEFLATE_INLINE_BYTES,
     DEFLATE_MIN_BYTES,
     ENCODINGS,
@@ -36,9 +35,9 @@ from .compression import (
     inflate,
     preferred_encoding,
 )
-from .dataplane import DataPlane, server_version
-from .datatypes import OFFLOAD_BYTES
-from .errors import (
+from ..dataplane import DataPlane, server_version
+from ..datatypes import OFFLOAD_BYTES
+from ..errors import (
     InvalidRequestError,
     ModelNotReadyError,
     RequestTooLargeError,
@@ -46,7 +45,8 @@ from .errors import (
     UnauthorizedError,
     UnsupportedEncodingError,
 )
-from .http_codec import (
+from . import schemas
+from .codec import (
     HEADER_LENGTH,
     DecodeLimits,
     PlanCache,
