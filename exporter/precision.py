@@ -8,6 +8,8 @@
   as one image around the pointwise convolutions (``exporter/batch_rows.py``: ONNX
   Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
   convolutions on small feature maps would otherwise be one tiny GEMM per image);
+  A graph trained with quantization-aware training (``flowserve.ao.quantization``) exports
+  as QDQ with the scales it learned: no calibration (``exporter/qat.py``);
 * ``int8-dynamic``: ``quantize_dynamic``: int8 weights (7 bits, as above), activations quantized per call
   (MatMul-heavy models such as transformers; needs no calibration), self-attention's Q, K
   and V projections packed into one ``Attention`` first, which it makes ``QAttention``
@@ -39,6 +41,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 from flowserve.errors import ExportError
 from flowserve.exporter.batch_rows import fold_batch_into_rows
 from flowserve.exporter.packed_attention import drop_unused_initializers, pack_self_attention
+from flowserve.exporter.qat import is_quantized, quantize_biases
 from flowserve.onnx_backend.runtime import cuda_usable
 from flowserve.format.examples import ExampleSet
 
@@ -144,6 +147,8 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
     if precision == "bf16":  # check_precision refused it without a GPU
         raise ExportError("precision bf16: this flowserve build converts to bfloat16 only where a CUDA GPU "
                           "has been validated; use fp16")
+    if precision == "int8" and is_quantized(model):  # quantization-aware trained: scales learned
+        return quantize_biases(model)
     if precision == "int8" and (calibration is None or not calibration.batches):
         raise ExportError("precision int8 calibrates on the saved directory's examples and it has none: "
                           "save the graph with flow.save(graph, dir, examples=...) (a DataLoader of real "

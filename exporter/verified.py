@@ -30,6 +30,7 @@ from flowserve.errors import ExportError
 from flowserve.exporter.export import ExportResult, export
 from flowserve.exporter.precision import DESCRIPTIONS, base_target, check_precision, prepare, reduce_precision
 from flowserve.exporter.proof import Proof, prove
+from flowserve.exporter.qat import is_quantized, output_steps
 from flowserve.exporter.writing import write_model
 from flowserve.format.examples import ExampleSet, read_examples
 from flowserve.format.tensors import write_bytes
@@ -85,7 +86,8 @@ def export_verified(source, path=None, *, precision: str = "fp32", target: str =
     result = export(source, None, target=base_target(precision, target), opset=opset, rtol=rtol,
                     check=not (reduced and examples is not None))
     batched = _batched(result.model)
-    reference = _prove(result.model, examples, Criteria(rtol=examples.rtol), batched, "fp32") if examples else None
+    reference = _prove(result.model, examples, reference_criteria(result.model, examples, min_agreement), batched,
+                       "fp32") if examples else None
     outcome = VerifiedExport(result, precision, result.model, reference, reference, Path(path) if path else None)
     try:
         if reference is not None and not reference.passed:
@@ -123,6 +125,19 @@ def _reduce(outcome: VerifiedExport, examples, calibration, min_agreement: float
             raise ExportError(f"{precision} export refused: {outcome.proof.summary()}; nothing written. "
                               f"Pass --force to write it anyway, or lower --min-agreement")
         outcome.forced = True
+
+
+def reference_criteria(model: onnx.ModelProto, examples: ExampleSet, min_agreement: float) -> Criteria:
+    """The float32 export reproduces the examples within their tolerance; a QAT graph's
+    export (already QDQ, ``exporter/qat.py``) within one quantization step of each output,
+    or with ``min_agreement`` where an output is not quantized."""
+    if not is_quantized(model):
+        return Criteria(rtol=examples.rtol)
+    steps = output_steps(model)
+    if steps is None:
+        return Criteria(min_agreement=min_agreement)
+    scale = {n: max(float(np.abs(b.outputs[n]).max()) for b in examples.batches) for n in examples.output_names}
+    return Criteria(max_abs_err={n: steps[n] + examples.rtol * scale[n] for n in examples.output_names})
 
 
 def _prove(model: onnx.ModelProto, examples: ExampleSet, criteria: Criteria, batched: bool,

@@ -13,7 +13,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["export_mobilenet.py", "serve_and_query.py", "verified_int8.py",
+@pytest.mark.parametrize("script", ["export_mobilenet.py", "serve_and_query.py", "verified_int8.py", "qat_mobilenet.py",
                                     "serve_workers.py", "serve_tls.py",
                                     "compressed_requests.py", "shared_memory.py"])
 def test_example_runs(script, tmp_path):

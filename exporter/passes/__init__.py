@@ -63,6 +63,12 @@ class ExportGraph:
     def is_const(self, name: str) -> bool:
         return name in self.consts
 
+    def is_quantized_const(self, name: str) -> bool:
+        """A constant fake-quantized (a QAT weight): its lowering stores the integers, so a
+        fusion may take it as a weight as long as it does not rescale it."""
+        node = self.producer(name)
+        return node is not None and node.op == "fake_quant" and all(self.is_const(i) for i in node.inputs)
+
     def single_use(self, name: str) -> bool:
         """Used by exactly one node and not a graph output (so it may vanish in a fusion)."""
         return len(self.users(name)) == 1 and name not in self.output_names

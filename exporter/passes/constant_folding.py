@@ -4,7 +4,8 @@ Runs the registry kernel (``flowserve.ir.interpreter``) once at export. Eval-mod
 BatchNorm's ``rsqrt(running_var + eps) * weight`` becomes one per-channel constant here,
 which the conv pass then folds into the convolution. Skipped: nodes
 that would grow the model (an output larger than its largest input, such as ``expand``),
-fused nodes, nodes with no inputs (nothing to fold), and random draws (fresh per call).
+fused nodes, nodes with no inputs (nothing to fold), random draws (fresh per call) and
+fake quantization (its lowering stores a constant's integers for ONNX Runtime's QDQ kernels).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import numpy as np
 from flowserve.exporter.passes import FUSED_PREFIX, ExportGraph
 from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
+from flowserve.ops.fake_quant import QUANTIZE_PRIMITIVES
 from flowserve.ops.random import RANDOM_PRIMITIVES
 
 
 def _foldable(g: ExportGraph, node, keep_layout: bool) -> bool:
-    if node.op.startswith(FUSED_PREFIX) or not node.inputs or node.op in RANDOM_PRIMITIVES:
+    if (node.op.startswith(FUSED_PREFIX) or not node.inputs or node.op in RANDOM_PRIMITIVES
+            or node.op in QUANTIZE_PRIMITIVES):
         return False
     if keep_layout and node.op == "permute" and g.ir.state_kinds.get(node.inputs[0]) == "parameter":
         return False

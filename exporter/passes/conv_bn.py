@@ -38,15 +38,16 @@ def _per_channel(g: ExportGraph, node, y: str, channels: int, rank: int):
     return c.astype(np.float64).ravel()
 
 
-def _fold_affine(g: ExportGraph, conv, weight: np.ndarray):
-    """Walk the per-channel affine chain after ``conv``: (nodes, W, b or None, last value)."""
+def _fold_affine(g: ExportGraph, conv, weight: np.ndarray, rescale: bool = True):
+    """Walk the per-channel affine chain after ``conv``: (nodes, W, b or None, last value);
+    without ``rescale`` (a fake-quantized weight), only the bias adds."""
     rank = len(g.ir.values[conv.outputs[0]].shape)
     channels = weight.shape[0]
     w, b, y, nodes = weight.astype(np.float64), None, conv.outputs[0], []
     while g.single_use(y):
         (user,) = g.users(y)
         c = _per_channel(g, user, y, channels, rank)
-        if c is None:
+        if c is None or not rescale and user.op in ("mul", "div"):
             break
         bias = np.zeros(channels) if b is None else b
         if user.op in ("add", "sub"):
@@ -80,11 +81,12 @@ def _residual_after(g: ExportGraph, y: str):
 
 def fuse_one(g: ExportGraph, conv) -> bool:
     x, wname = conv.inputs
-    if not g.is_const(wname):
+    quantized = g.is_quantized_const(wname)  # QAT: bias and activation only, the Q/DQ kept around
+    if not g.is_const(wname) and not quantized:
         return False
-    weight = np.asarray(g.consts[wname])
-    affine, w, b, y = _fold_affine(g, conv, weight)
-    residual = _residual_after(g, y)
+    weight = np.asarray(g.consts[g.producer(wname).inputs[0] if quantized else wname])
+    affine, w, b, y = _fold_affine(g, conv, weight, rescale=not quantized)
+    residual = None if quantized else _residual_after(g, y)
     act = residual[2] if residual else activation_after(g, y)
     nodes = [conv] + affine + ([residual[0]] if residual else []) + (act[0] if act else [])
     if len(nodes) == 1:

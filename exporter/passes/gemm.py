@@ -15,9 +15,9 @@ def _weight(g: ExportGraph, name: str):
     """(weight name, trans_b, the permute node or None) for a constant 2-D right operand."""
     node = g.producer(name)
     if node is not None and node.op == "permute" and node.attrs["perm"] == [1, 0] \
-            and g.is_const(node.inputs[0]) and g.single_use(name):
+            and (g.is_const(node.inputs[0]) or g.is_quantized_const(node.inputs[0])) and g.single_use(name):
         return node.inputs[0], 1, node
-    if g.is_const(name) and len(g.ir.values[name].shape) == 2:
+    if (g.is_const(name) or g.is_quantized_const(name)) and len(g.ir.values[name].shape) == 2:
         return name, 0, None
     return None
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flowserve.errors import SavedGraphError
+from flowserve.format.quantization import QuantizationRecord
 
 FORMAT_VERSION = 3  # 2: the manifest lists the reference examples (examples/); 3: dynamic_dims
 BASE_VERSION = 2
@@ -59,6 +60,7 @@ class SavedGraphManifest(BaseModel):
     dynamic_dims: dict[str, dict[int, str]] = Field(default_factory=dict)
     files: dict[Literal["graph.json", "params.safetensors"], str]
     examples: dict[str, str] = Field(default_factory=dict)  # "examples/<file>" -> sha256
+    quantization: Optional[QuantizationRecord] = None  # a QAT graph's scales (format/quantization.py)
 
     @field_validator("dynamic_dims")
     @classmethod

@@ -54,7 +54,8 @@ class Module:
             params[name] = value
         elif isinstance(value, Module):
             self._check_init("module")
-            self._drop(name)
+            if name not in modules:  # a replaced child keeps its place (Sequential's order), as in PyTorch
+                self._drop(name)
             modules[name] = value
         elif params is not None and name in params:
             if value is not None:

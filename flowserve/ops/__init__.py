@@ -10,6 +10,7 @@ from flowserve.ops import elementwise, nn, reduce, shape  # noqa: F401  (declare
 from flowserve.ops import indexing, math, sorting  # noqa: F401  (tensor-op primitives)
 from flowserve.ops import batch_norm, conv, dropout, pool, random, rnn  # noqa: F401  (nn, random, recurrent primitives)
 from flowserve.ops import collective  # noqa: F401  (collectives of distributed runs)
+from flowserve.ops import fake_quant  # noqa: F401  (quantization-aware training)
 from flowserve.ops import functional, tensor_methods
 from flowserve.ops.registry import REGISTRY, Meta, Primitive, bind
 from flowserve.tensor import Tensor, inherit_methods

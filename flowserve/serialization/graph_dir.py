@@ -36,6 +36,7 @@ from flowserve.format.manifest import (
 from flowserve.format.tensors import write_bytes, write_tensors
 from flowserve.serialization.examples import collect_examples
 from flowserve.serialization.graph_read import file_sha256, graph_signature, input_batch, read_graph_dir
+from flowserve.serialization.quantization import quantization_record
 
 
 def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None,
@@ -58,7 +59,8 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
         flowserve_version=flowserve.__version__, graph_name=deployed.name, dynamic_dims=named,
         graph_class=deployed.graph_class, training=deployed.training,
         inputs=inputs, outputs=outputs,
-        config=dict(deployed.config), files={GRAPH_FILE: "", PARAMS_FILE: ""})
+        config=dict(deployed.config), files={GRAPH_FILE: "", PARAMS_FILE: ""},
+        quantization=quantization_record(ir))
     example_set = collect_examples(deployed, ir, arrays, examples, tolerance)
     _write_atomically(Path(directory), manifest, graph_bytes, arrays, example_set)
 
@@ -78,7 +80,8 @@ def _write_atomically(target: Path, manifest: SavedGraphManifest, graph_bytes: b
         if example_set is not None:
             written = example_set.write(tmp / EXAMPLES_DIR)
             manifest.examples = {f"{EXAMPLES_DIR}/{name}": digest for name, digest in written.items()}
-        write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1).encode())
+        unset = {"quantization"} if manifest.quantization is None else None  # manifests without QAT unchanged
+        write_bytes(tmp / MANIFEST, manifest.model_dump_json(indent=1, exclude=unset).encode())
         _fsync_dir(tmp)
         _replace(tmp, target)
         _fsync_dir(target.parent)

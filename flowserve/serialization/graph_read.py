@@ -26,6 +26,7 @@ from flowserve.format.manifest import (
     check_inside,
     read_manifest,
 )
+from flowserve.format.quantization import check_quantization
 from flowserve.format.tensors import read_tensors
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes.dce import eliminate_dead_code
@@ -65,6 +66,7 @@ def read_graph_dir(directory) -> tuple[SavedGraphManifest, GraphIR, dict]:
     check_node_attributes(ir, graph_path)
     params = read_tensors(directory / PARAMS_FILE)
     _check_state(ir, params, directory / PARAMS_FILE)
+    check_quantization(manifest.quantization, params, directory / MANIFEST)
     _check_signature(manifest, ir, directory / MANIFEST)
     check_signature_shapes(manifest, ir, directory / MANIFEST)
     eliminate_dead_code(ir)  # nodes no output needs are never run, whatever they would cost

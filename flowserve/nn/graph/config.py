@@ -19,7 +19,9 @@
 - ``allow_cpu_blocked_kernels``: training graphs on ONNX Runtime's CPU provider run their
   eligible convolutions with its blocked (NCHWc) kernels (on by default);
 - ``allow_thread_spinning``: the runtime's threads spin between operators instead of
-  sleeping (off by default).
+  sleeping (off by default);
+- ``enable_qat`` / ``set_qat_config``: quantization-aware training, the graph's modules
+  prepared with ``flowserve.ao.quantization.prepare_qat`` before the first trace.
 """
 
 from __future__ import annotations
@@ -139,6 +141,37 @@ class GraphConfig:
         busy cores the spinning threads take the time their siblings need (MobileNetV2
         training step at load 6 on 2 cores: 284 -> 621 ms)."""
         self._set("thread_spinning", bool(mode))
+
+    def enable_qat(self, mode: bool = True) -> None:
+        """Quantization-aware training: before the first call traces ``build()``, the graph's
+        modules are prepared with ``flowserve.ao.quantization.prepare_qat`` (in place, so eager
+        calls of the module train the same way), with the settings of ``set_qat_config``."""
+        self._set("qat", bool(mode))
+
+    def set_qat_config(self, per_channel_weight_quantization: bool = True, symmetric: bool = True,
+                       moving_min_max_momentum: float = 0.99, moving_min_max_stop_update_after_iters=None,
+                       target_backend: str = "onnxruntime", freeze_bn_after=None) -> None:
+        """OneFlow's QAT settings: weights per output channel (or per tensor), symmetric (the
+        int8 export's weights are), activations' moving min/max ``new = m * old + (1 - m) *
+        batch`` with momentum ``m`` (PyTorch's default 0.99), frozen after
+        ``moving_min_max_stop_update_after_iters`` calls (None: never); ``freeze_bn_after``:
+        fused conv+BatchNorm layers normalise with their running statistics after that many
+        calls. ``target_backend``: ``"onnxruntime"`` (what ``flowserve export`` deploys to)."""
+        if not symmetric:
+            raise ValueError("set_qat_config expected symmetric=True: the int8 export's weights are symmetric "
+                             "int8 (activations are affine uint8 either way)")
+        if target_backend not in ("onnxruntime", ""):
+            raise ValueError(f"set_qat_config expected target_backend 'onnxruntime', got {target_backend!r}")
+        if not 0.0 <= moving_min_max_momentum < 1.0:
+            raise ValueError(f"set_qat_config expected moving_min_max_momentum in [0, 1), got {moving_min_max_momentum!r}")
+        for name, value in (("moving_min_max_stop_update_after_iters", moving_min_max_stop_update_after_iters),
+                            ("freeze_bn_after", freeze_bn_after)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"set_qat_config expected {name} None or an int >= 0, got {value!r}")
+        self._set("qat_config", {"per_channel_weight_quantization": bool(per_channel_weight_quantization),
+                                 "moving_min_max_momentum": float(moving_min_max_momentum),
+                                 "moving_min_max_stop_update_after_iters": moving_min_max_stop_update_after_iters,
+                                 "freeze_bn_after": freeze_bn_after})
 
     def set_outputs_buffer_size(self, value: int = 2) -> None:
         """Number of output buffers the graph's calls rotate through (default 2)."""

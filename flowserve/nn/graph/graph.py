@@ -25,6 +25,7 @@ from flowserve.nn.graph.printing import graph_repr
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.state import graph_state_dict, load_graph_state_dict
 from flowserve.nn.module import Module
+from flowserve.nn.qat.prepare import prepare_graph
 from flowserve.ops import creation
 from flowserve.optim.optimizer import Optimizer
 from flowserve.tensor import Tensor
@@ -307,6 +308,8 @@ class Graph:
         """The pipeline (``flowserve.nn.graph.pipeline``): trace + passes, then the executor."""
         start = time.perf_counter()
         self._log(0, "start building graph.")
+        if self.config.options.get("qat"):
+            prepare_graph(self)
         DataParallelStep.of(self)  # the distributed part of a launched training step, kept across traces
         traced = trace_and_rewrite(self, args, kwargs, on_start=self._watch)
         self._log(1, f"graph passes applied: {', '.join(traced.ir.attrs.get('passes', ())) or 'none'}")

@@ -1,0 +1,1 @@
+"""Algorithm optimisation: ``flowserve.ao.quantization`` (quantization-aware training)."""

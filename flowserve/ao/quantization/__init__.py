@@ -1,0 +1,36 @@
+"""Quantization-aware training (PyTorch's ``torch.ao.quantization`` names): train with the
+int8 rounding ``flowserve export --precision int8`` deploys, so the exported model keeps the
+float model's accuracy where calibration alone does not (MobileNetV2, docs/export.md).
+
+>>> import flowserve as flow
+>>> from flowserve.ao import quantization as Q
+>>> model = Q.prepare_qat(flow.models.mobilenet_v2(num_classes=10))  # then train as usual
+>>> deployed = Q.convert(model)  # BatchNorm folded, observers stopped, eval mode
+
+In an ``nn.Graph``: ``self.config.enable_qat(True)`` prepares the graph's modules the same way.
+"""
+
+from flowserve.nn.qat.fake_quantize import (
+    ACTIVATION_QUANT_RANGE,
+    WEIGHT_QUANT_RANGE,
+    FakeQuantize,
+    FakeQuantSpec,
+    QConfig,
+    default_qconfig,
+    quantization_params,
+)
+from flowserve.nn.qat.prepare import (
+    convert,
+    disable_observer,
+    enable_observer,
+    fake_quantizers,
+    freeze_bn_stats,
+    is_prepared,
+    prepare_qat,
+)
+
+__all__ = [
+    "ACTIVATION_QUANT_RANGE", "WEIGHT_QUANT_RANGE", "FakeQuantize", "FakeQuantSpec", "QConfig", "convert",
+    "default_qconfig", "disable_observer", "enable_observer", "fake_quantizers", "freeze_bn_stats",
+    "is_prepared", "prepare_qat", "quantization_params",
+]
