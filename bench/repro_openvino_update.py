@@ -28,7 +28,7 @@ import flowserve.models as models  # noqa: E402
 import flowserve.nn as nn  # noqa: E402
 from flowserve.onnx_backend import openvino, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import training  # noqa: E402
-from flowserve.nn.graph import engine  # noqa: E402
+from flowserve.onnx_backend import runtime  # noqa: E402
 
 
 class TrainGraph(nn.Graph):
@@ -95,7 +95,7 @@ def main() -> None:
         session = openvino.runtime_session(model.SerializeToString(), threads)
         compile_s = time.perf_counter() - start
         start = time.perf_counter()
-        outs = engine.run_within(session, compiled.output_names, feeds, args.timeout)
+        outs = runtime.run_within(session, compiled.output_names, feeds, args.timeout)
         ov_s = time.perf_counter() - start
         ort_session = runtime.create_session(model, provider="cpu", threads=threads)
         ort_session.run(compiled.output_names, feeds)

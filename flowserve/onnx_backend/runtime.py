@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 
 import numpy as np
 import onnx
@@ -176,3 +177,27 @@ def ort_value(array: np.ndarray) -> ort.OrtValue:
     """``array`` as an ``OrtValue`` sharing its memory: graph mode binds its state and output
     buffers with these, so ONNX Runtime writes results in place."""
     return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def engine_versions() -> dict:
+    """The versions of the engines a graph may run on (None where one is not installed)."""
+    return {"onnxruntime": ort.__version__, "openvino": openvino.version()}
+
+
+def run_within(session, names: list, feeds: dict, seconds: float) -> list | None:
+    """``session.run(names, feeds)`` cut off after ``seconds``: None when cut off.
+    OpenVINO's own runtime runs asynchronously and is cancelled; an ONNX Runtime session
+    is stopped by its run options' ``terminate`` flag."""
+    if isinstance(session, openvino.OpenVINOSession):
+        return session.run_within(names, feeds, seconds)
+    options = ort.RunOptions()
+    timer = threading.Timer(seconds, lambda: setattr(options, "terminate", True))
+    timer.start()
+    try:
+        return session.run(names, feeds, options)
+    except Exception:
+        if options.terminate:
+            return None
+        raise
+    finally:
+        timer.cancel()

@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from flowserve.errors import GraphError
-from flowserve.onnx_backend import openvino
+from flowserve.onnx_backend import openvino, runtime
 
 LOG = logging.getLogger("flowserve.graph")
 BUDGET_S = 10.0  # all candidates' compiling and timed runs together
@@ -111,8 +110,7 @@ def machine_key(threads: int) -> dict:
         cpu["model name"] = platform.processor()
     return {"machine": platform.machine(), "cpu": cpu.get("model name", ""),
             "flags": hashlib.sha256(cpu.get("flags", "").encode()).hexdigest()[:16],
-            "cores": os.cpu_count(), "threads": threads, "onnxruntime": ort.__version__,
-            "openvino": openvino.version()}
+            "cores": os.cpu_count(), "threads": threads, **runtime.engine_versions()}
 
 
 def cache_path(model) -> Path:
@@ -148,25 +146,6 @@ def save_cached(path: Path, choice: EngineChoice) -> None:
 
 
 # -- measuring -----------------------------------------------------------------------------
-
-
-def run_within(session, names: list, feeds: dict, seconds: float) -> list | None:
-    """``session.run(names, feeds)`` cut off after ``seconds``: None when cut off.
-    OpenVINO's own runtime runs asynchronously and is cancelled; an ONNX Runtime session
-    is stopped by its run options' ``terminate`` flag."""
-    if isinstance(session, openvino.OpenVINOSession):
-        return session.run_within(names, feeds, seconds)
-    options = ort.RunOptions()
-    timer = threading.Timer(seconds, lambda: setattr(options, "terminate", True))
-    timer.start()
-    try:
-        return session.run(names, feeds, options)
-    except Exception:
-        if options.terminate:
-            return None
-        raise
-    finally:
-        timer.cancel()
 
 
 RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli",
@@ -224,7 +203,7 @@ def _time_runs(session, names: list, feeds: dict, first_limit: float, deadline: 
     times, first = [], None
     while len(times) < STEPS:
         start = time.perf_counter()
-        outs = run_within(session, names, feeds, first_limit) if not times else session.run(names, feeds)
+        outs = runtime.run_within(session, names, feeds, first_limit) if not times else session.run(names, feeds)
         times.append(time.perf_counter() - start)
         if outs is None:
             return times, None
