@@ -28,7 +28,6 @@ import flowserve.models as models  # noqa: E402
 import flowserve.nn as nn  # noqa: E402
 from flowserve.onnx_backend import openvino, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import training  # noqa: E402
-from flowserve.onnx_backend import runtime  # noqa: E402
 
 
 class TrainGraph(nn.Graph):
