@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .errors import ClientError
 from .tls import TLS
 
 
@@ -32,8 +33,8 @@ def perf(
     key_file: Optional[str] = typer.Option(None, help="TLS: its PEM key, when --cert-file lacks it."),
 ) -> None:
     """Measure throughput and p50/p90/p99 latency of MODEL at URL."""
-    from .compare import run_compare, split_variant
-    from .perf import run_load
+    from .compare import run_compare, split_variant  # local: `flowserve --help` loads this module; the command's stack loads when it runs
+    from .perf import run_load  # local: as above
 
     if protocol not in ("http", "grpc"):
         typer.echo(f"error: --protocol: expected http or grpc, got {protocol!r}", err=True)
@@ -55,8 +56,6 @@ def perf(
 
 def _report(job, plot: Optional[str]) -> None:
     """Run a load (or a comparison), print its summary, write its plot; exit 1 on errors."""
-    from .errors import ClientError
-
     try:
         result = asyncio.run(job)
     except (ClientError, ValueError) as exc:

@@ -80,10 +80,10 @@ class Comparison:
 
     def plot(self, path: str) -> None:
         """Write a PNG: both latency distributions on one histogram (needs matplotlib)."""
-        import matplotlib
+        import matplotlib  # local: optional, needed only for --plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # local: after choosing the Agg backend
 
         figure, axis = plt.subplots(figsize=(8, 4))
         for variant in (self.first, self.second):

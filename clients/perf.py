@@ -62,10 +62,10 @@ class LoadReport:
 
     def plot(self, path: str) -> None:
         """Write a PNG: latency over time and its histogram (needs matplotlib)."""
-        import matplotlib
+        import matplotlib  # local: optional, needed only for --plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # local: after choosing the Agg backend
 
         latencies_ms = np.asarray(self.latencies_s) * 1e3
         figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))

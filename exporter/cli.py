@@ -45,8 +45,8 @@ def export(
                                                       "or cannot be checked."),
 ) -> None:
     """Export a saved graph to ONNX with fused subgraphs, proven on the saved examples."""
-    from flowserve.exporter.export import TARGETS, export as export_model
-    from flowserve.exporter.verified import export_verified
+    from flowserve.exporter.export import TARGETS, export as export_model  # local: `flowserve --help` loads this module; the command's stack loads when it runs
+    from flowserve.exporter.verified import export_verified  # local: as above
 
     suffix = ".onnx" if precision == "fp32" else f".{precision}.onnx"
     first = output or dir.with_name(dir.name + suffix)
@@ -90,8 +90,8 @@ def inspect(
 
 def describe(directory) -> dict:
     """What ``inspect`` shows, as JSON-able data."""
-    from flowserve.exporter.passes import ExportGraph, run_passes
-    from flowserve.serialization import read_graph_dir
+    from flowserve.exporter.passes import ExportGraph, run_passes  # local: `flowserve --help` loads this module; the command's stack loads when it runs
+    from flowserve.serialization import read_graph_dir  # local: as above
 
     manifest, ir, params = read_graph_dir(directory)
     kinds = ir.state_kinds
@@ -112,7 +112,7 @@ def describe(directory) -> dict:
 
 def _examples_info(directory, manifest) -> dict | None:
     """The stored reference examples: batches, rows, tolerance, provenance, files."""
-    from flowserve.serialization import read_examples
+    from flowserve.serialization import read_examples  # local: `flowserve --help` loads this module; the command's stack loads when it runs
 
     examples = read_examples(directory)
     if examples is None:

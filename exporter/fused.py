@@ -102,4 +102,4 @@ def variant(kind: str, act: str | None, *extra) -> str:
 
 def load_emitters() -> None:
     """Import the modules that register emitters (one per fused family)."""
-    from flowserve.exporter.emit import attention, conv, linear, norm_act  # noqa: F401
+    from flowserve.exporter.emit import attention, conv, linear, norm_act  # noqa: F401  # local: emitters import this module to register

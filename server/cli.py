@@ -121,10 +121,10 @@ def serve(
     ),
 ) -> None:
     """Serve models over the Open Inference Protocol (HTTP and gRPC) with dynamic batching."""
-    from .app import InferenceServer
-    from .logs import configure_logging
-    from .settings import ServerSettings
-    from .workers import WorkerPool
+    from .app import InferenceServer  # local: `flowserve --help` loads this module; the command's stack loads when it runs
+    from .logs import configure_logging  # local: as above
+    from .settings import ServerSettings  # local: as above
+    from .workers import WorkerPool  # local: as above
 
     try:
         settings = ServerSettings(

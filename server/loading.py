@@ -181,7 +181,7 @@ def _read_external(entries: dict, folder: pathlib.Path, root: pathlib.Path, wher
 def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
     """Export a ``flow.save`` directory with the fused ONNX Runtime target."""
     try:
-        from flowserve.exporter import export
+        from flowserve.exporter import export  # local: only saved directories need the exporter and the core
     except ImportError as exc:
         raise ModelLoadError(f"{path}: flowserve.exporter is unavailable ({exc})") from None
     try:

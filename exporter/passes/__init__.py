@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from flowserve import dtypes
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ir.passes import eliminate_dead_code
 
@@ -74,8 +75,6 @@ class ExportGraph:
     # -- edits -----------------------------------------------------------------------
 
     def add_const(self, name: str, array) -> str:
-        from flowserve import dtypes
-
         self.consts[name] = array
         value = Value(name, tuple(array.shape), dtypes.from_numpy(array.dtype).name)
         self.ir.values[name] = value
@@ -112,7 +111,7 @@ def fused_node(kind: str, inputs: list, outputs: list, attrs: dict, like: Node) 
 
 def run_passes(g: ExportGraph, *, fuse: bool = True) -> ExportGraph:
     """Constant folding, then the fusion passes in order (most specific first)."""
-    from flowserve.exporter.passes.pipeline import PIPELINE
+    from flowserve.exporter.passes.pipeline import PIPELINE  # local: the passes it lists import this module
 
     g.refresh()
     for name, fn, is_fusion in PIPELINE:

@@ -28,7 +28,7 @@ from flowserve.dispatch import (
 from flowserve.errors import FlowserveError, GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ops.dims import BatchDim, batch_positions
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.tensor import Tensor
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +60,7 @@ class LazyTensor(Tensor):
         scale = tracer.loss_scale if tracer is not None else None
         if gradient is None and scale is not None:
 
-            gradient = F.expand(F.cast(scale, self.dtype), self.shape)
+            gradient = ops_functional.expand(ops_functional.cast(scale, self.dtype), self.shape)
         if tracer is not None:
             tracer.losses.append(self)
         backward(self, gradient, retain_graph, create_graph, inputs)
@@ -253,7 +253,7 @@ class Tracer:
         new = self.lift(new)
         if tuple(new.shape) != tuple(lazy.shape) or new.dtype is not lazy.dtype:
 
-            new = F.cast(F.expand(new, lazy.shape), lazy.dtype)
+            new = ops_functional.cast(ops_functional.expand(new, lazy.shape), lazy.dtype)
         lazy._lazy = new._lazy
         if new.requires_grad:
             lazy._requires_grad, lazy._node, lazy._out_index = True, new._node, new._out_index

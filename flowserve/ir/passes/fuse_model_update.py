@@ -12,18 +12,18 @@ ones per parameter. Shared scalar states (Adam's step counter) advance together.
 
 from __future__ import annotations
 
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 
 
 def _flat(tensors: list):
-    return F.cat([F.reshape(t, (-1,)) for t in tensors], 0)
+    return ops_functional.cat([ops_functional.reshape(t, (-1,)) for t in tensors], 0)
 
 
 def _scatter_back(flat, targets: list) -> None:
     offset = 0
     for t in targets:
         n = t.numel()
-        t.copy_(F.reshape(F.slice_axis(flat, 0, offset, offset + n), tuple(t.shape)))
+        t.copy_(ops_functional.reshape(ops_functional.slice_axis(flat, 0, offset, offset + n), tuple(t.shape)))
         offset += n
 
 

@@ -18,7 +18,7 @@ from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
 from flowserve.nn.graph.signature import batch_size
 from flowserve.nn.graph.update import apply_optimizers
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.ops.creation import default_generator
 from flowserve.ops.dims import BatchDim
 from flowserve.ops.random import RANDOM_PRIMITIVES
@@ -147,7 +147,7 @@ def _micro_batches(inputs: list, steps: int, names: list[str]) -> list[list]:
                 f"gradient accumulation over {steps} micro-batches splits every input along dim 0, "
                 f"but input {name!r} has size {tuple(t.shape)}")
     sizes = [t.shape[0] // steps for t in inputs]
-    return [[F.slice_axis(t, 0, i * n, (i + 1) * n) for t, n in zip(inputs, sizes)] for i in range(steps)]
+    return [[ops_functional.slice_axis(t, 0, i * n, (i + 1) * n) for t, n in zip(inputs, sizes)] for i in range(steps)]
 
 
 def _run_build(graph, tracer: Tracer, lazy_inputs: list, spec, names: list[str], steps: int):
@@ -160,14 +160,15 @@ def _run_build(graph, tracer: Tracer, lazy_inputs: list, spec, names: list[str],
         results.append(leaves)
     if steps == 1:
         return results[0], out_spec
-    return [F.stack(list(group)) for group in zip(*results)], out_spec
+    return [ops_functional.stack(list(group)) for group in zip(*results)], out_spec
 
 
 def _loss_scale(graph, scaler_state: dict, steps: int):
     """The backward seed: the grad scaler's scale, times ``1/steps`` for accumulation."""
     scale = scaler_state.get("scale")
     if steps > 1:
-        scale = scale * (1.0 / steps) if scale is not None else F.scalar_tensor(1.0 / steps, dtypes.float32, CPU)
+        scale = (scale * (1.0 / steps) if scale is not None
+                 else ops_functional.scalar_tensor(1.0 / steps, dtypes.float32, CPU))
     return scale
 
 

@@ -15,7 +15,7 @@ from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
-from flowserve.ops import functional as F
+from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import clip_group_grads
 from flowserve.tensor import Tensor
 
@@ -59,7 +59,7 @@ def _keep_old_if(found_inf, snapshot: list, tracer) -> None:
     """Where ``found_inf``, every tensor of ``snapshot`` takes back its old value."""
     for t, old in snapshot:
         if t._lazy is not old:
-            t.copy_(F.where(found_inf, tracer._lazy(old), t._alias()))
+            t.copy_(ops_functional.where(found_inf, tracer._lazy(old), t._alias()))
 
 
 FUSE_MAX_NUMEL = 1 << 16  # larger parameters update alone: concatenating them costs more than it saves
