@@ -3,8 +3,9 @@
 Each server owns its registry, so several servers (tests) never share counters.
 The worker processes of one ``--workers N`` server do share theirs: each writes a
 snapshot of its series, and of its models' Triton statistics, to ``shared_dir``
-every tenth of a second when they changed (``publish``); whichever worker answers a scrape (or a statistics
-request, ``peer_statistics``) adds the others' latest snapshots to its own live values.
+every tenth of a second when they changed (``publish``); whichever worker answers a
+scrape (or a statistics request, ``peer_statistics``) adds the others' latest
+snapshots to its own live values.
 The series are plain numbers updated on the event loop (a counter add or a
 histogram bisect, well under a microsecond, where ``prometheus_client``'s
 locked metrics cost a few each) and turned into metric families only when

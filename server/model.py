@@ -12,7 +12,6 @@ statistics that ``/stats`` and ``/metrics`` report::
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import threading
@@ -127,8 +126,10 @@ class ModelStatistics:
 
     def snapshot(self) -> dict:
         """The counters as plain JSON values (``from_snapshot`` reads them back)."""
-        values = dataclasses.asdict(self)
-        values["batches"] = [[rows, dataclasses.asdict(batch)]
+        values = {name: getattr(self, name) for name in _COUNTS}
+        for name in (*_DURATIONS, "compute"):
+            values[name] = vars(getattr(self, name)).copy()
+        values["batches"] = [[rows, vars(batch).copy()]
                              for rows, batch in sorted(self.batches.items())]
         return values
 
@@ -301,8 +302,10 @@ class ServedModel:
 
     def statistics(self) -> ModelStatistics:
         """A copy of this version's counters, consistent (taken between two batches)."""
+        copy = ModelStatistics()
         with self._stats_lock:
-            return copy.deepcopy(self.stats)
+            copy.merge(self.stats)
+        return copy
 
     def _record_batch(self, record: BatchRecord) -> None:
         with self._stats_lock:
