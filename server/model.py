@@ -173,7 +173,7 @@ def _count(value, where: str) -> int:
 
 
 def _counters(kind, values, where: str):
-    """A ``Duration`` or ``ComputeStatistics`` from its ``dataclasses.asdict`` values."""
+    """A ``Duration`` or ``ComputeStatistics`` from its snapshot values (its fields)."""
     names = [f.name for f in dataclasses.fields(kind)]
     _check_keys(values, names, where)
     return kind(**{name: _count(values[name], f"{where}.{name}") for name in names})
