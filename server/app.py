@@ -420,13 +420,16 @@ class InferenceServer(Listening):
         publisher.cancel()
         self.plane.metrics.publish()  # the final counts of this worker
 
-    async def _publish_metrics(self, every_s: float = 1.0) -> None:
-        """Share this worker's metrics with the other workers of ``--workers N``."""
+    async def _publish_metrics(self, every_s: float = 0.1) -> None:
+        """Share this worker's metrics and statistics with the other workers of
+        ``--workers N`` (often: perf_analyzer diffs the statistics over windows of
+        half a second or less, so another worker's view must not lag by a window)."""
         if self.settings.shared_metrics_dir is None:
             return
         while True:
             await asyncio.sleep(every_s)
-            await asyncio.to_thread(self.plane.metrics.publish)
+            if self.plane.metrics.unpublished():
+                await asyncio.to_thread(self.plane.metrics.publish)
 
     async def _start_grpc(self):
         if self.settings.grpc_port is None:

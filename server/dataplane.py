@@ -30,7 +30,7 @@ from .classification import check_classification, classify_outputs
 from .datatypes import OFFLOAD_BYTES, array_from_raw
 from .errors import InvalidRequestError, ModelControlDisabledError, RequestTooLargeError, ServerError
 from .metrics import ServerMetrics
-from .model import ServedModel
+from .model import ModelStatistics, ServedModel
 from .repository import ModelRepository
 from .settings import ServerSettings
 from .shared_memory import SharedInput, SharedMemoryRegistry
@@ -89,7 +89,7 @@ class DataPlane:
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
-        self.metrics = ServerMetrics(settings.shared_metrics_dir)
+        self.metrics = ServerMetrics(settings.shared_metrics_dir, statistics=self._own_statistics)
         self.repository = ModelRepository(settings, on_batch=self.metrics.batch)
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         self._request_ids = itertools.count(1)
@@ -217,7 +217,9 @@ class DataPlane:
                 for name, tensor in places.items() if name in outputs}
 
     def statistics(self, name: str = "", version: str = "") -> dict:
-        """Triton's statistics extension: counts and cumulative durations."""
+        """Triton's statistics extension: counts and cumulative durations, of every worker
+        of a ``--workers N`` server (this one's live counters plus the others' latest
+        published ones) for the model versions this worker serves."""
         if name and version:
             models = [self.model(name, version)]
         elif name:
@@ -225,7 +227,19 @@ class DataPlane:
             models = [m for m in self.repository.loaded() if m.name == latest.name]
         else:
             models = self.repository.loaded()
-        return {"model_stats": [_model_statistics(m) for m in models]}
+        peers = self.metrics.peer_statistics()
+        answer = []
+        for model in models:
+            stats = model.statistics()
+            if (model.name, model.version) in peers:
+                stats.merge(peers[model.name, model.version])
+            answer.append(_model_statistics(model, stats))
+        return {"model_stats": answer}
+
+    def _own_statistics(self) -> list:
+        """This worker's ``[model, version, statistics]`` rows, as ``metrics.publish``
+        shares them with the other workers."""
+        return [[m.name, m.version, m.statistics().snapshot()] for m in self.repository.loaded()]
 
     def repository_index(self, ready_only: bool = False) -> list[dict]:
         rows = self.repository.index()
@@ -326,8 +340,7 @@ def _compute(c) -> dict:
             "compute_output": {"count": c.count, "ns": c.output_ns}}
 
 
-def _model_statistics(model: ServedModel) -> dict:
-    s = model.stats
+def _model_statistics(model: ServedModel, s: ModelStatistics) -> dict:
     return {
         "name": model.name,
         "version": model.version,

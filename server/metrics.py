@@ -2,8 +2,10 @@
 
 Each server owns its registry, so several servers (tests) never share counters.
 The worker processes of one ``--workers N`` server do share theirs: each writes a
-snapshot of its series to ``shared_dir`` every second (``publish``), and whichever
-worker answers a scrape adds the others' latest snapshots to its own live series.
+snapshot of its series, and of its models' Triton statistics, to ``shared_dir``
+every tenth of a second when they changed (``publish``); whichever worker answers a
+scrape (or a statistics request, ``peer_statistics``) adds the others' latest
+snapshots to its own live values.
 The series are plain numbers updated on the event loop (a counter add or a
 histogram bisect, well under a microsecond, where ``prometheus_client``'s
 locked metrics cost a few each) and turned into metric families only when
@@ -19,15 +21,21 @@ from __future__ import annotations
 import bisect
 import collections
 import json
+import logging
 import os
 import pathlib
-from typing import Optional
+from typing import Callable, Optional
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from .batcher import BatchRecord
+from .model import ModelStatistics
+
+log = logging.getLogger("flowserve.server")
+
+SNAPSHOT_LIMIT_BYTES = 16 * 2**20  # a larger snapshot file is skipped, never read whole
 
 _LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -49,6 +57,8 @@ class Histogram:
         self.sum += value
 
     def add(self, counts: list, total: float) -> None:
+        if not isinstance(counts, list) or len(counts) != len(self.counts):
+            raise ValueError(f"expected {len(self.counts)} bucket counts, got {counts!r:.80}")
         self.counts = [a + b for a, b in zip(self.counts, counts)]
         self.sum += total
 
@@ -119,38 +129,87 @@ class ServerMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, shared_dir: Optional[str] = None):
+    def __init__(self, shared_dir: Optional[str] = None,
+                 statistics: Callable[[], list] = list):
+        """``statistics`` gives this worker's ``[model, version, ModelStatistics.snapshot()]``
+        rows for ``publish``."""
         self.series: dict[tuple[str, str], ModelSeries] = {}
         self.shared_dir = pathlib.Path(shared_dir) if shared_dir else None
+        self.statistics = statistics
+        self.snapshot_limit_bytes = SNAPSHOT_LIMIT_BYTES
+        self._changes = 0  # requests and batches recorded; publish skips when none is new
+        self._published = -1
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
     def publish(self) -> None:
         """Write this worker's snapshot into ``shared_dir`` (atomically: readers see the
-        previous snapshot or this one, never half of one)."""
-        if self.shared_dir is None:
+        previous snapshot or this one, never half of one), unless nothing was recorded
+        since the last one."""
+        if not self.unpublished():
             return
+        self._published = self._changes  # what is recorded from here on goes in the next one
         rows = [[model, version, series.snapshot()]
                 for (model, version), series in list(self.series.items())]
+        document = {"series": rows, "statistics": self.statistics()}
         target = self.shared_dir / f"worker-{os.getpid()}.json"
         partial = target.with_suffix(".partial")
-        partial.write_text(json.dumps(rows))
+        partial.write_text(json.dumps(document))
         os.replace(partial, target)
+
+    def unpublished(self) -> bool:
+        """Whether ``publish`` has something new to write."""
+        return self.shared_dir is not None and self._changes != self._published
+
+    def _peer_snapshots(self) -> list[tuple[pathlib.Path, dict]]:
+        """The other workers' latest published snapshots (none without ``shared_dir``)."""
+        if self.shared_dir is None:
+            return []
+        own = self.shared_dir / f"worker-{os.getpid()}.json"
+        documents = []
+        for path in sorted(self.shared_dir.glob("worker-*.json")):
+            if path != own:
+                document = _read_snapshot(path, self.snapshot_limit_bytes)
+                if document is not None:
+                    documents.append((path, document))
+        return documents
 
     def _all_series(self) -> list:
         """This worker's live series plus the other workers' latest snapshots."""
         if self.shared_dir is None:
             return list(self.series.items())
         merged: dict[tuple[str, str], ModelSeries] = {}
-        own = self.shared_dir / f"worker-{os.getpid()}.json"
-        snapshots = [[[m, v, s.snapshot()] for (m, v), s in list(self.series.items())]]
-        for path in sorted(self.shared_dir.glob("worker-*.json")):
-            if path != own:
-                snapshots.append(_read_snapshot(path))
-        for rows in snapshots:
-            for model, version, values in rows:
-                merged.setdefault((model, version), ModelSeries()).add(values)
+        for key, series in list(self.series.items()):
+            merged.setdefault(key, ModelSeries()).add(series.snapshot())
+        for path, document in self._peer_snapshots():
+            try:
+                peer: dict[tuple[str, str], ModelSeries] = {}
+                for model, version, values in _rows(document, "series", path):
+                    peer.setdefault((model, version), ModelSeries()).add(values)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("skipped a malformed metrics snapshot", extra={
+                    "path": str(path), "error": f"series: {exc!r:.200}"})
+                continue
+            for key, series in peer.items():
+                merged.setdefault(key, ModelSeries()).add(series.snapshot())
         return list(merged.items())
+
+    def peer_statistics(self) -> dict[tuple[str, str], ModelStatistics]:
+        """The other workers' latest Triton statistics, added up per model version (empty
+        without ``shared_dir``); a malformed snapshot is skipped with a warning."""
+        merged: dict[tuple[str, str], ModelStatistics] = {}
+        for path, document in self._peer_snapshots():
+            try:
+                peer = [(model, version, ModelStatistics.from_snapshot(
+                            values, f"statistics of {model!r} version {version!r}"))
+                        for model, version, values in _rows(document, "statistics", path)]
+            except ValueError as exc:
+                log.warning("skipped a malformed metrics snapshot",
+                            extra={"path": str(path), "error": f"{exc!s:.300}"})
+                continue
+            for model, version, stats in peer:
+                merged.setdefault((model, version), ModelStatistics()).merge(stats)
+        return merged
 
     def _of(self, model: str, version: str) -> ModelSeries:
         series = self.series.get((model, version))
@@ -161,6 +220,7 @@ class ServerMetrics:
     def request(self, model: str, version: str, ok: bool, seconds: float,
                 reason: str = "") -> None:
         """Count one finished inference request."""
+        self._changes += 1
         series = self._of(model, version)
         if ok:
             series.success += 1
@@ -170,6 +230,7 @@ class ServerMetrics:
 
     def batch(self, model, record: BatchRecord) -> None:
         """Record an executed batch of ``model`` (a ``ServedModel``)."""
+        self._changes += 1
         series = self._of(model.name, model.version)
         for waited in record.queue_s:
             series.queue_duration.observe(waited)
@@ -207,9 +268,44 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-def _read_snapshot(path: pathlib.Path) -> list:
-    """A worker's published rows; none when it is gone (its file removed meanwhile)."""
+def _read_snapshot(path: pathlib.Path, limit: int) -> Optional[dict]:
+    """A worker's published snapshot: ``None`` when it is gone (its file removed meanwhile,
+    silently), larger than ``limit`` bytes or not a JSON object (with a warning)."""
     try:
-        return json.loads(path.read_text())
+        with open(path, "rb") as file:
+            data = file.read(limit + 1)
     except FileNotFoundError:
-        return []
+        return None
+    except OSError as exc:
+        log.warning("skipped an unreadable metrics snapshot",
+                    extra={"path": str(path), "error": f"{exc!s:.200}"})
+        return None
+    if len(data) > limit:
+        log.warning("skipped a metrics snapshot over the size limit",
+                    extra={"path": str(path), "limit_bytes": limit})
+        return None
+    try:
+        document = json.loads(data)
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError both are
+        log.warning("skipped a metrics snapshot that is not JSON",
+                    extra={"path": str(path), "error": f"{exc!s:.200}"})
+        return None
+    if not isinstance(document, dict):
+        log.warning("skipped a metrics snapshot that is not a JSON object",
+                    extra={"path": str(path), "got": type(document).__name__})
+        return None
+    return document
+
+
+def _rows(document: dict, key: str, path: pathlib.Path) -> list:
+    """``document[key]`` checked to be ``[model, version, values]`` rows (``ValueError``)."""
+    rows = document.get(key)
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: {key}: expected a list of [model, version, values] rows, "
+                         f"got {type(rows).__name__}")
+    for index, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
+                and isinstance(row[1], str) and isinstance(row[2], dict)):
+            raise ValueError(f"{path}: {key}[{index}]: expected [model, version, values], "
+                             f"got {row!r:.80}")
+    return rows

@@ -70,6 +70,10 @@ class Duration:
         self.count += count
         self.ns += int(seconds * 1e9)
 
+    def merge(self, other: "Duration") -> None:
+        self.count += other.count
+        self.ns += other.ns
+
 
 @dataclasses.dataclass
 class ComputeStatistics:
@@ -88,6 +92,12 @@ class ComputeStatistics:
         self.infer_ns += int(record.infer_s * 1e9)
         self.output_ns += int(record.output_s * 1e9)
 
+    def merge(self, other: "ComputeStatistics") -> None:
+        self.count += other.count
+        self.input_ns += other.input_ns
+        self.infer_ns += other.infer_ns
+        self.output_ns += other.output_ns
+
 
 @dataclasses.dataclass
 class ModelStatistics:
@@ -101,6 +111,72 @@ class ModelStatistics:
     queue: Duration = dataclasses.field(default_factory=Duration)
     compute: ComputeStatistics = dataclasses.field(default_factory=ComputeStatistics)
     batches: dict = dataclasses.field(default_factory=dict)  # rows -> ComputeStatistics
+
+    def merge(self, other: "ModelStatistics") -> None:
+        """Add ``other`` (another worker's counters of the same version): counts and
+        nanoseconds add up, ``last_inference_ms`` is the later one, batches by size."""
+        self.inference_count += other.inference_count
+        self.execution_count += other.execution_count
+        self.last_inference_ms = max(self.last_inference_ms, other.last_inference_ms)
+        for name in _DURATIONS:
+            getattr(self, name).merge(getattr(other, name))
+        self.compute.merge(other.compute)
+        for rows, batch in other.batches.items():
+            self.batches.setdefault(rows, ComputeStatistics()).merge(batch)
+
+    def snapshot(self) -> dict:
+        """The counters as plain JSON values (``from_snapshot`` reads them back)."""
+        values = {name: getattr(self, name) for name in _COUNTS}
+        for name in (*_DURATIONS, "compute"):
+            values[name] = vars(getattr(self, name)).copy()
+        values["batches"] = [[rows, vars(batch).copy()]
+                             for rows, batch in sorted(self.batches.items())]
+        return values
+
+    @classmethod
+    def from_snapshot(cls, values, where: str) -> "ModelStatistics":
+        """A ``snapshot()`` read back; ``ValueError`` naming the field (under ``where``)
+        when ``values`` is not one."""
+        _check_keys(values, [f.name for f in dataclasses.fields(cls)], where)
+        stats = cls(**{name: _count(values[name], f"{where}.{name}") for name in _COUNTS})
+        for name in _DURATIONS:
+            setattr(stats, name, _counters(Duration, values[name], f"{where}.{name}"))
+        stats.compute = _counters(ComputeStatistics, values["compute"], f"{where}.compute")
+        if not isinstance(values["batches"], list):
+            raise ValueError(f"{where}.batches: expected a list of [rows, counters], got "
+                             f"{type(values['batches']).__name__}")
+        for index, row in enumerate(values["batches"]):
+            place = f"{where}.batches[{index}]"
+            if not isinstance(row, list) or len(row) != 2:
+                raise ValueError(f"{place}: expected [rows, counters], got {row!r:.80}")
+            rows = _count(row[0], f"{place}[0]")
+            if rows in stats.batches:
+                raise ValueError(f"{place}: batch size {rows} appears twice")
+            stats.batches[rows] = _counters(ComputeStatistics, row[1], f"{place}[1]")
+        return stats
+
+
+_COUNTS = ("inference_count", "execution_count", "last_inference_ms")
+_DURATIONS = ("success", "fail", "queue")
+
+
+def _check_keys(values, names: list, where: str) -> None:
+    if not isinstance(values, dict) or sorted(values) != sorted(names):
+        raise ValueError(f"{where}: expected an object with keys {sorted(names)}, got "
+                         f"{values!r:.120}")
+
+
+def _count(value, where: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{where}: expected an integer >= 0, got {value!r:.40}")
+    return value
+
+
+def _counters(kind, values, where: str):
+    """A ``Duration`` or ``ComputeStatistics`` from its snapshot values (its fields)."""
+    names = [f.name for f in dataclasses.fields(kind)]
+    _check_keys(values, names, where)
+    return kind(**{name: _count(values[name], f"{where}.{name}") for name in names})
 
 
 class ServedModel:
@@ -223,6 +299,13 @@ class ServedModel:
         with self._stats_lock:
             self.stats.success.add(time.monotonic() - started)
         return outputs
+
+    def statistics(self) -> ModelStatistics:
+        """A copy of this version's counters, consistent (taken between two batches)."""
+        copy = ModelStatistics()
+        with self._stats_lock:
+            copy.merge(self.stats)
+        return copy
 
     def _record_batch(self, record: BatchRecord) -> None:
         with self._stats_lock:

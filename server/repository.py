@@ -205,8 +205,9 @@ class ModelRepository:
         return sorted(self._models.get(name, {}), key=int)
 
     def loaded(self) -> list[ServedModel]:
-        """Every served model version."""
-        return [m for versions in self._models.values() for m in versions.values()]
+        """Every served model version (copies of the dicts first: ``metrics.publish``
+        calls this from a thread while the event loop may load or unload a model)."""
+        return [m for versions in list(self._models.values()) for m in list(versions.values())]
 
     def index(self) -> list[IndexEntry]:
         """State of every model the path holds (never loaded ones too)."""

@@ -3,8 +3,8 @@
 The supervisor reserves the ports (SO_REUSEPORT, so port 0 resolves once for all),
 starts N worker processes that each load the models from the same files and bind
 the same ports, and the kernel spreads incoming connections over them. The first
-``grpc_workers`` workers also serve gRPC. Metrics add up across workers (see
-``ServerMetrics.publish``). SIGINT/SIGTERM is passed on to every worker, which
+``grpc_workers`` workers also serve gRPC. Metrics and Triton's statistics add up
+across workers (see ``ServerMetrics.publish``). SIGINT/SIGTERM is passed on to every worker, which
 finishes its in-flight requests. A worker that dies (killed, out of memory) is
 replaced by a new one on the same ports, while the others go on serving; more than
 ``worker_restarts_per_minute`` restarts within a minute means the workers cannot

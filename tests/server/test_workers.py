@@ -29,6 +29,9 @@ import pytest
 
 from flowserve.clients import GRPCClient
 from flowserve.server import InferenceServer, ServerSettings, WorkerPool
+from flowserve.server.batcher import BatchRecord
+from flowserve.server.metrics import ServerMetrics
+from flowserve.server.model import ComputeStatistics, ModelStatistics
 
 from .models import mlp_reference
 
@@ -88,7 +91,7 @@ def worker_counts(pool: WorkerPool) -> dict:
     counts = {}
     for process in pool.processes:
         path = pathlib.Path(pool.metrics_dir) / f"worker-{process.pid}.json"
-        rows = json.loads(path.read_text()) if path.exists() else []
+        rows = json.loads(path.read_text())["series"] if path.exists() else []
         counts[process.pid] = sum(values["success"] for _, _, values in rows)
     return counts
 
@@ -160,9 +163,6 @@ def test_workers_must_be_positive(workers):
 
 
 def test_metrics_add_the_other_workers_snapshots(tmp_path):
-    from flowserve.server.batcher import BatchRecord
-    from flowserve.server.metrics import ServerMetrics
-
     class Model:
         name, version = "m", "1"
 
@@ -236,7 +236,7 @@ def test_a_killed_worker_is_restarted_while_the_other_keeps_answering(mlp_file):
 
         def restarted_worker_answered() -> bool:
             list(threads.map(lambda x: http_infer(pool.http_url, x), xs))
-            rows = json.loads(snapshot.read_text()) if snapshot.exists() else []
+            rows = json.loads(snapshot.read_text())["series"] if snapshot.exists() else []
             return sum(values["success"] for _, _, values in rows) > 0
 
         assert wait_until(restarted_worker_answered)  # it binds the same port (SO_REUSEPORT)
@@ -324,3 +324,123 @@ def test_a_worker_takes_connections_only_once_its_models_are_loaded(mlp_file, mo
         loaded.set()
         stop.set()
         thread.join(60)
+
+
+def http_statistics(url: str) -> dict:
+    """``tiny``'s Triton statistics, asked on a connection of its own."""
+    answer = httpx.get(f"{url}/v2/models/{MODEL}/stats", timeout=30)
+    assert answer.status_code == 200, answer.text
+    (stats,) = answer.json()["model_stats"]
+    return stats
+
+
+def grpc_statistics(address: str) -> dict:
+    with GRPCClient(address) as client:  # a channel, so a connection, of its own
+        (stats,) = client.statistics(MODEL)["model_stats"]
+    return stats
+
+
+def figures(stats: dict) -> tuple:
+    """The counts of a statistics answer (HTTP's JSON or gRPC's message as a dict)."""
+    infer = stats.get("inference_stats", {})
+    return (int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0)),
+            int(infer.get("success", {}).get("count", 0)),
+            int(infer.get("compute_infer", {}).get("count", 0)),
+            sorted((int(b["batch_size"]), int(b["compute_infer"]["count"]))
+                   for b in stats.get("batch_stats", [])))
+
+
+def agreeing_answers(ask, expected_inferences: int, answers: int = 8,
+                     timeout_s: float = 60.0) -> list:
+    """``answers`` consecutive statistics answers (each on a fresh connection) that all
+    count ``expected_inferences``: the workers publish each second, so a worker's view of
+    another can lag until then. Fewer when the deadline passes first."""
+    deadline, agreeing = time.monotonic() + timeout_s, []
+    while len(agreeing) < answers and time.monotonic() < deadline:
+        stats = ask()
+        if int(stats.get("inference_count", 0)) == expected_inferences:
+            agreeing.append(stats)
+        else:
+            agreeing.clear()
+            time.sleep(0.2)
+    return agreeing
+
+
+def test_triton_statistics_add_up_across_workers_on_http_and_grpc(mlp_file):
+    settings = ServerSettings(model_path=str(mlp_file), http_port=0, grpc_port=0,
+                              log_level="warning", workers=2)
+    pool = WorkerPool(settings)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1 + i % 2, 4)).astype(np.float32) for i in range(40)]
+    rows = sum(len(x) for x in xs)
+    with pool.background():
+        for x in xs:  # 40 connections: all on one worker has odds 2**-39
+            http_infer(pool.http_url, x)
+        http_answers = agreeing_answers(lambda: http_statistics(pool.http_url), rows)
+        grpc_answers = agreeing_answers(lambda: grpc_statistics(pool.grpc_address), rows)
+        published = [json.loads((pathlib.Path(pool.metrics_dir) / f"worker-{p.pid}.json")
+                                .read_text())["statistics"] for p in pool.processes]
+    assert len(http_answers) == 8 and len(grpc_answers) == 8
+    # 8 fresh connections each: both workers answered (all on one has odds 2**-7 per
+    # protocol), and every answer is the same
+    assert all(stats == http_answers[0] for stats in http_answers)
+    total = figures(http_answers[0])
+    assert all(figures(stats) == total for stats in grpc_answers)
+    inferences, executions, successes, computes, batches = total
+    assert successes == len(xs) and computes == executions
+    assert sum(count for _, count in batches) == executions
+    assert sum(size * count for size, count in batches) == rows
+    # each worker counted only its own requests, and the answers add both
+    own = [sum(values["inference_count"] for _, _, values in worker) for worker in published]
+    assert all(count > 0 for count in own), own
+    assert sum(own) == rows
+    last = max(values["last_inference_ms"] for worker in published for _, _, values in worker)
+    assert http_answers[0]["last_inference"] == last
+
+
+def test_statistics_add_the_other_workers_snapshots_and_skip_bad_ones(tmp_path, caplog):
+    def record(rows: int) -> BatchRecord:
+        return BatchRecord(rows=rows, requests=1, queue_s=[0.001], compute_s=0.002,
+                           failed=False)
+
+    first = ModelStatistics(inference_count=5, execution_count=2, last_inference_ms=1_000)
+    first.batches = {1: ComputeStatistics(1, 10, 20, 30), 4: ComputeStatistics(1, 1, 2, 3)}
+    second = ModelStatistics(inference_count=4, execution_count=1, last_inference_ms=3_000)
+    second.batches = {4: ComputeStatistics(1, 5, 5, 5)}
+    for index, stats in enumerate([first, second]):
+        peer = ServerMetrics(str(tmp_path), statistics=lambda: [["m", "1", stats.snapshot()]])
+        peer.request("m", "1", ok=True, seconds=0.002)
+        peer.batch(type("Model", (), {"name": "m", "version": "1"}), record(2))
+        peer.publish()
+        (tmp_path / f"worker-{os.getpid()}.json").rename(tmp_path / f"worker-{index}.json")
+    broken = first.snapshot() | {"inference_count": -3}
+    (tmp_path / "worker-7.json").write_text(json.dumps({"series": [],
+                                                        "statistics": [["m", "1", broken]]}))
+    (tmp_path / "worker-8.json").write_text("{not json")
+    (tmp_path / "worker-9.json").write_text(json.dumps([1, 2]))
+    own = ServerMetrics(str(tmp_path))
+    with caplog.at_level("WARNING", logger="flowserve.server"):
+        merged = own.peer_statistics()
+        text = own.render().decode()
+    total = merged["m", "1"]
+    assert (total.inference_count, total.execution_count, total.last_inference_ms) == (9, 3, 3_000)
+    assert total.batches == {1: ComputeStatistics(1, 10, 20, 30),
+                             4: ComputeStatistics(2, 6, 7, 8)}
+    # the metrics of the well-formed snapshots still add up beside the skipped ones
+    assert 'flowserve_request_success_total{model="m",version="1"} 2.0' in text
+    messages = " ".join(r.getMessage() + str(getattr(r, "error", "")) for r in caplog.records)
+    assert "inference_count: expected an integer >= 0, got -3" in messages
+    assert "not JSON" in messages and "not a JSON object" in messages
+
+
+def test_an_oversized_snapshot_is_skipped_unread(tmp_path, caplog):
+    rows = [["m", "1", ModelStatistics(inference_count=2).snapshot()]]
+    (tmp_path / "worker-1.json").write_text(json.dumps({"series": [], "statistics": rows}))
+    (tmp_path / "worker-2.json").write_text(json.dumps(
+        {"series": [], "statistics": rows, "padding": "x" * 1_000}))
+    with caplog.at_level("WARNING", logger="flowserve.server"):
+        own = ServerMetrics(str(tmp_path))
+        own.snapshot_limit_bytes = 1_000
+        merged = own.peer_statistics()
+    assert merged["m", "1"].inference_count == 2
+    assert any("over the size limit" in r.getMessage() for r in caplog.records)
