@@ -234,7 +234,7 @@ class Tensor(MethodGroups):
     @property
     def data(self) -> "Tensor":
         """This tensor's value without autograd history; assigning replaces the value."""
-        return self._alias()
+        return self._detached()
 
     @data.setter
     def data(self, value: "Tensor") -> None:
@@ -242,6 +242,18 @@ class Tensor(MethodGroups):
         self._version += 1
 
     def detach(self) -> "Tensor":
+        return self._detached()
+
+    def _detached(self) -> "Tensor":
+        """A handle on this tensor's value without autograd history. Inside
+        ``nn.Graph.build``, a graph's state (parameter, buffer, optimizer state) detaches to
+        its traced value, so the graph reads the state on every call rather than a copy
+        taken when it was traced."""
+        trace = current_interpreter().trace
+        if trace is not None and self._lazy is None:
+            lazy = trace.lazy_of(self)
+            if lazy is not None:
+                return lazy._alias()
         return self._alias()
 
     def detach_(self) -> "Tensor":
