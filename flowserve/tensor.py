@@ -238,6 +238,10 @@ class Tensor(MethodGroups):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
+        trace = current_interpreter().trace
+        if trace is not None and self._lazy is None and (trace.lazy_of(self) is not None or value._lazy is not None):
+            trace.assign(self, value._detached())  # inside build: an update of the graph's state
+            return
         self._data, self._lazy, self._dtype, self._device = value._data, value._lazy, value._dtype, value._device
         self._version += 1
 

@@ -178,3 +178,42 @@ def test_saved_training_graph_deploys_the_trained_state(tmp_path):
     with flow.no_grad():
         want = net(x).numpy()
     _close(np.asarray(flow.load(tmp_path / "g")(x)), want)
+
+
+def _clip_step(net, x, read):
+    """A step that clips the weight through ``.data`` (WGAN style) after backward."""
+    loss, value = _step(net, x, read)
+    net.lin.weight.data = net.lin.weight.data.clamp(-0.2, 0.2)
+    return loss, value, net.lin.weight.detach().abs().max()
+
+
+class _ClipGraph(_TrainGraph):
+    def build(self, x):
+        return _clip_step(self.net, x, self.read)
+
+
+def test_assigning_data_inside_build_updates_the_state_as_eager():
+    eager_net, graph_net = _net(), _net()
+    eager_opt = flow.optim.SGD(eager_net.parameters(), lr=0.3)
+    graph = _ClipGraph(graph_net, flow.optim.SGD(graph_net.parameters(), lr=0.3), READS["data"])
+    x = _x()
+    for _ in range(3):
+        eager_opt.zero_grad()
+        expected = [t.numpy().copy() for t in _clip_step(eager_net, x, READS["data"])]
+        eager_opt.step()
+        for got, want in zip(graph(x), expected):
+            _close(got.numpy(), want)
+        _close(graph_net.lin.weight.numpy(), eager_net.lin.weight.numpy())
+
+
+def test_assigning_a_traced_value_to_a_tensor_that_is_not_state_is_an_error():
+    held = flow.zeros(2)
+
+    class Holds(nn.Graph):
+        def build(self, x):
+            held.data = x * 2.0
+            return x
+
+    with pytest.raises(flow.errors.GraphError, match="not graph state"):
+        Holds()(flow.ones(2))
+    _close(held.numpy(), np.zeros(2))  # still an eager tensor with its own value
