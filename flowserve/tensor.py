@@ -11,6 +11,8 @@ kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from flowserve import dtypes
@@ -271,6 +273,12 @@ class Tensor(MethodGroups):
             raise GraphError(
                 f"{what} needs a value, but this is a lazy tensor inside nn.Graph.build "
                 f"(size={tuple(self.shape)}); return it from build() to get its value")
+        trace = current_interpreter().trace
+        if trace is not None and trace.lazy_of(self) is not None:
+            warnings.warn(
+                f"{what} of graph state (size={tuple(self.shape)}) inside nn.Graph.build reads its value when "
+                "the graph is traced, and the graph keeps that value on every call; use detach() (or "
+                "flow.tensor(t)) to read the state the graph holds when it runs", UserWarning, stacklevel=3)
         return self._data
 
     def numpy(self) -> np.ndarray:

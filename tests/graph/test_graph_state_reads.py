@@ -1,5 +1,5 @@
 """Reads of a graph's state that carry no gradient (``detach()``, ``.data``, ``no_grad``
-blocks, ``clone().detach()``) follow the state: a training graph sees each step's
+blocks, ``clone().detach()``, ``flow.tensor(p)``) follow the state: a training graph sees each step's
 parameters and buffers, an inference graph the values its module holds when it is called,
 a saved graph the values at ``flow.save`` time, as eager mode does."""
 
@@ -44,6 +44,8 @@ READS = {
     "bias_detach_op": lambda net: net.lin.bias.detach() * 2.0,
     "buffer_detach": lambda net: net.bn.running_mean.detach(),
     "buffer_data": lambda net: net.bn.running_var.data,
+    "tensor_copy": lambda net: flow.tensor(net.lin.weight),
+    "tensor_copy_float64": lambda net: flow.tensor(net.bn.running_mean, dtype=flow.float64),
 }
 
 
@@ -217,3 +219,18 @@ def test_assigning_a_traced_value_to_a_tensor_that_is_not_state_is_an_error():
     with pytest.raises(flow.errors.GraphError, match="not graph state"):
         Holds()(flow.ones(2))
     _close(held.numpy(), np.zeros(2))  # still an eager tensor with its own value
+
+
+def test_numpy_of_graph_state_inside_build_warns_that_the_graph_keeps_its_value():
+    net = _net()
+
+    class ReadsNumpy(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def build(self, x):
+            return x * float(self.net.lin.weight.numpy().sum())
+
+    with pytest.warns(UserWarning, match="graph keeps that value on every call"):
+        ReadsNumpy()(flow.ones(2))
