@@ -19,7 +19,7 @@ from flowserve import dtypes
 from flowserve._repr import tensor_repr
 from flowserve.autograd import tape
 from flowserve.device import CPU, as_device, to_device_array
-from flowserve.dispatch import Meta, current_interpreter
+from flowserve.dispatch import Meta, current_interpreter, current_trace
 from flowserve.errors import AutogradError, GraphError
 
 _BY_NUMPY = {d.np: d for d in dtypes.ALL}  # numpy dtype -> flowserve dtype, read by _wrap
@@ -240,9 +240,9 @@ class Tensor(MethodGroups):
 
     @data.setter
     def data(self, value: "Tensor") -> None:
-        trace = current_interpreter().trace
+        trace = current_trace()
         if trace is not None and self._lazy is None and (trace.lazy_of(self) is not None or value._lazy is not None):
-            trace.assign(self, value._detached())  # inside build: an update of the graph's state
+            trace.assign(self, value._detached())  # inside build: an update of the graph's state (or an error)
             return
         self._data, self._lazy, self._dtype, self._device = value._data, value._lazy, value._dtype, value._device
         self._version += 1
@@ -255,7 +255,7 @@ class Tensor(MethodGroups):
         ``nn.Graph.build``, a graph's state (parameter, buffer, optimizer state) detaches to
         its traced value, so the graph reads the state on every call rather than a copy
         taken when it was traced."""
-        trace = current_interpreter().trace
+        trace = current_trace()
         if trace is not None and self._lazy is None:
             lazy = trace.lazy_of(self)
             if lazy is not None:
@@ -273,7 +273,7 @@ class Tensor(MethodGroups):
             raise GraphError(
                 f"{what} needs a value, but this is a lazy tensor inside nn.Graph.build "
                 f"(size={tuple(self.shape)}); return it from build() to get its value")
-        trace = current_interpreter().trace
+        trace = current_trace()
         if trace is not None and trace.lazy_of(self) is not None:
             warnings.warn(
                 f"{what} of graph state (size={tuple(self.shape)}) inside nn.Graph.build reads its value when "
