@@ -11,13 +11,15 @@ kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from flowserve import dtypes
 from flowserve._repr import tensor_repr
 from flowserve.autograd import tape
 from flowserve.device import CPU, as_device, to_device_array
-from flowserve.dispatch import Meta, current_interpreter
+from flowserve.dispatch import Meta, current_interpreter, current_trace
 from flowserve.errors import AutogradError, GraphError
 
 _BY_NUMPY = {d.np: d for d in dtypes.ALL}  # numpy dtype -> flowserve dtype, read by _wrap
@@ -234,14 +236,30 @@ class Tensor(MethodGroups):
     @property
     def data(self) -> "Tensor":
         """This tensor's value without autograd history; assigning replaces the value."""
-        return self._alias()
+        return self._detached()
 
     @data.setter
     def data(self, value: "Tensor") -> None:
+        trace = current_trace()
+        if trace is not None and self._lazy is None and (trace.lazy_of(self) is not None or value._lazy is not None):
+            trace.assign(self, value._detached())  # inside build: an update of the graph's state (or an error)
+            return
         self._data, self._lazy, self._dtype, self._device = value._data, value._lazy, value._dtype, value._device
         self._version += 1
 
     def detach(self) -> "Tensor":
+        return self._detached()
+
+    def _detached(self) -> "Tensor":
+        """A handle on this tensor's value without autograd history. Inside
+        ``nn.Graph.build``, a graph's state (parameter, buffer, optimizer state) detaches to
+        its traced value, so the graph reads the state on every call rather than a copy
+        taken when it was traced."""
+        trace = current_trace()
+        if trace is not None and self._lazy is None:
+            lazy = trace.lazy_of(self)
+            if lazy is not None:
+                return lazy._alias()
         return self._alias()
 
     def detach_(self) -> "Tensor":
@@ -255,6 +273,12 @@ class Tensor(MethodGroups):
             raise GraphError(
                 f"{what} needs a value, but this is a lazy tensor inside nn.Graph.build "
                 f"(size={tuple(self.shape)}); return it from build() to get its value")
+        trace = current_trace()
+        if trace is not None and trace.lazy_of(self) is not None:
+            warnings.warn(
+                f"{what} of graph state (size={tuple(self.shape)}) inside nn.Graph.build reads its value when "
+                "the graph is traced, and the graph keeps that value on every call; use detach() (or "
+                "flow.tensor(t)) to read the state the graph holds when it runs", UserWarning, stacklevel=3)
         return self._data
 
     def numpy(self) -> np.ndarray:

@@ -29,7 +29,7 @@ from flowserve.ops.dims import BatchDim, as_dim
 from flowserve.ops.indexing_functions import cumsum
 from flowserve.ops.generator import Generator, default_generator, manual_seed, rng_of
 from flowserve.ops.registry import broadcast_shapes, current_trace
-from flowserve.tensor import array_from, from_array
+from flowserve.tensor import Tensor, array_from, from_array
 
 __all__ = [
     "Generator", "default_generator", "manual_seed", "tensor", "from_numpy", "zeros", "ones", "empty", "full",
@@ -100,7 +100,12 @@ def _traced_full(size: tuple, value, dtype, device):
 
 @with_placement()
 def tensor(data, dtype=None, device=None, requires_grad=False):
-    """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``."""
+    """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``. Inside
+    ``nn.Graph.build`` a copy of a tensor is its traced value (a parameter's copy reads the
+    parameter on every call, not its value when the graph was traced)."""
+    if isinstance(data, Tensor) and not requires_grad and current_trace() is not None:
+        copied = data.detach()  # traced values are never written in place: no copy op needed
+        return copied if dtype is None else copied.to(dtype)
     arr = np.array(array_from(data, dtypes.default_float), copy=True)
     return from_array(arr, dtype, device, requires_grad)
 
