@@ -12,6 +12,7 @@ kernels, lazy tensors (inside ``nn.Graph.build``) record IR.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class Tensor(MethodGroups):
     """
 
     __slots__ = ("_data", "_lazy", "_dtype", "_device", "_requires_grad", "_node",
-                 "_out_index", "grad", "_version", "_hooks", "__weakref__")
+                 "_out_index", "grad", "_version", "_hooks", "_aliases", "__weakref__")
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     def __init__(self, *args, dtype=None, device=None, requires_grad=False):
@@ -88,6 +89,7 @@ class Tensor(MethodGroups):
         self._out_index = 0
         self.grad = None
         self._version = 0
+        self._aliases = None
 
     @classmethod
     def _wrap(cls, data, device=CPU) -> "Tensor":
@@ -104,6 +106,7 @@ class Tensor(MethodGroups):
         t._out_index = 0
         t.grad = None
         t._version = 0
+        t._aliases = None
         return t
 
     @classmethod
@@ -113,11 +116,43 @@ class Tensor(MethodGroups):
         return t
 
     def _alias(self) -> "Tensor":
-        """A new handle on the same data or lazy value, without autograd history."""
+        """A new handle on the same data or lazy value, without autograd history. It is a
+        snapshot: an in-place update of either handle leaves the other as it was (the
+        autograd tape saves values this way); ``detach()`` makes a handle that shares."""
         t = object.__new__(Tensor)
         t._data, t._lazy, t._dtype, t._device = self._data, self._lazy, self._dtype, self._device
-        t._requires_grad, t._node, t._out_index, t.grad, t._version = False, None, 0, None, 0
+        t._requires_grad, t._node, t._out_index, t.grad, t._version, t._aliases = False, None, 0, None, 0, None
         return t
+
+    def _shared_alias(self) -> "Tensor":
+        """An ``_alias`` that shares this tensor's value, as ``detach()`` does in PyTorch: an
+        in-place update of any tensor of the group is seen by all (see ``_set_value``)."""
+        group = self._aliases
+        if group is None:
+            group = self._aliases = weakref.WeakValueDictionary({id(self): self})  # by id: == is elementwise
+        t = self._alias()
+        t._aliases = group
+        group[id(t)] = t
+        return t
+
+    def _set_value(self, data) -> None:
+        """Rebind this tensor's value to the array ``data``, and that of every tensor sharing
+        its value (``detach()``, ``.data``); each one's version advances, so the autograd
+        checks and compiled graphs see the change."""
+        self._data = data
+        self._version += 1
+        if self._aliases is not None:
+            for t in self._aliases.values():
+                if t is not self:
+                    t._data = data
+                    t._version += 1
+
+    def _unshare(self) -> None:
+        """Stop sharing this tensor's value with its ``detach()`` aliases (it takes a new
+        value of its own: ``.data = value``, ``unsqueeze_``)."""
+        if self._aliases is not None:
+            self._aliases.pop(id(self), None)
+            self._aliases = None
 
     def _assign(self, other: "Tensor") -> "Tensor":
         """In-place update: this tensor now holds ``other``'s value (PyTorch's ``x.op_()``)."""
@@ -130,9 +165,8 @@ class Tensor(MethodGroups):
                 "a leaf Variable that requires grad is being used in an in-place operation.")
         if other._dtype is not self._dtype:
             other = other.to(self._dtype)
-        self._data = other._data if other._data.shape == self._data.shape else \
-            self._device.xp.broadcast_to(other._data, self._data.shape).copy()
-        self._version += 1
+        self._set_value(other._data if other._data.shape == self._data.shape else
+                        self._device.xp.broadcast_to(other._data, self._data.shape).copy())
         if interpreter.grad_enabled and other._requires_grad:
             self._requires_grad, self._node, self._out_index = True, other._node, other._out_index
         return self
@@ -244,6 +278,7 @@ class Tensor(MethodGroups):
         if trace is not None and self._lazy is None and (trace.lazy_of(self) is not None or value._lazy is not None):
             trace.assign(self, value._detached())  # inside build: an update of the graph's state (or an error)
             return
+        self._unshare()
         self._data, self._lazy, self._dtype, self._device = value._data, value._lazy, value._dtype, value._device
         self._version += 1
 
@@ -251,7 +286,8 @@ class Tensor(MethodGroups):
         return self._detached()
 
     def _detached(self) -> "Tensor":
-        """A handle on this tensor's value without autograd history. Inside
+        """A handle that shares this tensor's value, without autograd history: an in-place
+        update of either is seen by both, as in PyTorch. Inside
         ``nn.Graph.build``, a graph's state (parameter, buffer, optimizer state) detaches to
         its traced value, so the graph reads the state on every call rather than a copy
         taken when it was traced."""
@@ -260,7 +296,7 @@ class Tensor(MethodGroups):
             lazy = trace.lazy_of(self)
             if lazy is not None:
                 return lazy._alias()
-        return self._alias()
+        return self._shared_alias() if self._lazy is None else self._alias()
 
     def detach_(self) -> "Tensor":
         self._requires_grad, self._node = False, None

@@ -6,13 +6,17 @@ import math
 
 import numpy as np
 
+from flowserve.autograd.grad_mode import no_grad
 from flowserve.device import to_device_array
 from flowserve.ops.generator import rng_of as _rng
 from flowserve.tensor import Tensor
 
 
-def _wrap_like(t, array):
-    return Tensor._wrap(to_device_array(np.asarray(array, dtype=t.dtype.np), t.device), t.device)
+def _fill(t, array) -> None:
+    """Write ``array`` into ``t`` in place, as PyTorch's initialisers do: the tensors that
+    share its value (``t.detach()``, ``t.data``) see it too."""
+    with no_grad():
+        t.copy_(Tensor._wrap(to_device_array(np.asarray(array, dtype=t.dtype.np), t.device), t.device))
 
 
 def _fan(t) -> tuple[int, int]:
@@ -42,17 +46,17 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 
 def uniform_(t, a: float = 0.0, b: float = 1.0, generator=None):
-    t.data = _wrap_like(t, _rng(generator).uniform(a, b, tuple(t.shape)))
+    _fill(t, _rng(generator).uniform(a, b, tuple(t.shape)))
     return t
 
 
 def normal_(t, mean: float = 0.0, std: float = 1.0, generator=None):
-    t.data = _wrap_like(t, _rng(generator).normal(mean, std, tuple(t.shape)))
+    _fill(t, _rng(generator).normal(mean, std, tuple(t.shape)))
     return t
 
 
 def constant_(t, val: float):
-    t.data = _wrap_like(t, np.full(tuple(t.shape), val))
+    _fill(t, np.full(tuple(t.shape), val))
     return t
 
 
@@ -101,7 +105,7 @@ def trunc_normal_(t, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: fl
         draw = draw[(draw >= a) & (draw <= b)]
         flat[filled:filled + draw.size] = draw
         filled += draw.size
-    t.data = _wrap_like(t, out)
+    _fill(t, out)
     return t
 
 
@@ -119,5 +123,5 @@ def orthogonal_(t, gain: float = 1.0, generator=None):
     q = q * np.sign(np.diag(r))
     if rows < cols:
         q = q.T
-    t.data = _wrap_like(t, gain * q.reshape(tuple(t.shape)))
+    _fill(t, gain * q.reshape(tuple(t.shape)))
     return t

@@ -79,7 +79,7 @@ class Writer:
             self.owned[id(t)] = weakref.ref(fresh)
         self.pending = []
         for t in tensors:
-            t._version += 1
+            t._set_value(t._data)  # shared with its detach() aliases
 
 
 def run(jobs: list) -> None:
@@ -120,6 +120,5 @@ def chunks(n: int):
 def scalar_step(t: Tensor, value=None) -> float:
     """Advance a 0-d counter by one (or set it to ``value``); returns the new value."""
     dtype = t._data.dtype
-    t._data = np.asarray(t._data + dtype.type(1) if value is None else value, dtype=dtype)
-    t._version += 1
+    t._set_value(np.asarray(t._data + dtype.type(1) if value is None else value, dtype=dtype))
     return float(t._data)

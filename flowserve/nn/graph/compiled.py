@@ -216,8 +216,7 @@ class CompiledGraph:
         del fed
         for name, array in new_state.items():
             target = state[name]
-            target._data = to_device_array(array, target.device)
-            target._version += 1
+            target._set_value(to_device_array(array, target.device))
         device = inputs[0].device if inputs else CPU
         return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype), device), device)
                 for out, v in zip(outs, self.traced.ir.outputs)]

@@ -60,6 +60,7 @@ def reshaping_inplace(fn):
         if self._lazy is not None:
             self._lazy = result._lazy
         else:
+            self._unshare()  # a new size: its detach() aliases keep the old one
             self._data = result._data
             self._version += 1
         if result.requires_grad and not self.is_leaf:
