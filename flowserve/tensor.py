@@ -116,13 +116,12 @@ class Tensor(MethodGroups):
         return t
 
     def _alias(self) -> "Tensor":
-        """A new handle on the same data or lazy value and version, without autograd history.
-        It is a snapshot: an in-place update of either handle leaves the other as it was (the
+        """A new handle on the same data or lazy value, without autograd history. It is a
+        snapshot: an in-place update of either handle leaves the other as it was (the
         autograd tape saves values this way); ``detach()`` makes a handle that shares."""
         t = object.__new__(Tensor)
         t._data, t._lazy, t._dtype, t._device = self._data, self._lazy, self._dtype, self._device
-        t._requires_grad, t._node, t._out_index, t.grad, t._aliases = False, None, 0, None, None
-        t._version = self._version  # the version it saw, for the tape's in-place check
+        t._requires_grad, t._node, t._out_index, t.grad, t._version, t._aliases = False, None, 0, None, 0, None
         return t
 
     def _shared_alias(self) -> "Tensor":

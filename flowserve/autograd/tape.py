@@ -53,31 +53,10 @@ class TapeNode:
 
     def context(self, create_graph: bool):
         """What the vjp rule reads: this node, its values with history (``create_graph``),
-        or a view whose freed or changed saved values raise PyTorch's error when read."""
+        or, once freed, a view whose saved values raise PyTorch's error."""
         if self.inputs is None:
-            return SavedView(self, *self.freed)
-        changed = self.changed_inputs()
-        if changed is not None:
-            if create_graph:
-                raise AutogradError(changed[next(i for i, x in enumerate(changed) if type(x) is ChangedValue)]
-                                    .message)
-            return SavedView(self, changed, self.outputs)
+            return FreedNode(self)
         return self.with_history() if create_graph else self
-
-    def changed_inputs(self) -> tuple | None:
-        """The inputs with those that carry a gradient and were updated in place behind the
-        tape's back (through ``detach()`` or ``.data``, or under ``no_grad``) since this op saw
-        them replaced by a ``ChangedValue``; None when there are none. An in-place op the tape
-        recorded moves its tensor to a new node and is followed instead."""
-        changed = None
-        for i, (saved, parent) in enumerate(zip(self.inputs, self.parents)):
-            if parent is not None and parent[2]._version != saved._version and parent[2]._node is parent[0]:
-                changed = list(self.inputs) if changed is None else changed
-                changed[i] = ChangedValue(saved, (
-                    "one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: input {i} of {self.name()} (size {tuple(saved.shape)}, {saved.dtype}) is at "
-                    f"version {parent[2]._version}; expected version {saved._version} instead"))
-        return None if changed is None else tuple(changed)
 
     def with_history(self) -> "TapeNode":
         """This node with saved values that keep their autograd history (for
@@ -111,28 +90,13 @@ class FreedValue:
         raise AutogradError(FREED)
 
 
-class ChangedValue(FreedValue):
-    """A saved value whose tensor was updated in place since: reading it raises ``message``
-    (PyTorch raises only when the vjp needs the value, and so does this)."""
+class FreedNode:
+    """A freed node as its vjp sees it: attributes and value metadata as before."""
 
-    __slots__ = ("message",)
+    __slots__ = ("node",)
 
-    def __init__(self, value, message: str):
-        super().__init__(value)
-        self.message = message
-
-    def __getattr__(self, name: str):
-        raise AutogradError(self.message)
-
-
-class SavedView:
-    """A node as its vjp sees it when some saved values are freed or changed: attributes
-    as before, values replaced by ``FreedValue`` / ``ChangedValue``."""
-
-    __slots__ = ("node", "inputs", "outputs")
-
-    def __init__(self, node: TapeNode, inputs: tuple, outputs: tuple):
-        self.node, self.inputs, self.outputs = node, inputs, outputs
+    def __init__(self, node: TapeNode):
+        self.node = node
 
     @property
     def attrs(self):
@@ -140,6 +104,14 @@ class SavedView:
 
     def needs(self, i: int) -> bool:
         return self.node.needs(i)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.node.freed[0]
+
+    @property
+    def outputs(self) -> tuple:
+        return self.node.freed[1]
 
 
 def _unchanged_leaf(leaf, saved):
