@@ -113,17 +113,44 @@ def test_resizing_in_place_keeps_the_aliases_size():
     assert tuple(d.shape) == (3,) and tuple(f.shape) == (1, 3)
 
 
-def test_gradient_uses_the_values_the_forward_saw():
-    """PyTorch refuses this backward ("modified by an inplace operation"); flowserve's tape
-    keeps the values each op saw, so the gradient is that of the computed forward."""
-    w = flow.nn.Parameter(flow.tensor([1.0, 2.0]))
+CHANGES = {
+    "leaf_detach": lambda w, h: w.detach().add_(10.0),
+    "leaf_data": lambda w, h: w.data.add_(10.0),
+    "leaf_no_grad": lambda w, h: _no_grad(w.add_, 10.0),
+    "non_leaf_detach": lambda w, h: h.detach().mul_(0.0),
+}
+
+
+def _no_grad(fn, *args):
+    with flow.no_grad(), torch.no_grad():
+        return fn(*args)
+
+
+def _product(w):
     h = w * 3.0
-    y = (h * h).sum()
-    w.detach().add_(10.0)
-    h.detach().mul_(0.0)
-    y.backward()
-    _close(w.grad.tolist(), [18.0 * 1.0, 18.0 * 2.0])
-    _close(w.tolist(), [11.0, 12.0])
+    return h, (w * h).sum()  # the product saves both w and h
+
+
+@pytest.mark.parametrize("name", CHANGES)
+def test_gradient_is_that_of_the_values_the_forward_saw(name):
+    """PyTorch refuses these backwards ("modified by an inplace operation"; with ``.data``
+    it silently uses the new value); flowserve's tape keeps the value each op saw, so the
+    gradient is PyTorch's for the program without the change, and the change stays."""
+    f_w, t_w = _pair([1.0, 2.0])
+    f_h, f_y = _product(f_w)
+    t_h, t_y = _product(t_w)
+    t_y.backward()  # the oracle: before the change
+    CHANGES[name](f_w, f_h)
+    CHANGES[name](t_w, t_h)
+    f_y.backward()
+    _close(f_w.grad.tolist(), t_w.grad.tolist())
+    _close(f_w.tolist(), t_w.tolist())
+    _close(f_h.tolist(), t_h.tolist())
+    if name != "leaf_data":
+        t_h, t_y = _product(t_w)
+        CHANGES[name](t_w, t_h)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            t_y.backward()
 
 
 def test_create_graph_refuses_a_leaf_changed_through_an_alias():
