@@ -137,8 +137,9 @@ class Tensor(MethodGroups):
 
     def _set_value(self, data) -> None:
         """Rebind this tensor's value to the array ``data``, and that of every tensor sharing
-        its value (``detach()``, ``.data``); each one's version advances, so the autograd
-        checks and compiled graphs see the change."""
+        its value (``detach()``, ``.data``); each one's version advances, so compiled graphs
+        see the change. The array is never written into: the autograd tape's snapshots keep
+        the values their ops saw."""
         self._data = data
         self._version += 1
         if self._aliases is not None:
