@@ -20,7 +20,7 @@ import flowserve as flow
 from flowserve.errors import SavedGraphError
 from flowserve.exporter import export
 from flowserve.exporter.precision import reduce_precision
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.runtime import create_session, session_options
 from flowserve.exporter.verified import export_verified
 from flowserve.format.manifest import read_manifest
 from flowserve.format.tensors import read_tensors
@@ -113,8 +113,8 @@ def mobilenet_int8(tmp_path_factory):
 
 
 def _session(model: onnx.ModelProto, level) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    """flowserve's CPU session of ``model`` (the proof's), at ``level`` where one is given."""
+    options = session_options(threads=1)
     if level is not None:
         options.graph_optimization_level = level
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
