@@ -254,7 +254,9 @@ class DistillGraph(nn.Graph):
     def __init__(self, student, steps: int):
         super().__init__()
         self.model = student
-        self.add_optimizer(flow.optim.Adam(student.parameters(), lr=1e-4))
+        # a small step keeps the student near the teacher (measured, 60 steps: 98.63% top-1
+        # agreement at 2e-5, 98.44% at 1e-4; 150 steps at 1e-4: 98.24%)
+        self.add_optimizer(flow.optim.Adam(student.parameters(), lr=2e-5))
         self.config.enable_qat(True)
         # activation ranges settle, then stay for the last third. BatchNorm keeps training:
         # frozen at the float model's statistics, the channels that are nearly dead at 32x32

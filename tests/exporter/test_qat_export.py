@@ -1,5 +1,6 @@
-"""A QAT graph saved with its learned scales exports to int8 without calibration, and the
-int8 model gives the QAT graph's eval outputs within one quantization step."""
+"""A QAT graph saved with its learned scales exports to int8 without calibration, the int8
+model gives the QAT graph's eval outputs within one quantization step, and ONNX Runtime's
+fused integer kernels compute each QDQ node of a MobileNetV2 within one step."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import shutil
 import numpy as np
 import onnx
 import onnx.inliner
+import onnx.utils
+import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
 import flowserve as flow
 from flowserve.errors import SavedGraphError
 from flowserve.exporter import export
 from flowserve.exporter.precision import reduce_precision
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.runtime import create_session, session_options
 from flowserve.exporter.verified import export_verified
 from flowserve.format.manifest import read_manifest
 from flowserve.format.tensors import read_tensors
@@ -91,3 +95,99 @@ def test_a_record_naming_a_missing_tensor_is_refused(trained, tmp_path):
     (copy / "flowserve.json").write_text(json.dumps(manifest))
     with pytest.raises(SavedGraphError, match="model.nothing.scale"):
         flow.load(copy)
+
+
+@pytest.fixture(scope="module")
+def mobilenet_int8(tmp_path_factory):
+    """A small MobileNetV2 after two QAT steps, exported to int8 (forced: the proof's top-1
+    agreement on so short a training is not what these tests are about)."""
+    flow.manual_seed(0)
+    model = flow.models.mobilenet_v2(num_classes=4, width_mult=0.25)
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), {})
+    for step in range(2):
+        graph(images(batch=8, size=32, seed=step), labels(batch=8, classes=4, seed=10 + step))
+    folder = tmp_path_factory.mktemp("qat") / "mobilenet"
+    flow.save(graph, folder, examples=[images(batch=4, size=32, seed=100)])
+    result = export_verified(folder, None, precision="int8", force=True)
+    return onnx.shape_inference.infer_shapes(result.model)
+
+
+def _session(model: onnx.ModelProto, level) -> ort.InferenceSession:
+    """flowserve's CPU session of ``model`` (the proof's), at ``level`` where one is given."""
+    options = session_options(threads=1)
+    if level is not None:
+        options.graph_optimization_level = level
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _quantized_ops(model: onnx.ModelProto):
+    """(the op's float inputs before their QuantizeLinear, its DequantizeLinear output, that
+    output's step) for each op between QDQ pairs, as ONNX Runtime fuses them."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    constants = {t.name for t in model.graph.initializer}
+    inputs = {i.name for i in model.graph.input}
+
+    def qdq(name):  # the Q -> DQ pair that makes ``name``, or None
+        dq = producers.get(name)
+        q = producers.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
+
+    for node in model.graph.node:
+        pair = qdq(node.output[0]) if node.op_type == "DequantizeLinear" else None
+        if pair is None or pair[0].input[0] not in producers:
+            continue
+        starts, stack, seen = [], [producers[pair[0].input[0]]], set()
+        while stack:  # back through the op (and the Clip/Identity after it) to quantized inputs
+            for name in stack.pop().input:
+                before = qdq(name)
+                if before is not None:
+                    starts.append(before[0].input[0])
+                elif name in inputs:
+                    starts.append(name)
+                elif name and name not in constants and name in producers and name not in seen:
+                    seen.add(name)
+                    stack.append(producers[name])
+        step = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
+        yield list(dict.fromkeys(starts)), node.output[0], float(step)
+
+
+def test_onnx_runtime_integer_kernels_compute_each_qdq_node_of_mobilenet(mobilenet_int8):
+    """The default (optimised) session fuses the QDQ MobileNetV2 into QLinearConv, QLinearAdd
+    and QGemm, and each fused kernel, fed the unoptimised session's inputs, gives the
+    unoptimised DequantizeLinear -> op -> QuantizeLinear outputs within one step: the integer
+    kernels sum exactly where the reference sums in float32, so a value within float32
+    rounding of a rounding boundary may land on the neighbouring step (docs/export.md: the
+    whole model's larger differences are such flips, amplified by the layers after them)."""
+    model = mobilenet_int8
+    infos = {v.name: v for v in model.graph.value_info}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(infos[n] for node in model.graph.node for n in node.output if n in infos)
+    x = images(batch=4, size=32, seed=300).numpy()
+    reference = _session(probe, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    values = dict(zip([o.name for o in probe.graph.output], reference.run(None, {model.graph.input[0].name: x})))
+    values[model.graph.input[0].name] = x
+    extractor = onnx.utils.Extractor(model)
+    checked = set()
+    for starts, output, step in _quantized_ops(model):
+        part = extractor.extract_model(starts, [output])
+        feed = {name: values[name] for name in starts}
+        want = _session(part, ort.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feed)[0]
+        fused = _session(part, None)
+        got = fused.run(None, feed)[0]
+        steps = np.abs(got.astype(np.float64) - want) / step
+        assert steps.max() <= 1 + 1e-3, f"{output}: {steps.max():.1f} steps"
+        assert np.mean(steps > 0.5) <= 0.01, f"{output}: {np.mean(steps > 0.5):.3%} of the elements off by a step"
+        checked.update(n.name for n in part.graph.node if n.op_type in ("Conv", "Add", "Gemm"))
+    ops = [n for n in model.graph.node if n.op_type in ("Conv", "Add", "Gemm")]
+    assert {n.name for n in ops} <= checked and len(ops) == 52 + 11 + 1  # convs, residual sums (11 at width 0.25), head
+
+
+def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int8, tmp_path):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    ort.InferenceSession(mobilenet_int8.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ops = collections.Counter(n.op_type for n in onnx.load(tmp_path / "optimised.onnx").graph.node)
+    assert ops["QLinearConv"] == 52 and ops["QLinearAdd"] == 11 and ops["QGemm"] == 1
+    assert ops["Conv"] == ops["Add"] == ops["Gemm"] == 0
