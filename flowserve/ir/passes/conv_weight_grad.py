@@ -12,7 +12,7 @@ resnet18). Each output position ``(i, j)`` of such a convolution is one matrix p
 so the pass rewrites ungrouped convolutions whose kernel covers at least 16 positions, whose
 output at most 16 and whose products are at least 1024 long (batch x image positions;
 small batches and images keep their convolution, whose rounding eager-vs-graph checks of
-small models rely on) as ``oh*ow`` matrix products (zero padding by ``slice_backward``, taps by ``slice``). A strided
+small models rely on) as matrix products of its ``oh*ow`` taps (zero padding by ``slice_backward``, taps by ``slice``). A strided
 convolution's weight gradient is larger than the kernel and cropped by a ``slice``: only
 the taps the crop keeps are computed. The taps' rows are stacked (``concat``) into one
 ``(oh*ow*B, C*kh*kw)`` matrix and multiplied once: the output gradient is packed once

@@ -27,9 +27,10 @@ TRAINING_KERNEL = True  # bench/profile_ort_ops.py compares with the standard op
 
 @lowering(prims.batch_norm_train)
 def lower_batch_norm_train(b, node, ctx):
-    """``d = x - mean`` is written exactly as the gradient writes it (``reshape(mean)``
-    to ``(1, C, 1, ...)``), so that ONNX Runtime's common-subexpression pass computes it
-    once for the forward and the backward pass."""
+    """The training-mode kernel where the module docstring says, else the standard
+    operators, where ``d = x - mean`` is written exactly as the gradient writes it
+    (``reshape(mean)`` to ``(1, C, 1, ...)``), so that ONNX Runtime's common-subexpression
+    pass computes it once for the forward and the backward pass."""
     x, weight, bias = node.inputs
     y, mean, var = node.outputs
     meta = ctx.meta(x)
