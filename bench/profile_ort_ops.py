@@ -4,6 +4,7 @@ load falls on every variant alike).
 
     python bench/profile_ort_ops.py                     # resnet18 and mobilenet_v2, CIFAR b64
     python bench/profile_ort_ops.py --only resnet --rounds 5 --top 15
+    python bench/profile_ort_ops.py --torch --no-profile   # step times with torch.compile's
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default=None)
     parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--torch", action="store_true", help="time PyTorch under torch.compile in the same rounds")
+    parser.add_argument("--variants", default=None, help="comma-separated names from VARIANTS (default: all)")
+    parser.add_argument("--no-profile", action="store_true", help="step times only (the profiler costs time)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     for name in ("resnet18 cifar", "mobilenet_v2 cifar"):
@@ -98,27 +102,39 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             built = {}
             for variant, settings in VARIANTS.items():
+                if args.variants and variant not in args.variants.split(","):
+                    continue
                 sub = os.path.join(folder, str(len(built)))
                 os.makedirs(sub)
-                runtime.session_options = _Profiled(sub)
+                runtime.session_options = runtime.session_options if args.no_profile else _Profiled(sub)
                 try:
                     built[variant] = (*_compile(name, settings), sub)
                 finally:
-                    runtime.session_options = runtime.session_options.plain
+                    runtime.session_options = getattr(runtime.session_options, "plain", runtime.session_options)
+            steps = {variant: step for variant, (_, step, _, _) in built.items()}
+            if args.torch and bg.torch is not None:
+                steps["torch.compile"] = bg.torch_step_fn(name, compiled=True)
             wall, cpu = collections.defaultdict(list), collections.defaultdict(list)
             for _ in range(args.rounds):
-                for variant, (_, step, _, _) in built.items():
+                for variant, step in steps.items():
                     t, c = time.perf_counter(), time.process_time()
                     step()
                     wall[variant].append((time.perf_counter() - t) * 1e3)
                     cpu[variant].append((time.process_time() - c) * 1e3)
             table = {}
-            for variant, (graph, _, loss, sub) in built.items():
+            for variant, (graph, _, loss, sub) in ({} if args.no_profile else built).items():
                 path = graph._compiled.session.end_profiling()
                 table[variant] = (*_by_op(path, 1), loss, len(graph._compiled.model.graph.node))
-        print(f"\n{name}: ms per step (op types: fastest run), {args.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}")
+        print(f"\n{name}: ms per step (op types: fastest run), {args.rounds} interleaved rounds; "
+              f"load {os.getloadavg()[0]:.1f}")
+        first = next(iter(wall))
+        for variant in wall:
+            print(f"  {variant:<20} wall min {min(wall[variant]):7.1f}  cpu min {min(cpu[variant]):7.1f}  "
+                  f"wall vs {first} {min(wall[first]) / min(wall[variant]):5.2f}x")
+        if not table:
+            continue
         for variant, (ops, counts, run, loss, nodes) in table.items():
-            print(f"  {variant:<20} wall min {min(wall[variant]):7.1f}  cpu min {min(cpu[variant]):7.1f}  fastest session run {run:7.1f}  "
+            print(f"  {variant:<20} fastest session run {run:7.1f}  "
                   f"nodes {nodes}  loss {loss:.6f}")
         keys = sorted(set().union(*(t[0] for t in table.values())),
                       key=lambda k: -max(t[0].get(k, 0) for t in table.values()))
