@@ -39,10 +39,13 @@ def test_weight_gradient_convs_become_matmuls_with_eager_gradients():
     graph(x, y)
     ir = graph._last.traced.ir
     assert "conv_weight_grad_as_matmul" in ir.attrs["passes"]
-    # every conv's weight gradient became matmuls: the first's 9 taps (8 images of 32x32:
-    # 8192-long products), the strided one's 9 (its 4x4 gradient conv cropped to the 3x3
-    # kernel: only the kept taps) and the pointwise one's single tap
-    wg = [n.outputs[0].split("/wg_")[0] for n in ir.nodes if n.op == "matmul" and "/wg_" in n.outputs[0]]
-    assert sorted(wg.count(name) for name in set(wg)) == [1, 9, 9], wg
+    # every conv's weight gradient became one matmul of its stacked taps: the first's 9 taps
+    # (8 images of 32x32: 8192-long products), the strided one's 9 (its 4x4 gradient conv
+    # cropped to the 3x3 kernel: only the kept taps) and the pointwise one's single tap
+    def per_conv(op):
+        found = [n.outputs[0].split("/wg_")[0] for n in ir.nodes if n.op == op and "/wg_" in n.outputs[0]]
+        return sorted(found.count(name) for name in set(found))
+    assert per_conv("slice") == [1, 9, 9]
+    assert per_conv("matmul") == [1, 1, 1]
     for p0, p, e in zip(before, model.parameters(), eager.parameters()):
         assert_close(p0 - p.numpy(), e.grad.numpy(), rtol=1e-5)

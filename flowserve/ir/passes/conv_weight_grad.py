@@ -12,9 +12,12 @@ resnet18). Each output position ``(i, j)`` of such a convolution is one matrix p
 so the pass rewrites ungrouped convolutions whose kernel covers at least 16 positions, whose
 output at most 16 and whose products are at least 1024 long (batch x image positions;
 small batches and images keep their convolution, whose rounding eager-vs-graph checks of
-small models rely on) as ``oh*ow`` matrix products (zero padding by ``slice_backward``, taps by ``slice``). A strided
+small models rely on) as matrix products of its ``oh*ow`` taps (zero padding by ``slice_backward``, taps by ``slice``). A strided
 convolution's weight gradient is larger than the kernel and cropped by a ``slice``: only
-the taps the crop keeps are computed. Only the summation order changes.
+the taps the crop keeps are computed. The taps' rows are stacked (``concat``) into one
+``(oh*ow*B, C*kh*kw)`` matrix and multiplied once: the output gradient is packed once
+instead of once per tap, which outweighs the extra copy (``bench/profile_ort_ops.py``);
+each element's sum is the same. Only the summation order changes.
 
 >>> ir, changed = conv_weight_grad_as_matmul(ir)      # doctest: +SKIP
 """
@@ -26,6 +29,7 @@ from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 MIN_KERNEL = 16  # kernel positions (kh*kw) from which a conv is a weight gradient
 MAX_OUTPUT = 16  # output positions (oh*ow) up to which taps are worth unrolling
 MIN_DEPTH = 1024  # products shorter than this (C*kh*kw) stay convolutions
+ONE_PRODUCT = True  # the taps stacked into one product (else one per tap); bench/profile_ort_ops.py
 
 
 class _Emitter:
@@ -92,10 +96,17 @@ def _rewrite(ir: GraphIR, node: Node, crop: Node | None = None) -> list:
             tap = e.op("slice", [x], (b, c, kh, kw), {
                 "starts": [i * s0, j * s1], "ends": [i * s0 + (kh - 1) * d0 + 1, j * s1 + (kw - 1) * d1 + 1],
                 "axes": [2, 3], "steps": [d0, d1]})
-            rows = e.op("reshape", [tap], (b, c * kh * kw), {"shape": [b, c * kh * kw]})
-            product = e.op("matmul", [rows, k_t], (b, o), {})
-            taps.append(e.op("reshape", [product], (b, o, 1), {"shape": [b, o, 1]}))
-    joined = e.op("concat", taps, (b, o, oh * ow), {"axis": 2}) if len(taps) > 1 else taps[0]
+            taps.append(e.op("reshape", [tap], (b, c * kh * kw), {"shape": [b, c * kh * kw]}))
+    n = len(taps)
+    if ONE_PRODUCT:
+        rows = e.op("concat", taps, (n * b, c * kh * kw), {"axis": 0}) if n > 1 else taps[0]
+        product = e.op("matmul", [rows, k_t], (n * b, o), {})
+        by_tap = e.op("reshape", [product], (n, b, o), {"shape": [n, b, o]})
+        joined = e.op("permute", [by_tap], (b, o, n), {"perm": [1, 2, 0]})
+    else:
+        columns = [e.op("reshape", [e.op("matmul", [t, k_t], (b, o), {})], (b, o, 1), {"shape": [b, o, 1]})
+                   for t in taps]
+        joined = e.op("concat", columns, (b, o, n), {"axis": 2}) if n > 1 else columns[0]
     e.op("reshape", [joined], (b, o, oh, ow), {"shape": [b, o, oh, ow]}, name=out)
     return e.nodes
 

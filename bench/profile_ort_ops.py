@@ -1,0 +1,147 @@
+"""ONNX Runtime's own profile of one graph-mode training step, summed by operator type,
+for lowering variants compiled and run in the same interleaved rounds (a shared machine's
+load falls on every variant alike).
+
+    python bench/profile_ort_ops.py                     # resnet18 and mobilenet_v2, CIFAR b64
+    python bench/profile_ort_ops.py --only resnet --rounds 5 --top 15
+    python bench/profile_ort_ops.py --torch --no-profile   # step times with torch.compile's
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_graph as bg  # noqa: E402
+import flowserve as flow  # noqa: E402
+from flowserve.ir.passes import conv_weight_grad  # noqa: E402
+from flowserve.onnx_backend import runtime  # noqa: E402
+from flowserve.onnx_backend.lowering import norm  # noqa: E402
+
+# variant name -> (module, attribute, value) settings applied while its graph compiles
+VARIANTS = {
+    "previous": ((conv_weight_grad, "ONE_PRODUCT", False), (norm, "TRAINING_KERNEL", False)),
+    "one product": ((conv_weight_grad, "ONE_PRODUCT", True), (norm, "TRAINING_KERNEL", False)),
+    "BN kernel": ((conv_weight_grad, "ONE_PRODUCT", False), (norm, "TRAINING_KERNEL", True)),
+    "both": ((conv_weight_grad, "ONE_PRODUCT", True), (norm, "TRAINING_KERNEL", True)),
+}
+
+
+class _Profiled:
+    """``runtime.session_options`` with ONNX Runtime's profiler on, files under ``folder``."""
+
+    def __init__(self, folder: str):
+        self.folder, self.plain = folder, runtime.session_options
+
+    def __call__(self, **kwargs):
+        so = self.plain(**kwargs)
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(self.folder, "step")
+        return so
+
+
+def _compile(name: str, settings) -> tuple:
+    factory, shape, classes, batch, vocab = bg.CASES[name]
+    x, y = (flow.tensor(a) for a in bg.batch_of(shape, classes, batch, vocab))
+    flow.manual_seed(0)
+    model = factory()
+    model.train()
+    graph = bg.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), True, "cpu")
+    saved = [(m, a, getattr(m, a)) for m, a, _ in settings]
+    for m, a, v in settings:
+        setattr(m, a, v)
+    try:
+        loss = float(graph(x, y).numpy())
+    finally:
+        for m, a, v in saved:
+            setattr(m, a, v)
+    return graph, (lambda: graph(x, y).numpy()), loss
+
+
+def _by_op(path: str, skip_runs: int) -> tuple:
+    """Per-op-type milliseconds of the fastest run (each op type's own fastest: a shared
+    machine's load comes and goes within a run), node counts and the fastest session run,
+    from a profile file, leaving out the first ``skip_runs`` runs (compilation, warm-up)."""
+    events = json.load(open(path))
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])[skip_runs:]
+    per_run = [collections.Counter() for _ in runs]
+    counts = collections.Counter()
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        for i, r in enumerate(runs):
+            if r["ts"] <= e["ts"] <= r["ts"] + r["dur"]:
+                op = e["args"].get("op_name", "?")
+                per_run[i][op] += e["dur"]
+                counts[op] += i == 0
+                break
+    ops = {op: min(r[op] for r in per_run) / 1e3 for op in counts}
+    return ops, counts, min(r["dur"] for r in runs) / 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default=None)
+    parser.add_argument("--top", type=int, default=14)
+    parser.add_argument("--torch", action="store_true", help="time PyTorch under torch.compile in the same rounds")
+    parser.add_argument("--variants", default=None, help="comma-separated names from VARIANTS (default: all)")
+    parser.add_argument("--no-profile", action="store_true", help="step times only (the profiler costs time)")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    for name in ("resnet18 cifar", "mobilenet_v2 cifar"):
+        if args.only and args.only not in name:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            built = {}
+            for variant, settings in VARIANTS.items():
+                if args.variants and variant not in args.variants.split(","):
+                    continue
+                sub = os.path.join(folder, str(len(built)))
+                os.makedirs(sub)
+                runtime.session_options = runtime.session_options if args.no_profile else _Profiled(sub)
+                try:
+                    built[variant] = (*_compile(name, settings), sub)
+                finally:
+                    runtime.session_options = getattr(runtime.session_options, "plain", runtime.session_options)
+            steps = {variant: step for variant, (_, step, _, _) in built.items()}
+            if args.torch and bg.torch is not None:
+                steps["torch.compile"] = bg.torch_step_fn(name, compiled=True)
+            wall, cpu = collections.defaultdict(list), collections.defaultdict(list)
+            for _ in range(args.rounds):
+                for variant, step in steps.items():
+                    t, c = time.perf_counter(), time.process_time()
+                    step()
+                    wall[variant].append((time.perf_counter() - t) * 1e3)
+                    cpu[variant].append((time.process_time() - c) * 1e3)
+            table = {}
+            for variant, (graph, _, loss, sub) in ({} if args.no_profile else built).items():
+                path = graph._compiled.session.end_profiling()
+                table[variant] = (*_by_op(path, 1), loss, len(graph._compiled.model.graph.node))
+        print(f"\n{name}: ms per step (op types: fastest run), {args.rounds} interleaved rounds; "
+              f"load {os.getloadavg()[0]:.1f}")
+        first = next(iter(wall))
+        for variant in wall:
+            print(f"  {variant:<20} wall min {min(wall[variant]):7.1f}  cpu min {min(cpu[variant]):7.1f}  "
+                  f"wall vs {first} {min(wall[first]) / min(wall[variant]):5.2f}x")
+        if not table:
+            continue
+        for variant, (ops, counts, run, loss, nodes) in table.items():
+            print(f"  {variant:<20} fastest session run {run:7.1f}  "
+                  f"nodes {nodes}  loss {loss:.6f}")
+        keys = sorted(set().union(*(t[0] for t in table.values())),
+                      key=lambda k: -max(t[0].get(k, 0) for t in table.values()))
+        print(f"  {'op':<26}" + "".join(f"{v[:18]:>22}" for v in table))
+        for k in keys[:args.top]:
+            print(f"  {k:<26}" + "".join(f"{t[0].get(k, 0):>14.1f} ({t[1].get(k, 0):>4})" for t in table.values()))
+
+
+if __name__ == "__main__":
+    main()
