@@ -12,6 +12,7 @@ sessions on them before it reports ready::
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,7 @@ SIDECAR_SUFFIX = ".examples"
 VERIFY_FILE = "verify.json"
 # the relative tolerance export's parity check holds each output dtype to (float32 and
 # float64: 1e-5); the loosest is the loosest a stored criterion may be
-TOLERANCES = {"float16": 1e-2, "bfloat16": 2e-2}
+TOLERANCES = MappingProxyType({"float16": 1e-2, "bfloat16": 2e-2})
 
 
 class Criteria(BaseModel):

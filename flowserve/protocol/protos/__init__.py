@@ -38,6 +38,6 @@ def _methods() -> dict:
 
 METHODS = _methods()
 _FILE_PROTO = descriptor_pb2.FileDescriptorProto.FromString(SERIALIZED_FILE_DESCRIPTOR)
-MESSAGE_NAMES = [m.name for m in _FILE_PROTO.message_type]
+MESSAGE_NAMES = tuple(m.name for m in _FILE_PROTO.message_type)
 globals().update({name: _message(name) for name in MESSAGE_NAMES})
 DataType = _POOL.FindEnumTypeByName("inference.DataType")
