@@ -37,8 +37,8 @@ def export(
                                   help="Skip onnx.checker, shape inference and the parity check."),
     rtol: Optional[float] = typer.Option(None, help="Parity tolerance: relative, and times max|output| "
                                                     "absolute (default 1e-5 for float32)."),
-    precision: str = typer.Option("fp32", help="fp32, int8 (static, calibrated on the saved examples), "
-                                               "int8-dynamic, fp16, or bf16 (CUDA GPU only)."),
+    precision: str = typer.Option("fp32", help="fp32, int8 (static: calibrated on the saved examples, or a QAT "
+                                               "graph's learned scales), int8-dynamic, fp16, or bf16 (CUDA GPU only)."),
     min_agreement: float = typer.Option(0.99, help="Least top-1 agreement with float32 on the saved examples "
                                                    "a reduced-precision model needs to be written."),
     force: bool = typer.Option(False, "--force", help="Write the model even when it misses --min-agreement "
