@@ -12,6 +12,8 @@ process (tritonclient's, for one). Access messages as attributes::
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from .grpc_service_descriptor import SERIALIZED_FILE_DESCRIPTOR
@@ -36,7 +38,7 @@ def _methods() -> dict:
     return table
 
 
-METHODS = _methods()
+METHODS = MappingProxyType(_methods())
 _FILE_PROTO = descriptor_pb2.FileDescriptorProto.FromString(SERIALIZED_FILE_DESCRIPTOR)
 MESSAGE_NAMES = tuple(m.name for m in _FILE_PROTO.message_type)
 globals().update({name: _message(name) for name in MESSAGE_NAMES})

@@ -26,6 +26,8 @@ copy (``grpcio-health-checking``) in one process::
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 PACKAGE = "grpc.health.v1"
@@ -76,4 +78,4 @@ def _message(name: str):
 
 HealthCheckRequest, HealthCheckResponse = _message("HealthCheckRequest"), _message("HealthCheckResponse")
 HealthListRequest, HealthListResponse = _message("HealthListRequest"), _message("HealthListResponse")
-REQUESTS = {name: _message(request) for name, request, _, _ in METHODS}  # method -> request class
+REQUESTS = MappingProxyType({name: _message(request) for name, request, _, _ in METHODS})  # method -> request class
