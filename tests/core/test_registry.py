@@ -114,13 +114,19 @@ def test_onnx_runtime_parity(name, index):
     case = CASES[name][index]
     rng = np.random.default_rng(100 + index)
     arrays = [a.astype(np.float32) if a.dtype.kind == "f" else a for a in case.arrays(rng)]
-    expected = [o.numpy() for o in _call(name, [flow.tensor(a) for a in arrays], case.attrs)]
-    session = create_session(_one_node_model(name, arrays, case.attrs))
+    _check_lowering_on_onnx_runtime(name, arrays, case.attrs, rtol=1e-5)
+
+
+def _check_lowering_on_onnx_runtime(name: str, arrays: list, attrs: dict, rtol: float) -> None:
+    """The primitive's one-node ONNX model on ONNX Runtime gives the kernel's dtypes, shapes
+    and values (floats within ``rtol``, scaled by the largest magnitude; others exactly)."""
+    expected = [o.numpy() for o in _call(name, [flow.tensor(a) for a in arrays], attrs)]
+    session = create_session(_one_node_model(name, arrays, attrs))
     got = session.run(None, {f"in{i}": a for i, a in enumerate(arrays)})
     for e, g in zip(expected, got):
         assert g.dtype == e.dtype and g.shape == e.shape, f"{name}: ORT gave {g.shape} {g.dtype}, kernel {e.shape} {e.dtype}"
         if e.dtype.kind == "f":
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(e).max()))
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * max(1.0, np.abs(e).max()))
         else:
             np.testing.assert_array_equal(g, e)
 
@@ -136,12 +142,4 @@ def test_onnx_runtime_parity_float64(name, index):
     Runtime has no double kernel too (Conv, ConvTranspose, Erf, LSTM, GRU, RNN)."""
     case = CASES[name][index]
     arrays = case.arrays(np.random.default_rng(100 + index))  # float inputs are float64
-    expected = [o.numpy() for o in _call(name, [flow.tensor(a) for a in arrays], case.attrs)]
-    session = create_session(_one_node_model(name, arrays, case.attrs))
-    got = session.run(None, {f"in{i}": a for i, a in enumerate(arrays)})
-    for e, g in zip(expected, got):
-        assert g.dtype == e.dtype and g.shape == e.shape, f"{name}: ORT gave {g.shape} {g.dtype}, kernel {e.shape} {e.dtype}"
-        if e.dtype.kind == "f":
-            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(e).max()))
-        else:
-            np.testing.assert_array_equal(g, e)
+    _check_lowering_on_onnx_runtime(name, arrays, case.attrs, rtol=1e-12)
