@@ -1,0 +1,99 @@
+"""What a training graph's ``build()`` reads of its optimizers, read on every call.
+
+Before ``build()`` runs, each optimizer's per-parameter state (``opt.state[p]``: SGD's
+momentum buffer, Adam's ``exp_avg`` and step count, made here when no update has made it
+yet) becomes graph state, and each parameter group's learning rate a per-call input; while
+``build()`` runs, ``param_groups[i]["lr"]`` holds that input as a 0-d tensor. So build() sees
+the state before each call's update and the learning rate of each call, as an eager step
+does, never their values when the graph was traced. Under ZeRO the per-parameter state
+lives in shards the graph updates; reading it inside build() is an error.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from flowserve.errors import GraphError
+from flowserve.tensor import Tensor
+
+
+def learning_rate_name(optimizer_index: int, group_index: int) -> str:
+    return f"System-Optimizer-{optimizer_index}-Group-{group_index}-LearningRate"
+
+
+def lr_feed(group: dict):
+    """The group's learning rate as fed each call: float32, or float64 for float64 parameters
+    (a float32 0.1 is 0.10000000149, an error a double model would carry into every step)."""
+    double = any(p.dtype.name == "float64" for p in group["params"])
+    return lambda: np.asarray(group["lr"], dtype=np.float64 if double else np.float32)
+
+
+def _param_names(tracer) -> dict:
+    return {id(t): n for n, t in tracer.state_eager.items() if tracer.ir.state_kinds[n] == "parameter"}
+
+
+def register_optimizer_reads(tracer, graph, system_feeds: dict) -> list:
+    """Register every optimizer's learning rates and per-parameter state as graph state.
+    Returns ``(optimizer, parameter)`` for each state made here (``forget_unused_state``)."""
+    names = _param_names(tracer)
+    parallel = graph.parts.parallel
+    zero = parallel.zero if parallel is not None else None
+    made = []
+    for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
+        for gi, group in enumerate(opt.param_groups):
+            name = learning_rate_name(oi, gi)
+            system_feeds[name] = lr_feed(group)
+            tracer.add_state(name, Tensor._wrap(system_feeds[name]()), "system")
+            for p in group["params"]:
+                if id(p) not in names:
+                    continue  # the update refuses it, naming the parameter
+                if zero is not None:
+                    for t in opt.state.get(p, {}).values():
+                        tracer.refuse_constant(t, "with ZeRO the optimizer's state lives in shards that each rank "
+                                                  "updates; read it with graph.state_dict() outside build()")
+                    continue
+                if p not in opt.state:
+                    made.append((opt, p))
+                for key, t in opt.state_of(p, group).items():
+                    tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(key)}", t, "optimizer")
+    return made
+
+
+def forget_unused_state(tracer, made: list, ir) -> None:  # before Traced.prune_state
+    """Drop the states made for the trace of parameters the graph does not update (no
+    gradient) and whose state build() did not read: eager steps would not have made them."""
+    read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
+    names = {id(t): n for n, t in tracer.state_eager.items()}
+    for opt, p in made:
+        state_names = [names[id(t)] for t in opt.state[p].values()]
+        if tracer.lazy_of(p).grad is None and not any(n in read for n in state_names):
+            del opt.state[p]
+            for name in state_names:
+                del ir.state[name], ir.state_kinds[name], ir.values[name]
+
+
+@contextmanager
+def live_learning_rates(tracer, graph):
+    """While build() runs, ``group["lr"]`` is the group's per-call learning rate."""
+    swapped = []
+    for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
+        for gi, group in enumerate(opt.param_groups):
+            lazy = tracer.state_named(learning_rate_name(oi, gi))
+            swapped.append((group, group["lr"], lazy))
+            group["lr"] = lazy
+    assigned = False
+    try:
+        yield
+    finally:
+        for group, value, lazy in swapped:  # a float set inside build() stays: it is fed from then on
+            current = group["lr"]
+            if isinstance(current, Tensor) and current.is_lazy:
+                assigned = assigned or current is not lazy
+                group["lr"] = value
+    if assigned:
+        raise GraphError(
+            "nn.Graph.build assigned a value computed in the graph to a parameter group's learning rate; "
+            "a graph reads the learning rate from param_groups on every call: set it outside build(), "
+            "or with an LR scheduler (graph.add_optimizer(opt, lr_sch=...))")
