@@ -49,13 +49,13 @@ def register_optimizer_reads(tracer, graph, system_feeds: dict) -> list:
             for p in group["params"]:
                 if id(p) not in names:
                     continue  # the update refuses it, naming the parameter
+                if p not in opt.state:
+                    made.append((opt, p))
                 if zero is not None:
-                    for t in opt.state.get(p, {}).values():
+                    for t in opt.state_of(p, group).values():  # the shards are made from these
                         tracer.refuse_constant(t, "with ZeRO the optimizer's state lives in shards that each rank "
                                                   "updates; read it with graph.state_dict() outside build()")
                     continue
-                if p not in opt.state:
-                    made.append((opt, p))
                 for key, t in opt.state_of(p, group).items():
                     tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(key)}", t, "optimizer")
     return made
@@ -67,8 +67,11 @@ def forget_unused_state(tracer, made: list, ir) -> None:  # before Traced.prune_
     read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
     names = {id(t): n for n, t in tracer.state_eager.items()}
     for opt, p in made:
-        state_names = [names[id(t)] for t in opt.state[p].values()]
-        if tracer.lazy_of(p).grad is None and not any(n in read for n in state_names):
+        state = opt.state.get(p)  # ZeRO moved an updated parameter's state into its shard
+        if state is None or tracer.lazy_of(p).grad is not None:
+            continue
+        state_names = [names[id(t)] for t in state.values() if id(t) in names]
+        if not any(n in read for n in state_names):
             del opt.state[p]
             for name in state_names:
                 del ir.state[name], ir.state_kinds[name], ir.values[name]
