@@ -83,6 +83,7 @@ class ModelControl:
         failure = None
         async with self._lock:
             await self._apply(self._read_new())  # the peers' earlier requests come first
+            self._acknowledge()
             try:
                 await getattr(self.repository, action)(name)
             except ModelLoadError as exc:  # unavailable here: the peers try the same files
@@ -172,12 +173,13 @@ class ModelControl:
             await asyncio.sleep(0.05)
 
     def _peer_offsets(self) -> dict[int, int]:
+        """How far each other live worker has followed the journal, by process id."""
         offsets = {}
         for path in self.journal.parent.glob("control-*.json"):
             suffix = path.stem.removeprefix("control-")
-            if not suffix.isdigit() or int(suffix) == self.worker or not _alive(int(suffix)):
+            pid = int(suffix) if suffix.isdigit() else None
+            if pid is None or pid == self.worker or not _alive(pid):
                 continue
-            pid = int(suffix)
             try:
                 offsets[pid] = int(json.loads(path.read_text())["offset"])
             except (FileNotFoundError, ValueError, KeyError, TypeError):
