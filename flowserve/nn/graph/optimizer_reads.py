@@ -30,16 +30,21 @@ def lr_feed(group: dict):
     return lambda: np.asarray(group["lr"], dtype=np.float64 if double else np.float32)
 
 
-def _param_names(tracer) -> dict:
-    return {id(t): n for n, t in tracer.state_eager.items() if tracer.ir.state_kinds[n] == "parameter"}
+def _state_names(tracer) -> dict:
+    """id(eager tensor) -> its name, for the tensors registered as graph state."""
+    return {id(t): n for n, t in tracer.state_eager.items()}
+
+
+ZERO_READ = ("with ZeRO the optimizer's state lives in shards that each rank updates; read it with "
+             "graph.state_dict() outside build()")
 
 
 def register_optimizer_reads(tracer, graph, system_feeds: dict) -> list:
     """Register every optimizer's learning rates and per-parameter state as graph state.
     Returns ``(optimizer, parameter)`` for each state made here (``forget_unused_state``)."""
-    names = _param_names(tracer)
+    names = _state_names(tracer)
     parallel = graph.parts.parallel
-    zero = parallel.zero if parallel is not None else None
+    sharded = parallel is not None and parallel.zero is not None
     made = []
     for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
@@ -51,21 +56,27 @@ def register_optimizer_reads(tracer, graph, system_feeds: dict) -> list:
                     continue  # the update refuses it, naming the parameter
                 if p not in opt.state:
                     made.append((opt, p))
-                if zero is not None:
-                    for t in opt.state_of(p, group).values():  # the shards are made from these
-                        tracer.refuse_constant(t, "with ZeRO the optimizer's state lives in shards that each rank "
-                                                  "updates; read it with graph.state_dict() outside build()")
-                    continue
-                for key, t in opt.state_of(p, group).items():
-                    tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(key)}", t, "optimizer")
+                _register_param_state(tracer, names[id(p)], opt, opt.state_of(p, group), sharded)
     return made
+
+
+def _register_param_state(tracer, param_name: str, opt, state: dict, sharded: bool) -> None:
+    """A parameter's state tensors as graph state (with ZeRO: refused; the shards are made
+    from them). LBFGS keeps numbers there too; it runs eagerly only."""
+    for key, t in state.items():
+        if not isinstance(t, Tensor):
+            continue
+        if sharded:
+            tracer.refuse_constant(t, ZERO_READ)
+        else:
+            tracer.add_state(f"{param_name}-{opt.graph_state_suffix(key)}", t, "optimizer")
 
 
 def forget_unused_state(tracer, made: list, ir) -> None:  # before Traced.prune_state
     """Drop the states made for the trace of parameters the graph does not update (no
     gradient) and whose state build() did not read: eager steps would not have made them."""
     read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
-    names = {id(t): n for n, t in tracer.state_eager.items()}
+    names = _state_names(tracer)
     for opt, p in made:
         state = opt.state.get(p)  # ZeRO moved an updated parameter's state into its shard
         if state is None or tracer.lazy_of(p).grad is not None:

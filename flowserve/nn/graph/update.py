@@ -66,26 +66,18 @@ def _update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -
             opt._update(lazy_p, g, state, group, lr)
 
 
-def _optimizer_state(tracer, name: str, tensor):
-    """The lazy value of an optimizer state (registered before build(), which may have
-    updated it in place), registering it if it is not yet."""
-    lazy = tracer.lazy_of(tensor)
-    return lazy if lazy is not None else tracer.add_state(name, tensor, "optimizer")
-
-
-def _param_states(tracer, names: dict, opt, group: dict, items: list) -> tuple[list, list]:
+def _param_states(tracer, opt, group: dict, items: list) -> tuple[list, list]:
     """Each parameter's optimizer state as graph state; and every tensor the update writes."""
     states, touched = [], []
     for p, lazy_p, _ in items:
-        state = {k: _optimizer_state(tracer, f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v)
-                 for k, v in opt.state_of(p, group).items()}
+        # registered before build() (optimizer_reads), as build() left them
+        state = {k: tracer.lazy_of(v) for k, v in opt.state_of(p, group).items()}
         states.append(state)
         touched += [lazy_p, *state.values()]
     return states, touched
 
 
 def apply_optimizers(tracer, graph, scaler_state: dict) -> None:
-    names = {id(t): n for n, t in tracer.state_eager.items()}
     fuse = graph.config.options.get("fuse_model_update_ops", False)
     with no_grad():
         work = _gradients(tracer, graph, scaler_state)
@@ -104,7 +96,7 @@ def apply_optimizers(tracer, graph, scaler_state: dict) -> None:
                                      [p for p, _, _ in items])
                 touched = [lazy_p for _, lazy_p, _ in items] + list(states.values())
             else:
-                states, touched = _param_states(tracer, names, opt, group, items)
+                states, touched = _param_states(tracer, opt, group, items)
             snapshot = _snapshot(touched) if found_inf is not None else []
             if sharded:
                 zero.update(opt, group, lr, items, states)
