@@ -80,18 +80,18 @@ class ModelControl:
                     log.warning("could not follow the model control journal", extra={"error": f"{exc!s:.200}"})
 
     async def _control(self, action: str, name: str) -> None:
+        act = getattr(self.repository, action)
+        if self.journal is None:  # one process: the repository's own (per-model) locking
+            await act(name)
+            return
         failure = None
         async with self._lock:
             await self._apply(self._read_new())  # the peers' earlier requests come first
             self._acknowledge()
             try:
-                await getattr(self.repository, action)(name)
+                await act(name)
             except ModelLoadError as exc:  # unavailable here: the peers try the same files
                 failure = exc
-            if self.journal is None:
-                if failure is not None:
-                    raise failure
-                return
             end = self._append({"action": action, "model": name, "worker": self.worker})
         await self._wait_for_peers(end)
         if failure is not None:

@@ -167,3 +167,20 @@ def test_assigning_a_traced_learning_rate_inside_build_is_an_error():
     with pytest.raises(flow.errors.GraphError, match="learning rate"):
         Halves(net, opt)(_x())
     assert opt.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("key, value", [("momentum", 0.5), ("weight_decay", 0.01), ("nesterov", True)])
+def test_a_group_option_changed_after_the_trace_is_an_error_not_the_traced_value(key, value):
+    """The update compiled into the graph holds momentum, weight decay, ... as traced: a call
+    after a change says so rather than training with the old value."""
+    net = _net()
+    opt = flow.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    graph = _LrGraph(net, opt)
+    x = _x()
+    graph(x)
+    opt.param_groups[0][key] = value
+    before = net[0].weight.numpy().copy()
+    with pytest.raises(flow.errors.GraphError, match=rf"param_groups\[0\]\['{key}'\] = .*build a new nn.Graph"):
+        graph(x)
+    _close(net[0].weight.numpy(), before)  # no step ran
+    _LrGraph(net, opt)(x)  # a new graph traces the new value

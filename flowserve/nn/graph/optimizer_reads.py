@@ -6,7 +6,9 @@ yet) becomes graph state, and each parameter group's learning rate a per-call in
 ``build()`` runs, ``param_groups[i]["lr"]`` holds that input as a 0-d tensor. So build() sees
 the state before each call's update and the learning rate of each call, as an eager step
 does, never their values when the graph was traced. Under ZeRO the per-parameter state
-lives in shards the graph updates; reading it inside build() is an error.
+lives in shards the graph updates; reading it inside build() is an error. The groups' other
+options (momentum, betas, weight decay, ...) are part of the compiled update: a call after
+one of them changed is an error.
 """
 
 from __future__ import annotations
@@ -111,3 +113,31 @@ def live_learning_rates(tracer, graph):
             "nn.Graph.build assigned a value computed in the graph to a parameter group's learning rate; "
             "a graph reads the learning rate from param_groups on every call: set it outside build(), "
             "or with an LR scheduler (graph.add_optimizer(opt, lr_sch=...))")
+
+
+def optimizer_options(graph) -> tuple:
+    """Each parameter group's options but its parameters and learning rate, as the update
+    compiled into a graph uses them: ``((optimizer index, group index, options), ...)``."""
+    return tuple((oi, gi, {k: v for k, v in group.items() if k not in ("params", "lr")})
+                 for oi, (opt, _sched) in enumerate(graph.parts.optimizers)
+                 for gi, group in enumerate(opt.param_groups))
+
+
+def check_options_unchanged(graph, traced: tuple) -> None:
+    """A clear error where a group's option (momentum, betas, weight decay, ...) changed after
+    the trace: the compiled update keeps the traced value, eager mode would use the new one."""
+    for oi, gi, options in traced:
+        group = graph.parts.optimizers[oi][0].param_groups[gi]
+        for key, old in options.items():
+            new = group.get(key)
+            if not _same(old, new):
+                raise GraphError(
+                    f"nn.Graph {graph.name} was traced with optimizer {oi}'s param_groups[{gi}][{key!r}] = {old!r}, "
+                    f"now {new!r}: the update compiled into the graph keeps the traced options (only the learning "
+                    "rate is fed on every call); build a new nn.Graph to train with the new value")
+
+
+def _same(old, new) -> bool:
+    if isinstance(old, Tensor) or isinstance(new, Tensor):
+        return old is new
+    return old == new

@@ -17,7 +17,12 @@ from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
-from flowserve.nn.graph.optimizer_reads import forget_unused_state, live_learning_rates, register_optimizer_reads
+from flowserve.nn.graph.optimizer_reads import (
+    forget_unused_state,
+    live_learning_rates,
+    optimizer_options,
+    register_optimizer_reads,
+)
 from flowserve.nn.graph.signature import batch_size
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as ops_functional
@@ -70,6 +75,7 @@ class Traced:
     module_calls: list = field(default_factory=list)
     batch_marks: BatchMarks = field(default_factory=BatchMarks)
     forward_values: frozenset = frozenset()  # values computed by forward ops (activation checkpointing, stages)
+    optimizer_options: tuple = ()  # each group's options the compiled update uses (optimizer_reads)
 
     def prune_state(self) -> None:
         """Keep only the state, constants and feeds the IR still reads (after passes)."""
@@ -211,6 +217,8 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     traced = Traced(ir, dict(tracer.constants), dict(tracer.state_eager), system_feeds, spec, out_spec,
                     tracer.module_calls, BatchMarks.of(ir, tracer.batch), frozenset(tracer.forward_values))
     traced.prune_state()
+    if graph.training:
+        traced.optimizer_options = optimizer_options(graph)
     return traced
 
 
