@@ -16,7 +16,11 @@ one request after the other's answer), no company can come within the delay, so 
 request is taken at once instead of waiting ``max_queue_delay_s`` for nothing. Under
 load most arrivals find others in flight, the share rises within a few requests and
 batches wait to fill as before; requests that pile up while a batch runs merge either
-way, so a burst still forms full batches. A request taken at once still goes through
+way, so a burst still forms full batches. While no company is expected, every
+``PROBE_EVERY``-th batch waits anyway: an event loop too busy to read the next request
+before it answers the last one serves many clients one request at a time, none finding
+another in flight, and the arrivals during a probe's wait lift the share again. A
+request taken at once still goes through
 the queue (not the direct path below): run on the event loop, a burst would be answered
 one request at a time, each finding nothing in flight, and the share would never rise.
 
@@ -50,6 +54,7 @@ RunBatch = Callable[[dict], dict]
 SMALL_BATCH_BYTES = 1 << 16
 COMPANY_WEIGHT = 1 / 8  # weight of the newest arrival in the share that found company
 WAIT_FOR_COMPANY_ABOVE = 0.25  # the share above which a batch waits for company
+PROBE_EVERY = 8  # while no company is expected, every 8th batch still waits (a probe)
 
 
 @dataclasses.dataclass
@@ -102,6 +107,9 @@ class DynamicBatcher:
         self._idle_workers = 0
         self._in_flight = 0  # requests queued or running, not yet answered
         self._company = 0.0  # moving share of arrivals that found another request in flight
+        self._unwaited = 0  # batches taken at once since the last probe
+        self._probe: Optional[_Pending] = None  # the head a probe waits with
+        self.probes = 0  # waits made although no company was expected
 
     @property
     def queued(self) -> int:
@@ -205,6 +213,7 @@ class DynamicBatcher:
                 if not self._closing and self._should_wait():
                     await self._wait(self._queue[0].enqueued + self.max_queue_delay_s)
                     continue
+                self._probe = None
                 return self._take_batch()
             if self._closing:
                 return None
@@ -216,13 +225,25 @@ class DynamicBatcher:
                 self._idle_workers -= 1
 
     def _should_wait(self) -> bool:
-        if self.max_queue_delay_s <= 0 or not self.expects_company:
+        if self.max_queue_delay_s <= 0:
             return False
         oldest = self._queue[0]
         if time.monotonic() >= oldest.enqueued + self.max_queue_delay_s:
             return False
         rows = sum(p.rows for p in self._queue if p.signature == oldest.signature)
-        return rows < self._target
+        if rows >= self._target:
+            return False
+        if self.expects_company or oldest is self._probe:
+            return True
+        # A probe: when a busy event loop answers requests one at a time, none finds another
+        # in flight, though many clients wait; requests that arrive while a probe waits do
+        # find it, and lift the share again
+        self._unwaited += 1
+        if self._unwaited < PROBE_EVERY:
+            return False
+        self._unwaited, self._probe = 0, oldest
+        self.probes += 1
+        return True
 
     async def _wait(self, until: float) -> None:
         self._wakeup.clear()

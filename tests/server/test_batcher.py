@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from flowserve.server.batcher import DynamicBatcher
+from flowserve.server.batcher import PROBE_EVERY, DynamicBatcher
 from flowserve.server.errors import InferenceFailedError, QueueFullError, RequestTimeoutError
 
 
@@ -243,7 +243,8 @@ def test_requests_close_together_go_through_the_queue_and_merge():
 
 def test_a_lone_client_is_not_kept_waiting_for_company():
     """One request after the other's answer: none ever finds another in flight, so none
-    waits the (here hour-long) queue delay for company that cannot come."""
+    waits the (here hour-long) queue delay for company that cannot come, up to the
+    next probe."""
     runner, records = RecordingRunner(), []
 
     async def main():
@@ -251,16 +252,41 @@ def test_a_lone_client_is_not_kept_waiting_for_company():
                                  on_batch=records.append)
         await batcher.start()
         results = [await batcher.submit({"x": np.full((1, 2), i, np.float32)}, 1)
-                   for i in range(10)]
-        expects = batcher.expects_company
+                   for i in range(PROBE_EVERY - 1)]
+        expects, probes = batcher.expects_company, batcher.probes
         await batcher.stop()
-        return results, expects
+        return results, expects, probes
 
-    results, expects = run(main())
+    results, expects, probes = run(main())
     for i, result in enumerate(results):
         np.testing.assert_array_equal(result["y"], np.full((1, 2), 2 * i))
-    assert not expects
-    assert runner.batches == [1] * 10 and [r.requests for r in records] == [1] * 10
+    assert not expects and probes == 0
+    assert runner.batches == [1] * (PROBE_EVERY - 1)
+    assert [r.requests for r in records] == [1] * (PROBE_EVERY - 1)
+
+
+def test_a_probe_finds_clients_that_arrive_one_at_a_time():
+    """Requests that each arrive after the previous one was answered, though not from one
+    client: every ``PROBE_EVERY``-th batch still waits, the arrivals during that wait find
+    it in flight, and the batcher goes back to waiting for company and merging."""
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.2)
+        await batcher.start()
+        tasks = []
+        for _ in range(6 * PROBE_EVERY):
+            tasks.append(asyncio.ensure_future(batcher.submit({"x": np.ones((1, 2))}, 1)))
+            await asyncio.sleep(0.01)  # the last one is answered by now, unless held
+        await asyncio.gather(*tasks)
+        expects, probes = batcher.expects_company, batcher.probes
+        await batcher.stop()
+        return expects, probes
+
+    expects, probes = run(main())
+    assert probes >= 1 and expects
+    assert runner.batches[:PROBE_EVERY - 1] == [1] * (PROBE_EVERY - 1)
+    assert max(runner.batches) > 1 and sum(runner.batches) == 6 * PROBE_EVERY
 
 
 def test_concurrent_requests_still_wait_for_company_and_merge():
