@@ -20,9 +20,9 @@ way, so a burst still forms full batches. While no company is expected, every
 ``PROBE_EVERY``-th batch waits anyway: an event loop too busy to read the next request
 before it answers the last one serves many clients one request at a time, none finding
 another in flight, and the arrivals during a probe's wait lift the share again. A
-request taken at once still goes through
-the queue (not the direct path below): run on the event loop, a burst would be answered
-one request at a time, each finding nothing in flight, and the share would never rise.
+request taken at once still goes through the queue (not the direct path below): run on
+the event loop, a burst would be answered one request at a time, each finding nothing in
+flight, and the share would never rise.
 
 A request that finds the model idle (nothing queued, the instance free, no
 other request in the last ``direct_after_idle_s``) while the batcher would not
