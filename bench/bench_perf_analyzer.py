@@ -43,12 +43,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def perf_analyzer(url: str, protocol: str, concurrency: int, interval_ms: int,
-                  env: dict, model: str = "mlp", extra: tuple = ()) -> dict:
+                  env: dict, model: str = "mlp", extra: tuple = (), max_trials: int = 3) -> dict:
     """perf_analyzer's figures for one run: infer/s, p50 and p99 latency in µs."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
         command = ["perf_analyzer", "-m", model, "-u", url, "-i", protocol, "-b", "1",
                    "--concurrency-range", str(concurrency), "--measurement-interval",
-                   str(interval_ms), "--max-trials", "3", "--stability-percentage", "999",
+                   str(interval_ms), "--max-trials", str(max_trials), "--stability-percentage", "999",
                    "--percentile", "50", "-f", report.name, *extra]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         if done.returncode != 0:

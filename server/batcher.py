@@ -10,6 +10,20 @@ failure is set on every future of the batch. A single instance whose batches
 take less than ``inline_below_s`` runs them on the event loop itself: a thread
 hop costs more than such a batch (~100 µs).
 
+The wait is adaptive: the batcher keeps a moving share of the requests that arrived
+while another was in flight (queued or running). When few did (a lone client sending
+one request after the other's answer), no company can come within the delay, so a
+request is taken at once instead of waiting ``max_queue_delay_s`` for nothing. Under
+load most arrivals find others in flight, the share rises within a few requests and
+batches wait to fill as before; requests that pile up while a batch runs merge either
+way, so a burst still forms full batches. While no company is expected, every
+``PROBE_EVERY``-th batch waits anyway: an event loop too busy to read the next request
+before it answers the last one serves many clients one request at a time, none finding
+another in flight, and the arrivals during a probe's wait lift the share again. A
+request taken at once still goes through the queue (not the direct path below): run on
+the event loop, a burst would be answered one request at a time, each finding nothing in
+flight, and the share would never rise.
+
 A request that finds the model idle (nothing queued, the instance free, no
 other request in the last ``direct_after_idle_s``) while the batcher would not
 wait for company anyway (no queue delay, or already the preferred size) runs at
@@ -38,6 +52,9 @@ from .errors import InferenceFailedError, QueueFullError, RequestTimeoutError, S
 
 RunBatch = Callable[[dict], dict]
 SMALL_BATCH_BYTES = 1 << 16
+COMPANY_WEIGHT = 1 / 8  # weight of the newest arrival in the share that found company
+WAIT_FOR_COMPANY_ABOVE = 0.25  # the share above which a batch waits for company
+PROBE_EVERY = 8  # while no company is expected, every 8th batch still waits (a probe)
 
 
 @dataclasses.dataclass
@@ -88,11 +105,22 @@ class DynamicBatcher:
         self._direct_after_idle_s = direct_after_idle_s
         self._last_arrival = float("-inf")
         self._idle_workers = 0
+        self._in_flight = 0  # requests queued or running, not yet answered
+        self._company = 0.0  # moving share of arrivals that found another request in flight
+        self._unwaited = 0  # batches taken at once since the last probe
+        self._probe: Optional[_Pending] = None  # the head a probe waits with
+        self.probes = 0  # waits made although no company was expected
 
     @property
     def queued(self) -> int:
         """Requests waiting for a worker."""
         return len(self._queue)
+
+    @property
+    def expects_company(self) -> bool:
+        """Whether recent arrivals found other requests in flight often enough that a
+        batch waits ``max_queue_delay_s`` for more (a lone client's never do)."""
+        return self._company > WAIT_FOR_COMPANY_ABOVE
 
     async def start(self) -> None:
         """Start one worker task (and thread) per instance on the running loop."""
@@ -123,6 +151,8 @@ class DynamicBatcher:
             )
         now = time.monotonic()
         last_arrival, self._last_arrival = self._last_arrival, now
+        found = 1.0 if self._in_flight else 0.0
+        self._company += COMPANY_WEIGHT * (found - self._company)
         if self._runs_direct(rows, now - last_arrival, _nbytes(inputs)):
             return self._run_direct(inputs, rows)
         signature = tuple((name, array.shape[1:], array.dtype.str) for name, array in inputs.items())
@@ -132,11 +162,14 @@ class DynamicBatcher:
         )
         self._queue.append(pending)
         self._wakeup.set()
+        self._in_flight += 1
         try:
             return await pending.future
         except asyncio.CancelledError:  # the caller went away (reset stream, deadline): drop its work
             self._queue = collections.deque(p for p in self._queue if p is not pending)
             raise
+        finally:
+            self._in_flight -= 1
 
     def _runs_direct(self, rows: int, idle_s: float, nbytes: int) -> bool:
         return (
@@ -180,6 +213,7 @@ class DynamicBatcher:
                 if not self._closing and self._should_wait():
                     await self._wait(self._queue[0].enqueued + self.max_queue_delay_s)
                     continue
+                self._probe = None
                 return self._take_batch()
             if self._closing:
                 return None
@@ -197,7 +231,19 @@ class DynamicBatcher:
         if time.monotonic() >= oldest.enqueued + self.max_queue_delay_s:
             return False
         rows = sum(p.rows for p in self._queue if p.signature == oldest.signature)
-        return rows < self._target
+        if rows >= self._target:
+            return False
+        if self.expects_company or oldest is self._probe:
+            return True
+        # A probe: when a busy event loop answers requests one at a time, none finds another
+        # in flight, though many clients wait; requests that arrive while a probe waits do
+        # find it, and lift the share again
+        self._unwaited += 1
+        if self._unwaited < PROBE_EVERY:
+            return False
+        self._unwaited, self._probe = 0, oldest
+        self.probes += 1
+        return True
 
     async def _wait(self, until: float) -> None:
         self._wakeup.clear()

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from flowserve.server.batcher import DynamicBatcher
+from flowserve.server.batcher import PROBE_EVERY, DynamicBatcher
 from flowserve.server.errors import InferenceFailedError, QueueFullError, RequestTimeoutError
 
 
@@ -241,20 +241,108 @@ def test_requests_close_together_go_through_the_queue_and_merge():
     assert batches[0] == 1 and sum(batches) == 16 and max(batches) >= 8, batches
 
 
-def test_no_direct_run_when_the_batcher_waits_for_company():
+def test_a_lone_client_is_not_kept_waiting_for_company():
+    """One request after the other's answer: none ever finds another in flight, so none
+    waits the (here hour-long) queue delay for company that cannot come, up to the
+    next probe."""
     runner, records = RecordingRunner(), []
 
     async def main():
-        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.001,
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=3600,
                                  on_batch=records.append)
         await batcher.start()
-        await warm(batcher)
-        await asyncio.sleep(0.01)
-        await batcher.submit({"x": np.ones((1, 2))}, 1)
+        results = [await batcher.submit({"x": np.full((1, 2), i, np.float32)}, 1)
+                   for i in range(PROBE_EVERY - 1)]
+        expects, probes = batcher.expects_company, batcher.probes
         await batcher.stop()
+        return results, expects, probes
 
-    run(main())
-    assert all(r.queue_s[0] >= 0.001 for r in records)  # both waited for the delay
+    results, expects, probes = run(main())
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result["y"], np.full((1, 2), 2 * i))
+    assert not expects and probes == 0
+    assert runner.batches == [1] * (PROBE_EVERY - 1)
+    assert [r.requests for r in records] == [1] * (PROBE_EVERY - 1)
+
+
+def test_a_probe_finds_clients_that_arrive_one_at_a_time():
+    """Requests that each arrive after the previous one was answered, though not from one
+    client: every ``PROBE_EVERY``-th batch still waits, the arrivals during that wait find
+    it in flight, and the batcher goes back to waiting for company and merging."""
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.2)
+        await batcher.start()
+        tasks = []
+        for _ in range(6 * PROBE_EVERY):
+            tasks.append(asyncio.ensure_future(batcher.submit({"x": np.ones((1, 2))}, 1)))
+            await asyncio.sleep(0.01)  # the last one is answered by now, unless held
+        await asyncio.gather(*tasks)
+        expects, probes = batcher.expects_company, batcher.probes
+        await batcher.stop()
+        return expects, probes
+
+    expects, probes = run(main())
+    assert probes >= 1 and expects
+    assert runner.batches[:PROBE_EVERY - 1] == [1] * (PROBE_EVERY - 1)
+    assert max(runner.batches) > 1 and sum(runner.batches) == 6 * PROBE_EVERY
+
+
+def test_concurrent_requests_still_wait_for_company_and_merge():
+    """Once arrivals find others in flight, a batch short of the preferred size waits for
+    more (here up to an hour): a lone request is held until company comes, then all
+    run as one batch."""
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=3600)
+        await batcher.start()
+        burst = [batcher.submit({"x": np.ones((1, 2))}, 1) for _ in range(8)]
+        await asyncio.gather(*burst)
+        expects = batcher.expects_company
+        first = asyncio.ensure_future(batcher.submit({"x": np.zeros((1, 2))}, 1))
+        await asyncio.sleep(0.05)
+        held = not first.done()
+        rest = [batcher.submit({"x": np.full((1, 2), float(i))}, 1) for i in range(7)]
+        results = await asyncio.gather(first, *rest)
+        await batcher.stop()
+        return expects, held, results
+
+    expects, held, results = run(main())
+    assert expects and held
+    assert runner.batches == [8, 8]
+    np.testing.assert_array_equal(results[0]["y"], np.zeros((1, 2)))
+    for i, result in enumerate(results[1:]):
+        np.testing.assert_array_equal(result["y"], np.full((1, 2), 2 * i))
+
+
+def test_the_wait_follows_the_arrivals_both_ways():
+    """After a burst the batcher waits for company; a run of lone requests turns the wait
+    off within a dozen; the next burst turns it on again."""
+    runner = RecordingRunner()
+
+    async def burst(batcher):
+        await asyncio.gather(*(batcher.submit({"x": np.ones((1, 2))}, 1) for _ in range(8)))
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.001)
+        await batcher.start()
+        seen = []
+        await burst(batcher)
+        seen.append(batcher.expects_company)
+        lone = 0
+        while batcher.expects_company and lone < 50:
+            await batcher.submit({"x": np.ones((1, 2))}, 1)
+            lone += 1
+        seen.append(batcher.expects_company)
+        await burst(batcher)
+        seen.append(batcher.expects_company)
+        await batcher.stop()
+        return seen, lone
+
+    seen, lone = run(main())
+    assert seen == [True, False, True] and lone <= 12, (seen, lone)
 
 
 def test_a_slow_hand_off_does_not_keep_small_batches_off_the_loop():
