@@ -67,3 +67,19 @@ def test_the_argument_applies_where_no_module_sets_one():
     frozen = Q.default_qconfig(freeze_observer_after=3)
     prepared = Q.prepare_qat(copy.deepcopy(model), frozen)
     assert {m.freeze_observer_after for m in prepared.modules() if isinstance(m, Q.FakeQuantize)} == {3}
+
+
+def test_batchnorm_frozen_from_the_first_step_trains_what_is_deployed():
+    """``freeze_bn_after=0``: a training call computes the folded convolution the eval
+    model (and the int8 export) computes, and leaves the running statistics alone."""
+    model = TinyNet()
+    model(images(seed=6))  # float32 training: running statistics of data
+    prepared = Q.prepare_qat(model, Q.default_qconfig(freeze_bn_after=0))
+    stats = {k: v.numpy().copy() for k, v in prepared.state_dict().items() if "running" in k}
+    x = images(seed=7)
+    trained = prepared(x).numpy()
+    assert all(np.array_equal(v, prepared.state_dict()[k].numpy()) for k, v in stats.items())
+    deployed = Q.convert(prepared)(x).numpy()
+    np.testing.assert_allclose(trained, deployed, rtol=1e-5, atol=1e-5)
+    unfrozen = Q.prepare_qat(model)
+    assert not np.allclose(unfrozen(x).numpy(), trained, rtol=1e-3, atol=1e-3)
