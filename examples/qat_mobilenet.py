@@ -8,8 +8,10 @@ exported with ``--precision int8``, which takes the learned scales (no calibrati
 checks the int8 model on the examples. The export is forced: ONNX Runtime's integer
 kernels compute each quantized node as the graph does, but within a step, and this briefly
 trained model amplifies those one-step differences (large BatchNorm-folded gains) until some
-of its near-tied top-1 classes change, below the proof's threshold (docs/export.md, "Known
-gap"); the summary says so::
+of its near-tied top-1 classes change, below the proof's threshold (docs/export.md, "Where
+the int8 model's differences from the QAT graph come from"; a float32 model trained to its
+data's BatchNorm statistics is fine-tuned with them frozen instead, ``freeze_bn_after=0``,
+as the benchmark does); the summary says so::
 
     python examples/qat_mobilenet.py
 """

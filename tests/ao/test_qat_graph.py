@@ -32,10 +32,14 @@ def _state(model) -> dict:
     return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("qat_config", [{}, {"moving_min_max_stop_update_after_iters": 2, "freeze_bn_after": 1}],
-                         ids=["default", "freezing"])
-def test_qat_graph_equals_eager_for_three_steps(qat_config):
+@pytest.mark.parametrize("qat_config,float_parts",
+                         [({}, ()), ({"moving_min_max_stop_update_after_iters": 2, "freeze_bn_after": 1}, ()),
+                          ({"freeze_bn_after": 0}, ("stem", "head"))],
+                         ids=["default", "freezing", "frozen-bn-float-stem-and-head"])
+def test_qat_graph_equals_eager_for_three_steps(qat_config, float_parts):
     float_model = TinyNet()
+    for name in float_parts:  # left in float32 by prepare_qat
+        getattr(float_model, name).qconfig = None
     graph_model = copy.deepcopy(float_model)
     graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.05, momentum=0.9), qat_config)
     qconfig = qconfig_from_graph_options(graph.config.options)
@@ -54,6 +58,8 @@ def test_qat_graph_equals_eager_for_three_steps(qat_config):
     ours, theirs = _state(graph_model), _state(eager)
     assert sorted(ours) == sorted(theirs)
     assert any(k.endswith("output_fake_quant.scale") for k in ours) and any("activation_post_process" in k for k in ours)
+    for name in float_parts:
+        assert not any(k.startswith(f"{name}.") and "fake_quant" in k for k in ours), f"{name} is quantized"
     for name in ours:
         ref = theirs[name]
         np.testing.assert_allclose(ours[name], ref, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(ref).max())),

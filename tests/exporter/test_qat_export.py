@@ -191,3 +191,28 @@ def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int
     ops = collections.Counter(n.op_type for n in onnx.load(tmp_path / "optimised.onnx").graph.node)
     assert ops["QLinearConv"] == 52 and ops["QLinearAdd"] == 11 and ops["QGemm"] == 1
     assert ops["Conv"] == ops["Add"] == ops["Gemm"] == 0
+
+
+def test_layers_left_float_export_as_float_beside_integer_kernels(tmp_path):
+    """``qconfig = None`` on the stem: the int8 export keeps its convolution float32 (weight
+    and all), quantizes the block's input after it, and still gives the QAT graph's eval
+    outputs within one quantization step."""
+    model = TinyNet()
+    model.stem.qconfig = None
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), {})
+    for step in range(4):
+        graph(images(seed=step), labels(seed=10 + step))
+    folder = tmp_path / "tiny"
+    flow.save(graph, folder, examples=[images(seed=100 + i) for i in range(3)])
+    result = export_verified(folder, tmp_path / "tiny.int8.onnx", precision="int8")
+    assert result.proof.passed
+    weights = {t.name: t.data_type for t in result.model.graph.initializer}
+    assert sorted(t for n, t in weights.items() if "_quantized" in n) == [onnx.TensorProto.INT8] * 3  # block, head
+    stem = [n for n in result.model.graph.node if n.op_type == "Conv" and weights.get(n.input[1]) == onnx.TensorProto.FLOAT]
+    assert len(stem) == 1 and stem[0].input[0] == result.model.graph.input[0].name
+    session = create_session(result.model, device="cpu")
+    model.eval()
+    x = images(batch=16, seed=200)
+    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    step = float(model.head.output_fake_quant.scale[0])
+    np.testing.assert_allclose(got, EvalGraph(model)(x).numpy(), rtol=0, atol=step * (1 + 1e-3))

@@ -8,6 +8,7 @@ float model's accuracy where calibration alone does not (MobileNetV2, docs/expor
 >>> deployed = Q.convert(model)  # BatchNorm folded, observers stopped, eval mode
 
 In an ``nn.Graph``: ``self.config.enable_qat(True)`` prepares the graph's modules the same way.
+A module whose ``qconfig`` attribute is None (``model.classifier.qconfig = None``) stays float32.
 """
 
 from flowserve.nn.qat.fake_quantize import (

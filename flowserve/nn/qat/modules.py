@@ -29,19 +29,32 @@ from flowserve.tensor import Tensor
 class QuantizedTensors:
     """The tensors that came out of a fake-quantize module during the current forward pass
     of one prepared model: a module reading one of them does not quantize it again (one
-    quantization per tensor, as the exported QDQ model holds)."""
+    quantization per tensor, as the exported QDQ model holds); and those that came out of a
+    module left in float (``qconfig = None``), which the container around it leaves float."""
 
     def __init__(self):
         self._refs: dict = {}
 
-    def mark(self, t: Tensor) -> Tensor:
-        self._refs = {k: r for k, r in self._refs.items() if r() is not None}
-        self._refs[id(t)] = weakref.ref(t)
+    def _record(self, t: Tensor, quantized: bool) -> Tensor:
+        self._refs = {k: r for k, r in self._refs.items() if r[0]() is not None}
+        self._refs[id(t)] = (weakref.ref(t), quantized)
         return t
 
-    def __contains__(self, t) -> bool:
+    def mark(self, t: Tensor) -> Tensor:
+        return self._record(t, True)
+
+    def mark_float(self, t: Tensor) -> Tensor:
+        return self._record(t, False)
+
+    def _kind(self, t):
         ref = self._refs.get(id(t))
-        return ref is not None and ref() is t
+        return None if ref is None or ref[0]() is not t else ref[1]
+
+    def __contains__(self, t) -> bool:
+        return self._kind(t) is True
+
+    def is_float(self, t) -> bool:
+        return self._kind(t) is False
 
     def __deepcopy__(self, memo) -> "QuantizedTensors":
         return QuantizedTensors()

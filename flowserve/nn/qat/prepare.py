@@ -12,6 +12,11 @@
 - the output of every other module with submodules (not an ``nn.Sequential``, whose output
   is its last module's) where it is not quantized yet: the sum of a residual block.
 
+A module's own ``qconfig`` attribute overrides the one it inherits, for it and the modules
+inside it (PyTorch's ``propagate_qconfig_``): ``model.classifier.qconfig = None`` leaves the
+classifier in float32 (its input is then quantized by the layer after it, if any), as
+PyTorch users keep a network's first convolution and last linear layer in float.
+
 >>> import flowserve as flow
 >>> from flowserve.ao.quantization import prepare_qat
 >>> model = prepare_qat(flow.nn.Sequential(flow.nn.Conv2d(3, 4, 3), flow.nn.BatchNorm2d(4), flow.nn.ReLU()))
@@ -50,8 +55,20 @@ def prepare_qat(model: Module, qconfig: Optional[QConfig] = None, inplace: bool 
         raise ValueError(f"prepare_qat replaces layers inside a model, got a bare {type(model).__name__}: "
                          "wrap it, e.g. nn.Sequential(layer)")
     model = model if inplace else copy.deepcopy(model)
-    _prepare(model, qconfig or default_qconfig(), qat.QuantizedTensors())
+    _prepare(model, _own_qconfig(model, qconfig or default_qconfig()), qat.QuantizedTensors())
     return model
+
+
+def _own_qconfig(module: Module, inherited: Optional[QConfig]) -> Optional[QConfig]:
+    """The module's ``qconfig`` attribute where it has one (None: left in float), else the
+    inherited one."""
+    if "qconfig" not in module.__dict__:
+        return inherited
+    own = module.__dict__["qconfig"]
+    if own is not None and not isinstance(own, QConfig):
+        raise TypeError(f"prepare_qat expected {type(module).__name__}.qconfig to be a QConfig or None, "
+                        f"got {type(own).__name__}")
+    return own
 
 
 def qconfig_from_graph_options(options: dict) -> QConfig:
@@ -75,20 +92,25 @@ def is_prepared(model: Module) -> bool:
     return any(isinstance(m, QAT_MODULES) for m in model.modules())
 
 
-def _prepare(module: Module, qconfig: QConfig, tracker: qat.QuantizedTensors) -> None:
-    if isinstance(module, Sequential):
+def _prepare(module: Module, qconfig: Optional[QConfig], tracker: qat.QuantizedTensors) -> None:
+    """Prepare ``module``'s children in place; ``qconfig`` is ``module``'s own (None: float)."""
+    if isinstance(module, Sequential) and qconfig is not None:
         _fuse_sequential(module, qconfig, tracker)
     for name, child in list(module.named_children()):
         if isinstance(child, QAT_MODULES):
             continue
-        if type(child) is Conv2d:
-            setattr(module, name, qat.Conv2d(child, qconfig, tracker))
-        elif type(child) is Linear:
-            setattr(module, name, qat.Linear(child, qconfig, tracker))
+        child_qconfig = _own_qconfig(child, qconfig)
+        if type(child) is Conv2d and child_qconfig is not None:
+            setattr(module, name, qat.Conv2d(child, child_qconfig, tracker))
+        elif type(child) is Linear and child_qconfig is not None:
+            setattr(module, name, qat.Linear(child, child_qconfig, tracker))
         else:
-            _prepare(child, qconfig, tracker)
+            _prepare(child, child_qconfig, tracker)
+        if child_qconfig is None and qconfig is not None:  # a float island: its output stays float
+            child.float_output_tracker = tracker
+            child.register_forward_hook(_keep_float_output)
     has_children = next(iter(module.children()), None) is not None
-    if has_children and not isinstance(module, Sequential):
+    if has_children and qconfig is not None and not isinstance(module, Sequential):
         module.activation_post_process = FakeQuantize(qconfig.activation,
                                                       freeze_observer_after=qconfig.freeze_observer_after)
         module.activation_post_process.tracker = tracker
@@ -104,9 +126,13 @@ def _fuse_sequential(seq: Sequential, qconfig: QConfig, tracker: qat.QuantizedTe
         if type(conv) is not Conv2d or type(bn) is not BatchNorm2d:
             i += 1
             continue
+        own = _own_qconfig(conv, qconfig)
+        if own is None or _own_qconfig(bn, own) is None:  # a layer left in float is not fused
+            i += 1
+            continue
         act = getattr(seq, names[i + 2]) if i + 2 < len(names) else None
         act = act if type(act) in (ReLU, ReLU6) else None
-        setattr(seq, names[i], qat.ConvBn2d(conv, bn, qconfig, tracker, act))
+        setattr(seq, names[i], qat.ConvBn2d(conv, bn, own, tracker, act))
         taken = 3 if act is not None else 2
         for name in names[i + 1:i + taken]:
             setattr(seq, name, Identity())
@@ -114,11 +140,20 @@ def _fuse_sequential(seq: Sequential, qconfig: QConfig, tracker: qat.QuantizedTe
 
 
 def _quantize_output(module, args, out):
-    """Forward hook of a prepared container: fake-quantize its output unless a layer did."""
+    """Forward hook of a prepared container: fake-quantize its output unless a layer did, or
+    a layer left in float made it."""
     fq = module.activation_post_process
-    if not isinstance(out, Tensor) or not out.dtype.is_floating_point or out in fq.tracker:
+    if not isinstance(out, Tensor) or not out.dtype.is_floating_point or out in fq.tracker \
+            or fq.tracker.is_float(out):
         return None
     return fq.tracker.mark(fq(out))
+
+
+def _keep_float_output(module, args, out):
+    """Forward hook of a module left in float inside a prepared one."""
+    if isinstance(out, Tensor):
+        module.float_output_tracker.mark_float(out)
+    return None
 
 
 def fake_quantizers(model: Module):
