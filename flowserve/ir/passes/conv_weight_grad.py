@@ -17,7 +17,8 @@ convolution's weight gradient is larger than the kernel and cropped by a ``slice
 the taps the crop keeps are computed. The taps' rows are stacked (``concat``) into one
 ``(oh*ow*B, C*kh*kw)`` matrix and multiplied once: the output gradient is packed once
 instead of once per tap, which outweighs the extra copy (``bench/profile_ort_ops.py``);
-each element's sum is the same. Only the summation order changes.
+each element's sum is the same. Only the summation order changes. ``stacked=False`` multiplies
+each tap on its own (``graph.config.allow_stacked_weight_gradient(False)``).
 
 >>> ir, changed = conv_weight_grad_as_matmul(ir)      # doctest: +SKIP
 """
@@ -29,7 +30,6 @@ from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 MIN_KERNEL = 16  # kernel positions (kh*kw) from which a conv is a weight gradient
 MAX_OUTPUT = 16  # output positions (oh*ow) up to which taps are worth unrolling
 MIN_DEPTH = 1024  # products shorter than this (C*kh*kw) stay convolutions
-ONE_PRODUCT = True  # the taps stacked into one product (else one per tap); bench/profile_ort_ops.py
 
 
 class _Emitter:
@@ -69,9 +69,9 @@ def _cropped(node: Node, users: list, oh: int, ow: int):
     return users[0] if (rows, cols) != (oh, ow) else None
 
 
-def _rewrite(ir: GraphIR, node: Node, crop: Node | None = None) -> list:
-    """Matrix products for ``node``'s output taps; with ``crop``, only the taps that slice
-    keeps, written as the slice's output."""
+def _rewrite(ir: GraphIR, node: Node, crop: Node | None, stacked: bool) -> list:
+    """Matrix products for ``node``'s output taps (one of the stacked taps, else one per
+    tap); with ``crop``, only the taps that slice keeps, written as the slice's output."""
     e = _Emitter(ir, node)
     x, k = node.inputs
     b, c, h, w = ir.values[x].shape
@@ -98,7 +98,7 @@ def _rewrite(ir: GraphIR, node: Node, crop: Node | None = None) -> list:
                 "axes": [2, 3], "steps": [d0, d1]})
             taps.append(e.op("reshape", [tap], (b, c * kh * kw), {"shape": [b, c * kh * kw]}))
     n = len(taps)
-    if ONE_PRODUCT:
+    if stacked:
         rows = e.op("concat", taps, (n * b, c * kh * kw), {"axis": 0}) if n > 1 else taps[0]
         product = e.op("matmul", [rows, k_t], (n * b, o), {})
         by_tap = e.op("reshape", [product], (n, b, o), {"shape": [n, b, o]})
@@ -111,7 +111,7 @@ def _rewrite(ir: GraphIR, node: Node, crop: Node | None = None) -> list:
     return e.nodes
 
 
-def conv_weight_grad_as_matmul(ir: GraphIR) -> PassResult:
+def conv_weight_grad_as_matmul(ir: GraphIR, stacked: bool = True) -> PassResult:
     users: dict = {}
     for node in ir.nodes:
         for name in node.inputs:
@@ -124,7 +124,7 @@ def conv_weight_grad_as_matmul(ir: GraphIR) -> PassResult:
         if _matches(ir, node):
             _, _, oh, ow = ir.values[node.outputs[0]].shape
             crop = None if node.outputs[0] in outputs else _cropped(node, users.get(node.outputs[0], []), oh, ow)
-            nodes += _rewrite(ir, node, crop)
+            nodes += _rewrite(ir, node, crop, stacked)
             if crop is not None:
                 cropped.add(id(crop))
             changed = True
