@@ -41,13 +41,22 @@ def test_weight_gradient_convs_become_matmuls_with_eager_gradients():
     ir = graph._last.traced.ir
     assert "conv_weight_grad_as_matmul" in ir.attrs["passes"]
     # every conv's weight gradient became one matmul of its stacked taps: the first's 9 taps
-    # (8 images of 32x32: 8192-long products), the strided one's 9 (its 4x4 gradient conv
-    # cropped to the 3x3 kernel: only the kept taps) and the pointwise one's single tap
+    # (8 images of 32x32: 8192-long products) and the strided one's 9 (its 4x4 gradient conv
+    # cropped to the 3x3 kernel: only the kept taps), each gathered by one take, and the
+    # pointwise one's single tap, a slice
     def per_conv(op):
         found = [n.outputs[0].split("/wg_")[0] for n in ir.nodes if n.op == op and "/wg_" in n.outputs[0]]
         return sorted(found.count(name) for name in set(found))
-    assert per_conv("slice") == [1, 9, 9]
+    assert per_conv("take") == [1, 1]
+    assert per_conv("slice") == [1]
     assert per_conv("matmul") == [1, 1, 1]
+    # the taps' flat positions in the padded 34x34 input: rows are the output gradient's
+    # positions, columns the kernel's (stride 1, then stride 2)
+    first, strided = sorted((graph._last.traced.constants[n.inputs[1]] for n in ir.nodes if n.op == "take"),
+                            key=len, reverse=True)
+    assert first.shape == (32 * 32, 9) and first[0].tolist() == [0, 1, 2, 34, 35, 36, 68, 69, 70]
+    assert first[33].tolist() == [35, 36, 37, 69, 70, 71, 103, 104, 105]  # position (1, 1)
+    assert strided.shape == (16 * 16, 9) and strided[17].tolist() == [70, 71, 72, 104, 105, 106, 138, 139, 140]
     for p0, p, e in zip(before, model.parameters(), eager.parameters()):
         assert_close(p0 - p.numpy(), e.grad.numpy(), rtol=1e-5)
 
