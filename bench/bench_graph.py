@@ -8,9 +8,10 @@ PyTorch under ``torch.compile`` (default mode; its first, compiling step is time
 reported with the graphs' first calls), the graph's speedups over each, the node count of
 the lowered ONNX and the op types that take the most time in ONNX Runtime's profile of one
 step. Then the first-call time of the
-ResNet-18 training graph and inference latency at batch 1 and 64 against PyTorch.
+ResNet-18 training graph and inference latency of each model at batch 1 and at its training
+batch against PyTorch eager and ``torch.compile``.
 Goals: training graph >= 1x PyTorch eager on the convnets and >= 1.5x on the MLP and
-Transformer, >= 2x flowserve eager; inference graphs >= 1x PyTorch.
+Transformer, >= 2x flowserve eager; inference graphs >= 1x PyTorch and ``torch.compile``.
 
     python bench/bench_graph.py                      # about 5 minutes on a quiet 2-core machine
     python bench/bench_graph.py --only resnet --engines cpu --rounds 2
@@ -324,17 +325,20 @@ def profile(graph, args, steps: int = 4) -> tuple[int, list]:
     return len(compiled.model.graph.node), [(op, t / total) for op, t in by_op.most_common(6)]
 
 
-def torch_infer_fn(name, batch):
+def torch_infer_fn(name, batch, compiled: bool = False):
+    """PyTorch's inference call (eager, or under ``torch.compile``'s default mode with
+    ``compiled``; the first call, which compiles, runs here)."""
     if torch is None:
         return None
     _, shape, classes, _, vocab = CASES[name]
     x = torch.tensor(batch_of(shape, classes, batch, vocab)[0])
     torch.manual_seed(0)
     model = TORCH_MODELS[name]().eval()
+    forward = torch.compile(model) if compiled else model
 
     def run():
         with torch.no_grad():
-            return model(x).numpy()
+            return forward(x).numpy()
 
     run()
     return run
@@ -358,9 +362,9 @@ def inference_fns(name, batch, providers) -> dict:
 
     eager()
     fns["eager"] = eager
-    torch_fn = torch_infer_fn(name, batch)
-    if torch_fn is not None:
-        fns["torch"] = torch_fn
+    if torch is not None:
+        fns["torch"] = torch_infer_fn(name, batch)
+        fns["compile"] = torch_infer_fn(name, batch, compiled=True)
     return fns
 
 
@@ -418,17 +422,20 @@ def batch_args(name):
 
 
 def inference_table(args, providers) -> None:
-    heads = "".join(f"{'graph:' + p:>15}" for p in providers)
-    ratios = "".join(f"{p[:3] + ':torch':>10}" for p in providers)
-    print(f"\n{'inference latency (ms)':<26}{heads}{'eager':>9}{'torch':>9}{ratios}")
-    for name in ("resnet18 cifar", "mobilenet_v2 cifar"):
+    """Inference latency of every case at batch 1 and at its training batch."""
+    peers = ["eager"] + (["torch", "compile"] if torch is not None else [])
+    heads = "".join(f"{'graph:' + p:>15}" for p in providers) + "".join(f"{p:>9}" for p in peers)
+    ratios = "".join(f"{p[:3] + ':' + peer[:5]:>11}" for p in providers for peer in peers[1:])
+    print(f"\n{'inference latency (ms)':<26}{heads}{ratios}")
+    for name in CASES:
         if args.only and args.only not in name:
             continue
-        for batch in (1, 64):
-            best = interleaved(inference_fns(name, batch, providers), args.rounds * (4 if batch == 1 else 2))
+        for batch in sorted({1, CASES[name][3]}):
+            slow = batch > 1 and name.startswith(("mobilenet", "resnet"))
+            best = interleaved(inference_fns(name, batch, providers), args.rounds * (2 if slow else 4))
             row = f"{name + f' b={batch}':<26}" + "".join(f"{best[p] * 1e3:>15.2f}" for p in providers)
-            row += f"{best['eager'] * 1e3:>9.2f}{best.get('torch', float('nan')) * 1e3:>9.2f}"
-            print(row + "".join(_ratio(best, "torch", p) + " " for p in providers), flush=True)
+            row += "".join(f"{best.get(p, float('nan')) * 1e3:>9.2f}" for p in peers)
+            print(row + "".join(_ratio(best, peer, p) + "  " for p in providers for peer in peers[1:]), flush=True)
 
 
 def main() -> None:
@@ -437,13 +444,15 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
     parser.add_argument("--engines", default=None, help="graph providers to time, e.g. cpu,openvino")
     parser.add_argument("--no-inference", action="store_true", help="training steps only")
+    parser.add_argument("--no-training", action="store_true", help="inference latency only")
     parser.add_argument("--no-fuse-update", action="store_true",
                         help="graphs without config.allow_fuse_model_update_ops(True)")
     args = parser.parse_args()
     providers = engines(args.engines)
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; fastest of interleaved rounds; "
           f"ratios are speedups of the graph (peer time / graph time)\n")
-    training_table(args, providers)
+    if not args.no_training:
+        training_table(args, providers)
     if not args.no_inference:
         inference_table(args, providers)
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
