@@ -8,10 +8,10 @@ PyTorch under ``torch.compile`` (default mode; its first, compiling step is time
 reported with the graphs' first calls), the graph's speedups over each, the node count of
 the lowered ONNX and the op types that take the most time in ONNX Runtime's profile of one
 step. Then the first-call time of the
-ResNet-18 training graph and inference latency of each model at batch 1 and at its training
-batch against PyTorch eager and ``torch.compile``.
+ResNet-18 training graph and inference latency of every model at batch 1 and at its
+training batch against PyTorch eager and ``torch.compile``.
 Goals: training graph >= 1x PyTorch eager on the convnets and >= 1.5x on the MLP and
-Transformer, >= 2x flowserve eager; inference graphs >= 1x PyTorch and ``torch.compile``.
+Transformer, >= 2x flowserve eager; inference graphs >= 1x torch.compile.
 
     python bench/bench_graph.py                      # about 5 minutes on a quiet 2-core machine
     python bench/bench_graph.py --only resnet --engines cpu --rounds 2
@@ -326,8 +326,8 @@ def profile(graph, args, steps: int = 4) -> tuple[int, list]:
 
 
 def torch_infer_fn(name, batch, compiled: bool = False):
-    """PyTorch's inference call (eager, or under ``torch.compile``'s default mode with
-    ``compiled``; the first call, which compiles, runs here)."""
+    """PyTorch's inference (eval mode, no grad), eager or under ``torch.compile``'s default
+    mode with ``compiled``; the first call, which compiles, runs here."""
     if torch is None:
         return None
     _, shape, classes, _, vocab = CASES[name]
@@ -422,18 +422,18 @@ def batch_args(name):
 
 
 def inference_table(args, providers) -> None:
-    """Inference latency of every case at batch 1 and at its training batch."""
+    """Latency at batch 1 and at the training batch, every model; ratios against PyTorch
+    eager and ``torch.compile`` measured in the same interleaved rounds."""
     peers = ["eager"] + (["torch", "compile"] if torch is not None else [])
     heads = "".join(f"{'graph:' + p:>15}" for p in providers) + "".join(f"{p:>9}" for p in peers)
     ratios = "".join(f"{p[:3] + ':' + peer[:5]:>11}" for p in providers for peer in peers[1:])
     print(f"\n{'inference latency (ms)':<26}{heads}{ratios}")
-    for name in CASES:
+    for name, (_, _, _, train_batch, _) in CASES.items():
         if args.only and args.only not in name:
             continue
-        for batch in sorted({1, CASES[name][3]}):
-            slow = batch > 1 and name.startswith(("mobilenet", "resnet"))
-            best = interleaved(inference_fns(name, batch, providers), args.rounds * (2 if slow else 4))
-            row = f"{name + f' b={batch}':<26}" + "".join(f"{best[p] * 1e3:>15.2f}" for p in providers)
+        for batch in (1, train_batch):
+            best = interleaved(inference_fns(name, batch, providers), args.rounds * (4 if batch == 1 else 2))
+            row = f"{name[:18] + f' b={batch}':<26}" + "".join(f"{best[p] * 1e3:>15.2f}" for p in providers)
             row += "".join(f"{best.get(p, float('nan')) * 1e3:>9.2f}" for p in peers)
             print(row + "".join(_ratio(best, peer, p) + "  " for p in providers for peer in peers[1:]), flush=True)
 

@@ -407,11 +407,13 @@ class InferenceServer(Listening):
             handshake_timeout_s=self.settings.header_timeout_s)
         http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]))
         publisher = asyncio.create_task(self._publish_metrics())
+        follower = asyncio.create_task(self.plane.control.follow())  # the other workers' load/unload
         log.info("serving", extra={"http": self.http_url, "grpc": self.grpc_address,
                                    "ready": self.plane.ready()})
         self._started.set()
         await self._stop.wait()
         log.info("shutting down: finishing in-flight requests")
+        follower.cancel()
         http_server.should_exit = True
         if grpc_server is not None:
             await grpc_server.stop(self.settings.graceful_timeout_s)

@@ -49,6 +49,10 @@ def serve(
     allow_model_control: bool = typer.Option(
         False, help="Accept repository load/unload requests (only models inside PATH)."
     ),
+    model_control_sync_timeout: float = typer.Option(
+        300.0, help="Seconds a load/unload request waits for the other --workers processes to "
+                    "follow it before it is answered."
+    ),
     auth_token: Optional[str] = typer.Option(
         None, envvar="FLOWSERVE_AUTH_TOKEN",
         help="Require 'Authorization: Bearer TOKEN' on every request but health checks.",
@@ -135,7 +139,8 @@ def serve(
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
             require_verified=require_verified, worker_restarts_per_minute=worker_restarts_per_minute,
             intra_op_threads=intra_op_threads,
-            allow_model_control=allow_model_control, auth_token=auth_token,
+            allow_model_control=allow_model_control,
+            model_control_sync_timeout_s=model_control_sync_timeout, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,
             header_timeout_s=header_timeout, body_idle_timeout_s=body_idle_timeout,
             body_timeout_s=body_timeout, max_preallocated_body_bytes=max_preallocated_body_bytes,

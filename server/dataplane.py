@@ -27,6 +27,7 @@ from flowserve.protocol.datatypes import TRITON_TYPE_BY_DATATYPE
 from flowserve.protocol.tensors import array_to_raw
 
 from .classification import check_classification, classify_outputs
+from .control import ModelControl
 from .datatypes import OFFLOAD_BYTES, array_from_raw
 from .errors import InvalidRequestError, ModelControlDisabledError, RequestTooLargeError, ServerError
 from .metrics import ServerMetrics
@@ -91,12 +92,14 @@ class DataPlane:
         self.settings = settings
         self.metrics = ServerMetrics(settings.shared_metrics_dir, statistics=self._own_statistics)
         self.repository = ModelRepository(settings, on_batch=self.metrics.batch)
+        self.control = ModelControl(self.repository, settings)  # load/unload on every worker
         self.shared_memory = SharedMemoryRegistry(settings.allow_client_shm)
         self._request_ids = itertools.count(1)
 
     async def start(self) -> None:
-        """Load the models (failures are kept in the index, not raised)."""
-        await self.repository.load_all()
+        """Load the models (failures are kept in the index, not raised), and unload those
+        the other workers of the server have unloaded."""
+        await self.control.start()
 
     async def stop(self) -> None:
         """Let queued requests finish, then release every session."""
@@ -246,16 +249,16 @@ class DataPlane:
         return [dataclasses.asdict(r) for r in rows if not ready_only or r.state == "READY"]
 
     async def load_model(self, name: str, parameters: Optional[dict] = None) -> None:
-        """(Re)load ``name`` from the repository; ``parameters`` (Triton's ``config`` and
+        """(Re)load ``name`` from the repository, on every worker of the server; ``parameters`` (Triton's ``config`` and
         ``file:`` ones, which would load a model from the request) are refused."""
         self._check_model_control()
         if parameters:
             raise InvalidRequestError(
                 "parameters: refused; models load only from files in the repository")
-        await self.repository.load(name)
+        await self.control.load(name)
 
     async def unload_model(self, name: str, parameters: Optional[dict] = None) -> None:
-        """Unload ``name``. ``unload_dependents`` (tritonclient sends it on every unload) is
+        """Unload ``name`` on every worker of the server. ``unload_dependents`` (tritonclient sends it on every unload) is
         the one parameter: flowserve serves no ensembles, so no model has dependents."""
         self._check_model_control()
         parameters = parameters or {}
@@ -266,7 +269,7 @@ class DataPlane:
         if not isinstance(parameters.get("unload_dependents", False), bool):
             raise InvalidRequestError("parameters.unload_dependents: expected true or false, got "
                                       f"{parameters['unload_dependents']!r}")
-        await self.repository.unload(name)
+        await self.control.unload(name)
 
     def _check_model_control(self) -> None:
         if not self.settings.allow_model_control:

@@ -67,6 +67,10 @@ class ServerSettings(BaseSettings):
     allow_model_control: bool = Field(
         False, description="Allow repository load/unload requests (never outside the repo)."
     )
+    model_control_sync_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds a load/unload request waits for the other workers of "
+        "--workers N to follow it before it answers."
+    )
     auth_token: Optional[str] = Field(
         None, description="Bearer token every request but health checks must carry."
     )

@@ -4,10 +4,11 @@ The supervisor reserves the ports (SO_REUSEPORT, so port 0 resolves once for all
 starts N worker processes that each load the models from the same files and bind
 the same ports, and the kernel spreads incoming connections over them. The first
 ``grpc_workers`` workers also serve gRPC. Metrics and Triton's statistics add up
-across workers (see ``ServerMetrics.publish``). SIGINT/SIGTERM is passed on to every worker, which
-finishes its in-flight requests. A worker that dies (killed, out of memory) is
-replaced by a new one on the same ports, while the others go on serving; more than
-``worker_restarts_per_minute`` restarts within a minute means the workers cannot
+across workers (see ``ServerMetrics.publish``), and a model load or unload that one
+worker serves reaches every worker (``server/control.py``). SIGINT/SIGTERM is passed on
+to every worker, which finishes its in-flight requests. A worker that dies (killed, out
+of memory) is replaced by a new one on the same ports, while the others go on serving;
+more than ``worker_restarts_per_minute`` restarts within a minute means the workers cannot
 stay up (a crash loop), and the supervisor stops them all and exits non-zero, for
 systemd or Kubernetes to restart the whole server::
 
@@ -30,6 +31,7 @@ import time
 from typing import Iterator, Optional
 
 from .app import InferenceServer, Listening, reserve_port
+from .control import acknowledgement
 from .logs import configure_logging
 from .settings import ServerSettings
 from .tls import server_context
@@ -117,6 +119,7 @@ class WorkerPool(Listening):
                     return 1
                 restarts.append(now)
                 self._readiness.pop(process, None)
+                acknowledgement(self.metrics_dir, process.pid).unlink(missing_ok=True)  # no load waits for it
                 self.processes[index] = self._spawn(index)
                 log.warning("worker exited; restarted it",
                             extra={"worker": process.name, "pid": process.pid,

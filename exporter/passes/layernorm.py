@@ -1,10 +1,15 @@
-"""LayerNorm: the composite's mean/variance subgraph recognised by what it computes.
+"""LayerNorm: the ``layer_norm_stats`` primitive, and hand-written layer norms recognised by
+what they compute.
 
-``layer_norm`` traces to about a dozen primitives (sum, scale, subtract, square, sum, add
-eps, sqrt, divide, weight, bias). From each value ``x`` the pass grows the cone of
+``nn.LayerNorm`` and ``F.layer_norm`` trace to one ``layer_norm_stats`` node; over the last
+dim, with its statistics unused, it becomes one ``fused.LayerNorm`` node (a weight of ones
+and a bias of zeros, what a layer without affine parameters holds, count as none). A layer
+norm written by hand traces to about a dozen primitives (sum, scale, subtract, square,
+sum, add eps, sqrt, divide, weight, bias). From each value ``x`` the pass grows the cone of
 elementwise nodes and last-axis sums that read only ``x``, scalars and last-axis vectors,
 then checks a candidate output numerically against ``(x - mean) / sqrt(var + eps) * w + b``
-for the cone's own constants; a match becomes one ``fused.LayerNorm`` node.
+for the cone's own constants; a match becomes one ``fused.LayerNorm`` node. Either way a
+residual add that only the layer norm reads joins it.
 """
 
 from __future__ import annotations
@@ -86,6 +91,36 @@ def _identify(g: ExportGraph, x: str, nodes: list, y: str):
     return None
 
 
+def _is_filled(g: ExportGraph, name: str, value: float) -> bool:
+    """``name`` holds only ``value``: a constant, or a constant expanded (which folding keeps)."""
+    node = g.producer(name)
+    if node is not None and node.op == "expand":
+        name = node.inputs[0]
+    return g.is_const(name) and bool(np.all(np.asarray(g.consts[name]) == value))
+
+
+def _fuse_primitive(g: ExportGraph, node) -> bool:
+    """``layer_norm_stats`` over the last dim whose mean and rstd nothing reads."""
+    x, w, b = node.inputs
+    y, mean, rstd = node.outputs
+    if node.attrs["dims"] != 1 or any(g.users(s) or s in g.output_names for s in (mean, rstd)):
+        return False
+    w = None if _is_filled(g, w, 1.0) else w
+    b = None if _is_filled(g, b, 0.0) else b
+    _replace(g, x, [node], y, float(node.attrs["eps"]), w, b)
+    return True
+
+
+def _replace(g: ExportGraph, x: str, nodes: list, y: str, eps: float, w, b) -> None:
+    skip = _residual_add(g, x, nodes)
+    inputs = (list(skip.inputs) if skip else [x]) + [name for name in (w, b) if name is not None]
+    nodes = ([skip] if skip else []) + nodes
+    attrs = {"epsilon": eps, "has_weight": w is not None, "has_bias": b is not None, "skip": bool(skip)}
+    detail = f"eps={eps:g}" + (", residual add" if skip else "")
+    group = FusedGroup("LayerNorm", nodes[-1].scope, [n.op for n in nodes], y, detail)
+    g.replace(nodes, fused_node("LayerNorm", inputs, [y], attrs, nodes[-1]), group)
+
+
 def _fuse_from(g: ExportGraph, x: str) -> bool:
     cone = _cone(g, x)
     if not any(n.op == "sum" for n in cone):
@@ -97,14 +132,7 @@ def _fuse_from(g: ExportGraph, x: str) -> bool:
         found = _identify(g, x, nodes, y)
         if found is None:
             continue
-        eps, w, b = found
-        skip = _residual_add(g, x, nodes)
-        inputs = (list(skip.inputs) if skip else [x]) + [name for name in (w, b) if name is not None]
-        nodes = ([skip] if skip else []) + nodes
-        attrs = {"epsilon": eps, "has_weight": w is not None, "has_bias": b is not None, "skip": bool(skip)}
-        detail = f"eps={eps:g}" + (", residual add" if skip else "")
-        group = FusedGroup("LayerNorm", nodes[-1].scope, [n.op for n in nodes], y, detail)
-        g.replace(nodes, fused_node("LayerNorm", inputs, [y], attrs, nodes[-1]), group)
+        _replace(g, x, nodes, y, *found)
         return True
     return False
 
@@ -123,6 +151,8 @@ def _residual_add(g: ExportGraph, x: str, nodes: list):
 
 def fuse_layernorm(g: ExportGraph) -> PassResult:
     count = 0
+    for node in [n for n in g.ir.nodes if n.op == "layer_norm_stats"]:
+        count += _fuse_primitive(g, node)
     candidates = [v.name for v in g.ir.inputs] + [o for n in g.ir.nodes for o in n.outputs]
     for x in candidates:
         if x in g.ir.values and not g.is_const(x) and _fuse_from(g, x):

@@ -120,8 +120,7 @@ class SegmentedGraph:
             t = self.traced.state[name]
             data = np.array(t.numpy(), copy=True, order="C")
             self.comm.broadcast(data, 0)
-            t._data = to_device_array(data, t.device)
-            t._version += 1
+            t._set_value(to_device_array(data, t.device))  # its detach() aliases too
 
     def _run_collectives(self, nodes: list[Node], values: dict) -> None:
         pending = []
@@ -167,8 +166,7 @@ def write_back(traced: Traced, values: dict) -> list[Tensor]:
     """The new state into the eager tensors (as a one-session graph leaves it); the outputs."""
     for name, value in traced.ir.updates.items():
         target = traced.state[name]
-        target._data = to_device_array(np.array(values[value], copy=True), target.device)
-        target._version += 1
+        target._set_value(to_device_array(np.array(values[value], copy=True), target.device))
     return [Tensor._wrap(np.array(values[v.name], copy=True)) for v in traced.ir.outputs]
 
 

@@ -120,6 +120,7 @@ class Tracer:
         self.system_feeds: dict = {}  # system state name -> () -> its value for each call
         self._generator_seeds: dict = {}  # id(generator) -> lazy int64 seed fed per call
         self.random_streams = 0  # seeded random nodes so far: each draws its own stream
+        self._unliftable: dict[int, str] = {}  # id(eager tensor) -> why it may not become a constant
 
     def __enter__(self) -> "Tracer":
         current = current_interpreter()
@@ -195,6 +196,18 @@ class Tracer:
     def lazy_of(self, eager):
         return self.state_tensors.get(id(eager))
 
+    def state_named(self, name: str):
+        """The current lazy value of the registered state ``name`` (None if there is none)."""
+        eager = self.state_eager.get(name)
+        return None if eager is None else self.state_tensors[id(eager)]
+
+    def refuse_constant(self, eager, why: str) -> None:
+        """Make an op on ``eager`` inside build an error (``why``) rather than a constant of
+        its value at trace time: a tensor whose value changes between calls that the graph
+        cannot read as state."""
+        self._unliftable[id(eager)] = why
+        self._keepalive.append(eager)
+
     def lift(self, t):
         if t._lazy is not None:
             return t
@@ -208,6 +221,11 @@ class Tracer:
         return self._constant(t)
 
     def _constant(self, t):
+        shared = t._aliases.keys() if t._aliases is not None else ()  # detach() of it shares its value
+        why = next((self._unliftable[i] for i in (id(t), *shared) if i in self._unliftable), None)
+        if why is not None:
+            raise GraphError(f"nn.Graph {self.ir.name} cannot read a tensor of size {tuple(t.shape)} inside build(): "
+                             f"{why}")
         name = f"_const_{len(self.constants)}"
         self.constants[name] = t.numpy()
         value = self.ir.add_value(Value(name, tuple(t.shape), t.dtype.name))

@@ -8,7 +8,7 @@ explicit namespace ``flowserve.ops.functional``.
 
 from flowserve.ops import elementwise, nn, reduce, shape  # noqa: F401  (declare the primitives)
 from flowserve.ops import indexing, math, sorting  # noqa: F401  (tensor-op primitives)
-from flowserve.ops import batch_norm, conv, dropout, pool, random, rnn  # noqa: F401  (nn, random, recurrent primitives)
+from flowserve.ops import batch_norm, conv, dropout, layer_norm, pool, random, rnn  # noqa: F401  (nn, random, recurrent primitives)
 from flowserve.ops import collective  # noqa: F401  (collectives of distributed runs)
 from flowserve.ops import fake_quant  # noqa: F401  (quantization-aware training)
 from flowserve.ops import functional, tensor_methods

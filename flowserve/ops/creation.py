@@ -103,11 +103,41 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``. Inside
     ``nn.Graph.build`` a copy of a tensor is its traced value (a parameter's copy reads the
     parameter on every call, not its value when the graph was traced)."""
-    if isinstance(data, Tensor) and not requires_grad and current_trace() is not None:
-        copied = data.detach()  # traced values are never written in place: no copy op needed
-        return copied if dtype is None else copied.to(dtype)
+    if not requires_grad and current_trace() is not None:
+        if isinstance(data, Tensor):
+            copied = data.detach()  # traced values are never written in place: no copy op needed
+            return copied if dtype is None else copied.to(dtype)
+        if _holds_tensor(data):
+            return _traced_nested(data, dtype)
     arr = np.array(array_from(data, dtypes.default_float), copy=True)
     return from_array(arr, dtype, device, requires_grad)
+
+
+def _holds_tensor(data) -> bool:
+    return isinstance(data, Tensor) or (isinstance(data, (list, tuple)) and any(_holds_tensor(x) for x in data))
+
+
+def _traced_nested(data, dtype):
+    """``flow.tensor`` of (nested) lists holding tensors inside a trace: the stack of their
+    traced values, so that parameters and buffers in it are read on every call. Its dtype and
+    shape are those eager mode gives (``array_from`` on zeros of the same layout)."""
+    like = array_from(_zeros_of(data), dtypes.default_float)
+    target = dtypes.as_dtype(dtype) if dtype is not None else dtypes.from_numpy(like.dtype)
+    return core_functions.reshape(_stacked(data, target), tuple(like.shape))
+
+
+def _zeros_of(data):
+    if isinstance(data, Tensor):
+        return np.zeros(tuple(int(d) for d in data.shape), data.dtype.np)
+    return [_zeros_of(x) for x in data] if isinstance(data, (list, tuple)) else data
+
+
+def _stacked(data, target):
+    if isinstance(data, Tensor):
+        return tensor(data).to(target)
+    if isinstance(data, (list, tuple)):
+        return core_functions.stack([_stacked(x, target) for x in data])  # not empty: it holds a tensor
+    return from_array(np.asarray(data, target.np))
 
 
 def from_numpy(array: np.ndarray):

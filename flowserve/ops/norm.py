@@ -5,7 +5,8 @@ running statistics in place (``copy_``, which records a state update inside
 ``nn.Graph.build``), with PyTorch's unbiased running variance. In one process its
 training-mode normalisation is the primitive ``batch_norm_train`` (``flowserve.ops.batch_norm``),
 whose gradient is in closed form; ONNX's own training-mode BatchNormalization keeps a biased
-running variance and is missing from ONNX Runtime's inference builds.
+running variance and is missing from ONNX Runtime's inference builds. ``layer_norm`` is the
+primitive ``layer_norm_stats`` (``flowserve.ops.layer_norm``), also with a closed-form gradient.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from flowserve.ops import collective
 from flowserve.ops import functional
 from flowserve.ops.autocast_policy import like_input
 from flowserve.ops.batch_norm import batch_norm_train
+from flowserve.ops.layer_norm import layer_norm_stats
 from flowserve.ops.registry import fail_shape
 
 
@@ -109,15 +111,21 @@ def _normalize_last(x, axes: list, eps: float):
 
 @like_input
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
-    """Normalise over the trailing ``normalized_shape`` dims, as ``torch.nn.functional.layer_norm``."""
+    """Normalise over the trailing ``normalized_shape`` dims, as ``torch.nn.functional.layer_norm``:
+    the ``layer_norm_stats`` primitive (one ONNX ``LayerNormalization``, a closed-form gradient)."""
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     k = len(normalized_shape)
     if tuple(x.shape[x.ndim - k:]) != normalized_shape or x.ndim < k:
         fail_shape("layer_norm", f"input (*, {', '.join(map(str, normalized_shape))})", tuple(x.shape))
-    y = _normalize_last(x, list(range(x.ndim - k, x.ndim)), eps)
-    if weight is not None:
-        y = y * weight
-    return y + bias if bias is not None else y
+    if x.is_global:  # the composite, whose reductions take any sbp (a split normalised dim too)
+        y = _normalize_last(x, list(range(x.ndim - k, x.ndim)), eps)
+        y = y * weight if weight is not None else y
+        return y + bias if bias is not None else y
+    if weight is None:
+        weight = functional.expand(functional.scalar_tensor(1, x.dtype, x.device), list(normalized_shape))
+    if bias is None:
+        bias = functional.expand(functional.scalar_tensor(0, x.dtype, x.device), list(normalized_shape))
+    return layer_norm_stats(x, weight, bias, eps=float(eps), dims=k)[0]
 
 
 @like_input

@@ -58,3 +58,17 @@ def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
 @pytest.mark.slow
 def test_four_processes_equal_one_process(tmp_path):
     run_and_compare(tmp_path, 4, ["conv"])
+
+
+def test_writes_of_data_parallelism_reach_detach_and_data_aliases(tmp_path):
+    """Rank 0's broadcast (DDP and a data-parallel graph) and a graph's training steps write
+    the tensors' values as in-place updates do: their detach()/.data handles follow."""
+    check(launch("aliases.py", tmp_path))
+    got = [np.load(tmp_path / f"aliases-rank{rank}.npz") for rank in range(2)]
+    names = sorted({key.rsplit(".", 1)[0] for key in got[0].keys()})
+    assert len(names) == 4
+    apart = [f"{name} rank {rank}" for rank in range(2) for name in names
+             if not np.array_equal(got[rank][f"{name}.alias"], got[rank][f"{name}.tensor"])]
+    assert not apart, f"detach()/.data handles that no longer share their tensor's value: {apart}"
+    for name in names:
+        np.testing.assert_array_equal(got[0][f"{name}.tensor"], got[1][f"{name}.tensor"], err_msg=name)

@@ -1,5 +1,5 @@
 """Reads of a graph's state that carry no gradient (``detach()``, ``.data``, ``no_grad``
-blocks, ``clone().detach()``, ``flow.tensor(p)``) follow the state: a training graph sees each step's
+blocks, ``clone().detach()``, ``flow.tensor(p)``, ``flow.tensor([p, q])``) follow the state: a training graph sees each step's
 parameters and buffers, an inference graph the values its module holds when it is called,
 a saved graph the values at ``flow.save`` time, as eager mode does."""
 
@@ -46,6 +46,10 @@ READS = {
     "buffer_data": lambda net: net.bn.running_var.data,
     "tensor_copy": lambda net: flow.tensor(net.lin.weight),
     "tensor_copy_float64": lambda net: flow.tensor(net.bn.running_mean, dtype=flow.float64),
+    "tensor_of_list": lambda net: flow.tensor([net.lin.bias, net.bn.running_mean]),
+    "tensor_of_nested_list": lambda net: flow.tensor(([net.lin.bias], [net.bn.running_var.data])),
+    "tensor_of_elements_and_numbers": lambda net: flow.tensor([net.lin.weight[0, 1], net.bn.running_mean[2], 2.5]),
+    "tensor_of_list_float64": lambda net: flow.tensor([net.lin.bias, net.lin.bias * 2.0], dtype=flow.float64),
 }
 
 

@@ -33,7 +33,7 @@ from flowserve.server.batcher import BatchRecord
 from flowserve.server.metrics import ServerMetrics
 from flowserve.server.model import ComputeStatistics, ModelStatistics
 
-from .models import mlp_reference
+from .models import mlp_reference, write_repository
 
 MODEL = "tiny"
 
@@ -244,6 +244,42 @@ def test_a_killed_worker_is_restarted_while_the_other_keeps_answering(mlp_file):
     assert victim.exitcode == -signal.SIGKILL
     assert pool.exit_status == 0
     assert [process.exitcode for process in pool.processes] == [0, 0]
+
+
+def ready_answers(url: str, model: str, connections: int = 30) -> list[bool]:
+    """Whether ``model`` is ready, asked on ``connections`` connections of their own (all on
+    one worker of two has odds 2**-29)."""
+    return [httpx.get(f"{url}/v2/models/{model}/ready", timeout=30).status_code == 200
+            for _ in range(connections)]
+
+
+def control(url: str, model: str, action: str) -> None:
+    answer = httpx.post(f"{url}/v2/repository/models/{model}/{action}", json={}, timeout=120)
+    assert answer.status_code == 200, answer.text
+
+
+def test_model_load_and_unload_reach_every_worker_a_restarted_one_too(tmp_path):
+    repository = write_repository(tmp_path / "repo")
+    settings = ServerSettings(model_path=str(repository), http_port=0, grpc_port=None,
+                              log_level="warning", workers=2, allow_model_control=True)
+    pool = WorkerPool(settings)
+    with pool.background():
+        url = pool.http_url
+        assert all(ready_answers(url, "mlp"))
+        control(url, "mlp", "unload")  # answered once both workers have unloaded it
+        assert not any(ready_answers(url, "mlp"))
+        assert all(ready_answers(url, "types"))  # the other models serve on
+        control(url, "mlp", "load")
+        assert all(ready_answers(url, "mlp"))
+        control(url, "types", "unload")
+        victim = pool.processes[1].pid
+        os.kill(victim, signal.SIGKILL)  # its replacement loads every model, then follows the unload
+        assert wait_until(lambda: pool.processes[1].pid != victim and pool.is_ready(1))
+        assert not any(ready_answers(url, "types"))
+        assert all(ready_answers(url, "mlp"))
+        control(url, "types", "load")  # the restarted worker follows later requests as well
+        assert all(ready_answers(url, "types"))
+    assert pool.exit_status == 0
 
 
 def test_a_crash_loop_stops_the_server_with_one_line_and_status_1(mlp_file, tmp_path, caplog):

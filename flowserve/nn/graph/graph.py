@@ -19,6 +19,7 @@ from flowserve.nn.graph.debug import DebugPrinter
 from flowserve.nn.graph.executor import ExecutorSpec, make_executor
 from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
+from flowserve.nn.graph.optimizer_reads import check_options_unchanged
 from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.pipeline import trace_and_rewrite
 from flowserve.nn.graph.printing import graph_repr
@@ -244,6 +245,8 @@ class Graph:
                                  "graphs take local tensors; pass x.to_local() (a graph run in a launched process "
                                  "is data parallel by itself, see docs/distributed.md)")
         compiled = self._compiled_for(args, kwargs, leaves, spec)
+        if self.training:
+            check_options_unchanged(self, compiled.traced.optimizer_options)
         first_run = self._debug is not None and compiled.peak_memory is None
         self._parts.last = compiled
         if first_run:

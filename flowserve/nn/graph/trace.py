@@ -7,6 +7,7 @@ and output dims hold the batch, ``BatchMarks``). The graph passes run after it
 from __future__ import annotations
 
 import inspect
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from flowserve import dtypes
@@ -16,6 +17,12 @@ from flowserve.errors import GraphError
 from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
+from flowserve.nn.graph.optimizer_reads import (
+    forget_unused_state,
+    live_learning_rates,
+    optimizer_options,
+    register_optimizer_reads,
+)
 from flowserve.nn.graph.signature import batch_size
 from flowserve.nn.graph.update import apply_optimizers
 from flowserve.ops import functional as ops_functional
@@ -68,6 +75,7 @@ class Traced:
     module_calls: list = field(default_factory=list)
     batch_marks: BatchMarks = field(default_factory=BatchMarks)
     forward_values: frozenset = frozenset()  # values computed by forward ops (activation checkpointing, stages)
+    optimizer_options: tuple = ()  # each group's options the compiled update uses (optimizer_reads)
 
     def prune_state(self) -> None:
         """Keep only the state, constants and feeds the IR still reads (after passes)."""
@@ -187,11 +195,13 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     with tracer, set_grad_enabled(graph.training):
         lazy_inputs = [tracer.add_input(n, t.meta) for n, t in zip(names, leaves)]
         register_state(tracer, graph)
+        made = register_optimizer_reads(tracer, graph, system_feeds) if graph.training else []
         scaler_state = _scaler_state(tracer, graph) if graph.training else {}
         tracer.loss_scale = _loss_scale(graph, scaler_state, steps)
-        out_leaves, out_spec = _run_build(graph, tracer, lazy_inputs, spec, names, steps)
+        with live_learning_rates(tracer, graph) if graph.training else nullcontext():
+            out_leaves, out_spec = _run_build(graph, tracer, lazy_inputs, spec, names, steps)
         if graph.training:
-            apply_optimizers(tracer, graph, system_feeds, scaler_state)
+            apply_optimizers(tracer, graph, scaler_state)
             step = tracer.add_state(TRAIN_STEP, graph.parts.train_step, "system")
             with no_grad():
                 step.copy_(step + 1)
@@ -202,10 +212,13 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         ir.attrs["random_seed"] = graph_seed()  # ops given a generator= draw from its per-call seed
     name_outputs(ir, [t._lazy.name for t in out_leaves], unique_output_names(leaf_names(out_spec), ir.values))
     eliminate_dead_code(ir)
+    forget_unused_state(tracer, made, ir)
     system_feeds.update(tracer.system_feeds)
     traced = Traced(ir, dict(tracer.constants), dict(tracer.state_eager), system_feeds, spec, out_spec,
                     tracer.module_calls, BatchMarks.of(ir, tracer.batch), frozenset(tracer.forward_values))
     traced.prune_state()
+    if graph.training:
+        traced.optimizer_options = optimizer_options(graph)
     return traced
 
 

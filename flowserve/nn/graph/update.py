@@ -9,22 +9,13 @@ scaler's update shrinks the scale.
 
 from __future__ import annotations
 
-import numpy as np
-
 from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
+from flowserve.nn.graph.optimizer_reads import learning_rate_name
 from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import clip_group_grads
-from flowserve.tensor import Tensor
-
-
-def _lr_feed(group: dict):
-    """The group's learning rate as fed each call: float32, or float64 for float64 parameters
-    (a float32 0.1 is 0.10000000149, an error a double model would carry into every step)."""
-    double = any(p.dtype.name == "float64" for p in group["params"])
-    return lambda: np.asarray(group["lr"], dtype=np.float64 if double else np.float32)
 
 
 def _gradients(tracer, graph, scaler_state: dict) -> list:
@@ -32,8 +23,8 @@ def _gradients(tracer, graph, scaler_state: dict) -> list:
     work = []
     for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
-            lr_name = f"System-Optimizer-{oi}-Group-{gi}-LearningRate"
-            lr = tracer.add_state(lr_name, Tensor._wrap(_lr_feed(group)()), "system")
+            lr_name = learning_rate_name(oi, gi)  # registered before build() (optimizer_reads)
+            lr = tracer.state_named(lr_name)
             items = []
             for p in group["params"]:
                 lazy_p = tracer.lazy_of(p)
@@ -75,19 +66,18 @@ def _update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -
             opt._update(lazy_p, g, state, group, lr)
 
 
-def _param_states(tracer, names: dict, opt, group: dict, items: list) -> tuple[list, list]:
+def _param_states(tracer, opt, group: dict, items: list) -> tuple[list, list]:
     """Each parameter's optimizer state as graph state; and every tensor the update writes."""
     states, touched = [], []
     for p, lazy_p, _ in items:
-        state = {k: tracer.add_state(f"{names[id(p)]}-{opt.graph_state_suffix(k)}", v, "optimizer")
-                 for k, v in opt.state_of(p, group).items()}
+        # registered before build() (optimizer_reads), as build() left them
+        state = {k: tracer.lazy_of(v) for k, v in opt.state_of(p, group).items()}
         states.append(state)
         touched += [lazy_p, *state.values()]
     return states, touched
 
 
-def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> None:
-    names = {id(t): n for n, t in tracer.state_eager.items()}
+def apply_optimizers(tracer, graph, scaler_state: dict) -> None:
     fuse = graph.config.options.get("fuse_model_update_ops", False)
     with no_grad():
         work = _gradients(tracer, graph, scaler_state)
@@ -100,14 +90,13 @@ def apply_optimizers(tracer, graph, system_feeds: dict, scaler_state: dict) -> N
             found_inf = parallel.agree(found_inf) if parallel is not None else found_inf
         zero = parallel.zero if parallel is not None else None  # ZeRO: a sharded update per group
         for opt, group, lr, lr_name, items in work:
-            system_feeds[lr_name] = _lr_feed(group)
             sharded = zero is not None and bool(items)
             if sharded:
                 states = zero.states(tracer, opt, group, lr_name.removesuffix("-LearningRate"),
                                      [p for p, _, _ in items])
                 touched = [lazy_p for _, lazy_p, _ in items] + list(states.values())
             else:
-                states, touched = _param_states(tracer, names, opt, group, items)
+                states, touched = _param_states(tracer, opt, group, items)
             snapshot = _snapshot(touched) if found_inf is not None else []
             if sharded:
                 zero.update(opt, group, lr, items, states)

@@ -30,8 +30,7 @@ def broadcast_tensors(comm, tensors: list, src: int = 0) -> None:
     for t in tensors:
         data = np.array(t.numpy(), copy=True, order="C")
         comm.broadcast(data, src)
-        t._data = to_device_array(data, t.device)
-        t._version += 1
+        t._set_value(to_device_array(data, t.device))  # its detach() aliases too
 
 
 class DistributedDataParallel(Module):

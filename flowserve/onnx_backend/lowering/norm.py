@@ -1,6 +1,7 @@
-"""ONNX lowering of training-mode batch normalisation (``batch_norm_train``).
+"""ONNX lowering of the normalisation primitives: training-mode batch normalisation
+(``batch_norm_train``) and layer normalisation (``layer_norm_stats``, at the end).
 
-Two ReduceMean and four full-tensor ops: ``d = x - mean``, ``d * d``, ``d * scale``,
+Batch norm: two ReduceMean and four full-tensor ops: ``d = x - mean``, ``d * d``, ``d * scale``,
 ``+ bias``, with ``scale = weight / sqrt(var + eps)`` per channel. On ONNX Runtime's CPU
 provider (graph mode), a float32 or float64 one is one ``BatchNormalization`` in training
 mode instead: with ``momentum=0`` its "running" statistics are the batch's mean and biased
@@ -22,6 +23,7 @@ from flowserve import dtypes
 from flowserve.ir.interpreter import reshape_target
 from flowserve.onnx_backend.lowering.registry import lowering
 from flowserve.ops import batch_norm as prims
+from flowserve.ops import layer_norm as layer_norm_ops
 
 
 @lowering(prims.batch_norm_train)
@@ -49,3 +51,25 @@ def lower_batch_norm_train(b, node, ctx):
     eps = b.const(node.attrs["eps"], dtypes.from_name(meta.dtype).np)
     scale = b.op1("Reshape", [b.op1("Div", [weight, b.op1("Sqrt", [b.op1("Add", [var, eps])])]), channel])
     b.op("Add", [b.op1("Mul", [d, scale]), b.op1("Reshape", [bias, channel])], [y])
+
+
+@lowering(layer_norm_ops.layer_norm_stats)
+def lower_layer_norm_stats(b, node, ctx):
+    """One ``LayerNormalization`` (opset 17) for float32, whose optional outputs are the
+    mean and ``1 / sqrt(var + eps)``; other dtypes (float64, whose statistics the operator
+    would keep in float32, and the low-precision ones) as the standard operators."""
+    x, weight, bias = node.inputs
+    y, mean, rstd = node.outputs
+    meta = ctx.meta(x)
+    dims, eps = int(node.attrs["dims"]), float(node.attrs["eps"])
+    if meta.dtype == "float32" and b.opset >= 17:
+        b.op("LayerNormalization", [x, weight, bias], [y, mean, rstd], axis=len(meta.shape) - dims,
+             epsilon=eps, stash_type=1)
+        return
+    axes = b.const(layer_norm_ops.normalised_axes(len(meta.shape), dims))
+    b.op("ReduceMean", [x, axes], [mean], keepdims=1)
+    d = b.op1("Sub", [x, mean])
+    var = b.op1("ReduceMean", [b.op1("Mul", [d, d]), axes], keepdims=1)
+    b.op("Reciprocal", [b.op1("Sqrt", [b.op1("Add", [var, b.const(eps, dtypes.from_name(meta.dtype).np)])])],
+         [rstd])
+    b.op("Add", [b.op1("Mul", [b.op1("Mul", [d, rstd]), weight]), bias], [y])

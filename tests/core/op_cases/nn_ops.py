@@ -1,4 +1,4 @@
-"""Cases for the nn primitives: convolutions, max pooling, batch norm, dropout's mask."""
+"""Cases for the nn primitives: convolutions, max pooling, batch and layer norm, dropout's mask."""
 
 import numpy as np
 
@@ -71,6 +71,11 @@ CASES = {
         Case([(4, 3, 2, 3), (3,), (3,)], {"eps": 1e-5}, id="2d"),
         Case([(5, 2), (2,), (2,)], {"eps": 1e-3}, id="1d-features"),
         Case([(3, 2, 4), (2,), (2,)], {"eps": 0.1}, id="sequence"),
+    ],
+    "layer_norm_stats": [
+        Case([(4, 3, 5), (5,), (5,)], {"eps": 1e-5, "dims": 1}, id="last-dim"),
+        Case([(2, 3, 4), (3, 4), (3, 4)], {"eps": 1e-3, "dims": 2}, id="two-dims"),
+        Case([(6,), (6,), (6,)], {"eps": 0.1, "dims": 1}, id="no-leading-dims"),
     ],
     # random draws are only comparable where they are certain: an empty range, a vanishing deviation
     "uniform_like": [Case([(3, 4)], {"low": 0.5, "high": 0.5}, id="point")],

@@ -7,10 +7,25 @@ from tests.exporter.passes.common import exported_ops, kinds, passes_of, traced
 
 @pytest.mark.parametrize("eps,affine", [(1e-5, True), (1e-3, False)])
 def test_layer_norm_is_recognised_with_its_eps(eps, affine):
-    g = passes_of(traced(nn.LayerNorm(6, eps=eps, elementwise_affine=affine), 2, 3, 6))
+    norm = nn.LayerNorm(6, eps=eps, elementwise_affine=affine)
+    if affine:  # trained values (a weight of ones and a bias of zeros count as none)
+        norm.weight.data = flow.linspace(0.5, 1.5, 6)
+        norm.bias.data = flow.linspace(-0.1, 0.1, 6)
+    g = passes_of(traced(norm, 2, 3, 6))
     (node,) = g.ir.nodes
     assert node.op == "fused.LayerNorm" and node.attrs["epsilon"] == pytest.approx(eps)
-    assert node.attrs["has_weight"] is affine
+    assert node.attrs["has_weight"] is affine and node.attrs["has_bias"] is affine
+
+
+def test_hand_written_layer_norm_is_recognised():
+    class Hand(nn.Module):
+        def forward(self, x):
+            centered = x - x.mean(-1, keepdim=True)
+            return centered / ((centered * centered).mean(-1, keepdim=True) + 1e-6).sqrt()
+
+    g = passes_of(traced(Hand(), 2, 3, 6))
+    (node,) = g.ir.nodes
+    assert node.op == "fused.LayerNorm" and node.attrs["epsilon"] == pytest.approx(1e-6)
 
 
 class Residual(nn.Module):
