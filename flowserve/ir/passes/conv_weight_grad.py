@@ -19,7 +19,7 @@ gradient is packed once instead of once per tap. Where the pass may add constant
 mode), the taps are one ``take`` (ONNX ``Gather``) of the layer input laid out
 ``(N, H*W, C)`` and zero padded, at a constant table of flat positions: every row of the
 ``(N*kh*kw, taps*C)`` matrix is a run of ``C`` contiguous values, copied once (ResNet-18
-CIFAR step: 10-11% less wall time than ``slice`` per tap and ``concat`` in two runs of
+CIFAR step: 8-11% less wall time than ``slice`` per tap and ``concat`` in three runs of
 ``bench/profile_ort_ops.py``, CPU time 0-9% less); elsewhere the taps are ``slice``s of
 the padded ``(C, N, H, W)`` transpose, ``concat``-ed. ``stacked=False`` multiplies each tap
 on its own (``graph.config.allow_stacked_weight_gradient(False)``). Each element's sum is
