@@ -21,16 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
-from flowserve.ir.passes import conv_weight_grad  # noqa: E402
 from flowserve.onnx_backend import runtime  # noqa: E402
-from flowserve.onnx_backend.lowering import norm  # noqa: E402
 
-# variant name -> (module, attribute, value) settings applied while its graph compiles
+# variant name -> the graph config calls (method, argument) its graph is compiled with
 VARIANTS = {
-    "previous": ((conv_weight_grad, "ONE_PRODUCT", False), (norm, "TRAINING_KERNEL", False)),
-    "one product": ((conv_weight_grad, "ONE_PRODUCT", True), (norm, "TRAINING_KERNEL", False)),
-    "BN kernel": ((conv_weight_grad, "ONE_PRODUCT", False), (norm, "TRAINING_KERNEL", True)),
-    "both": ((conv_weight_grad, "ONE_PRODUCT", True), (norm, "TRAINING_KERNEL", True)),
+    "previous": (("allow_stacked_weight_gradient", False), ("allow_cpu_batch_norm_kernel", False)),
+    "one product": (("allow_stacked_weight_gradient", True), ("allow_cpu_batch_norm_kernel", False)),
+    "BN kernel": (("allow_stacked_weight_gradient", False), ("allow_cpu_batch_norm_kernel", True)),
+    "both": (("allow_stacked_weight_gradient", True), ("allow_cpu_batch_norm_kernel", True)),
 }
 
 
@@ -54,14 +52,9 @@ def _compile(name: str, settings) -> tuple:
     model = factory()
     model.train()
     graph = bg.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), True, "cpu")
-    saved = [(m, a, getattr(m, a)) for m, a, _ in settings]
-    for m, a, v in settings:
-        setattr(m, a, v)
-    try:
-        loss = float(graph(x, y).numpy())
-    finally:
-        for m, a, v in saved:
-            setattr(m, a, v)
+    for method, value in settings:
+        getattr(graph.config, method)(value)
+    loss = float(graph(x, y).numpy())
     return graph, (lambda: graph(x, y).numpy()), loss
 
 

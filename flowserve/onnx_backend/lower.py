@@ -78,7 +78,8 @@ def _widen_bfloat16(ir: GraphIR) -> GraphIR:
 
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
              opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None,
-             nchwc_block: int = 0, cpu_provider: bool = False, dynamic_dims: dict | None = None) -> onnx.ModelProto:
+             nchwc_block: int = 0, cpu_provider: bool = False, batch_norm_kernel: bool = True,
+             dynamic_dims: dict | None = None) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
@@ -90,7 +91,9 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     only (``flowserve.onnx_backend.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
     the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
-    CPU provider (standard operators in the formulations it runs fastest). ``dynamic_dims``:
+    CPU provider (standard operators in the formulations it runs fastest); there
+    ``batch_norm_kernel`` lowers training batch norm as its training-mode
+    ``BatchNormalization`` (``flowserve.onnx_backend.lowering.norm``). ``dynamic_dims``:
     input or output name -> {axis: dim name}, dims written as those named ``dim_param``s.
     """
     ir = _widen_bfloat16(ir)
@@ -103,7 +106,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.input(name, v.dtype, v.shape)
     for name, array in baked.items():
         b.initializer(name, np.asarray(array))
-    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider)
+    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider, batch_norm_kernel)
     for node in ir.nodes:
         lower = (lowerings or {}).get(node.op) or LOWERINGS.for_op(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:

@@ -32,7 +32,9 @@ def gelu(x, approximate: str = "none"):
         return x * 0.5 * (functional.tanh(inner) + 1.0)
     if approximate != "none":
         raise ValueError(f"gelu expected approximate 'none' or 'tanh', got {approximate!r}")
-    return x * 0.5 * (math_ops.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+    # x / sqrt(2), not x * (1 / sqrt(2)): ONNX Runtime fuses this form (with a preceding bias
+    # add) into one BiasGelu/Gelu kernel in graph mode (docs/graph.md, Performance)
+    return x * 0.5 * (math_ops.erf(x / math.sqrt(2.0)) + 1.0)
 
 
 def silu(x):

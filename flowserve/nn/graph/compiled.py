@@ -76,6 +76,7 @@ class CompiledGraph:
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
                               dynamic_batch=self.dynamic_batch if dynamic_batch is None else dynamic_batch,
                               cpu_provider=cpu, nchwc_block=runtime.nchwc_block_size() if blocked else 0,
+                              batch_norm_kernel=options.get("cpu_batch_norm_kernel", True),
                               dynamic_dims=self.dynamic_dims)
 
     def _session_for(self, engine: str) -> tuple:

@@ -18,6 +18,11 @@
   or the faster of them, measured);
 - ``allow_cpu_blocked_kernels``: training graphs on ONNX Runtime's CPU provider run their
   eligible convolutions with its blocked (NCHWc) kernels (on by default);
+- ``allow_stacked_weight_gradient``: a convolution weight gradient rewritten as matrix
+  products multiplies its stacked kernel taps once (on by default), else once per tap;
+- ``allow_cpu_batch_norm_kernel``: training graphs on ONNX Runtime's CPU provider compute
+  batch norm's statistics and output with its training-mode ``BatchNormalization`` (on by
+  default), else with standard reductions and elementwise operators;
 - ``allow_thread_spinning``: the runtime's threads spin between operators instead of
   sleeping (off by default);
 - ``enable_qat`` / ``set_qat_config``: quantization-aware training, the graph's modules
@@ -133,6 +138,22 @@ class GraphConfig:
         lowers standard ONNX ``Conv`` only. Saved and exported models are standard ONNX
         either way."""
         self._set("cpu_blocked_kernels", bool(mode))
+
+    def allow_stacked_weight_gradient(self, mode: bool = True) -> None:
+        """Training graphs: a convolution's weight gradient with a large kernel and few output
+        positions is rewritten as matrix products of its kernel taps
+        (``flowserve.ir.passes.conv_weight_grad``); on (the default) the taps are stacked into
+        one matrix and multiplied once, off each tap is multiplied on its own. Both give
+        eager mode's gradients up to float rounding; ``bench/profile_ort_ops.py`` times them."""
+        self._set("stacked_weight_gradient", bool(mode))
+
+    def allow_cpu_batch_norm_kernel(self, mode: bool = True) -> None:
+        """Training graphs on ONNX Runtime's CPU provider: batch norm's batch statistics and
+        output come from the provider's ``BatchNormalization`` in training mode
+        (``flowserve.onnx_backend.lowering.norm``; on by default); off lowers them as two
+        ``ReduceMean`` and elementwise operators. Saved and exported models are the same
+        either way."""
+        self._set("cpu_batch_norm_kernel", bool(mode))
 
     def allow_thread_spinning(self, mode: bool = True) -> None:
         """ONNX Runtime's threads spin between operators (``session.intra_op.allow_spinning``)

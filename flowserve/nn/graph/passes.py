@@ -28,13 +28,15 @@ from flowserve.ir.passes.manager import Pass, PassManager
 class PassContext:
     """What the graph passes read: the graph's config options, whether it trains, its
     modules' graph options (full name -> ``GraphModule``), the values the forward computed
-    (from the trace) and the world size of a launched run."""
+    (from the trace), the world size of a launched run and the trace's constants (name ->
+    array), to which a pass may add (None: passes add no constant)."""
 
     options: dict
     training: bool = False
     modules: dict = field(default_factory=dict)
     forward_values: frozenset = frozenset()
     world_size: int = 1
+    constants: dict | None = None
 
     @property
     def checkpointed_scopes(self) -> list[str]:
@@ -79,7 +81,9 @@ GRAPH_PASSES = PassManager([
     Pass("activation_checkpointing",
          lambda ir, ctx: checkpoint_activations(ir, ctx.checkpointed_scopes, ctx.forward_values),
          when=lambda ctx: ctx.training and bool(ctx.checkpointed_scopes), requires=("forward_values",)),
-    Pass("conv_weight_grad_as_matmul", lambda ir, ctx: conv_weight_grad_as_matmul(ir),
+    Pass("conv_weight_grad_as_matmul",
+         lambda ir, ctx: conv_weight_grad_as_matmul(ir, ctx.options.get("stacked_weight_gradient", True),
+                                                    ctx.constants),
          when=lambda ctx: ctx.training),
     Pass("fold_clamp_gradient_masks", lambda ir, ctx: fold_clamp_gradient_masks(ir), when=lambda ctx: ctx.training),
     Pass("amp", lambda ir, ctx: amp_cast(ir, ctx.amp_dtype, native=_native_low_precision(ctx.amp_dtype)),

@@ -21,7 +21,7 @@ def pass_context(graph, traced: Traced) -> PassContext:
     """What the graph passes read of ``graph`` (config, modules' options) and of the trace."""
     return PassContext(options=dict(graph.config.options), training=graph.training,
                        modules=graph._graph_modules(), forward_values=traced.forward_values,
-                       world_size=env.get_world_size())
+                       world_size=env.get_world_size(), constants=traced.constants)
 
 
 def trace_and_rewrite(graph, args: tuple, kwargs: dict, names: list[str] | None = None,

@@ -13,7 +13,8 @@ wrong running means). So the running inputs are ``weight * 0`` and ``bias * 0`` 
 each, computed each run, two expressions so that they stay two buffers), and the kernel is
 used only where ``weight`` and ``bias`` are graph inputs (parameters fed each step), which
 no optimizer folds into constants. Other engines keep the standard
-operators (cuDNN's running variance is the unbiased one).
+operators (cuDNN's running variance is the unbiased one), and so does a graph with
+``config.allow_cpu_batch_norm_kernel(False)``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from flowserve.ir.interpreter import reshape_target
 from flowserve.onnx_backend.lowering.registry import lowering
 from flowserve.ops import batch_norm as prims
 from flowserve.ops import layer_norm as layer_norm_ops
-
-TRAINING_KERNEL = True  # bench/profile_ort_ops.py compares with the standard operators
 
 
 @lowering(prims.batch_norm_train)
@@ -36,7 +35,7 @@ def lower_batch_norm_train(b, node, ctx):
     x, weight, bias = node.inputs
     y, mean, var = node.outputs
     meta = ctx.meta(x)
-    if TRAINING_KERNEL and ctx.cpu_provider and meta.dtype in ("float32", "float64") and b.opset >= 15 \
+    if ctx.batch_norm_kernel and meta.dtype in ("float32", "float64") and b.opset >= 15 \
             and {weight, bias} <= {v.name for v in b.inputs}:
         zero = b.const(0, dtypes.from_name(meta.dtype).np)
         running = [b.op1("Mul", [p, zero]) for p in (weight, bias)]  # two buffers (no common subexpression)

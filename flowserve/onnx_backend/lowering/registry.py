@@ -73,15 +73,18 @@ def simple(op_type: str, *prims: Primitive, **fixed_attrs):
 class LoweringContext:
     """What a lowering may read besides its node: value metadata, the builder, whether the
     batch is dynamic, ``cpu_provider`` (graph mode on ONNX Runtime's CPU provider: the
-    formulations it runs fastest) and ``nchwc_block`` (its NCHWc channel block for training
-    graphs, else 0: standard ONNX operators only)."""
+    formulations it runs fastest), ``nchwc_block`` (its NCHWc channel block for training
+    graphs, else 0: standard ONNX operators only) and ``batch_norm_kernel`` (with
+    ``cpu_provider``: training batch norm as the provider's ``BatchNormalization`` kernel)."""
 
-    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0, cpu_provider: bool = False):
+    def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0, cpu_provider: bool = False,
+                 batch_norm_kernel: bool = True):
         self.ir = ir
         self.b = builder
         self.dynamic_batch = dynamic_batch
         self.nchwc_block = nchwc_block
         self.cpu_provider = cpu_provider
+        self.batch_norm_kernel = cpu_provider and batch_norm_kernel
         self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
 
     def meta(self, name: str):
