@@ -157,6 +157,10 @@ class LRScheduler:
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
 
+    def __setstate__(self, state: dict) -> None:  # a copy is a scheduler of its optimizer too
+        self.__dict__.update(state)
+        self.optimizer.add_lr_scheduler(self)
+
 
 class LambdaLR(LRScheduler):
     """``lr = initial_lr * lr_lambda(epoch)``; the lambdas are not saved (only callable

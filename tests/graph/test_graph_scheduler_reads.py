@@ -5,6 +5,8 @@ or the user steps it between calls; reads the graph cannot follow are errors at 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,15 @@ def test_saved_and_loaded_graph_continues_to_follow_the_scheduler(tmp_path, name
     resumed = _Graph(net, opt, sched, attach=True, extra=extra)
     resumed.load_state_dict(flow.load(tmp_path / "graph"))
     got += _graph_steps(resumed, sched, True, 3)
+    _close(got, want)
+
+
+def test_a_copy_of_the_optimizer_and_scheduler_is_followed_like_the_original():
+    _, _, want = _eager_steps("step", 4)
+    net = _net()
+    opt = flow.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net, opt, sched = copy.deepcopy((net, opt, SCHEDULERS["step"][0](opt)))
+    got = _graph_steps(_Graph(net, opt, sched, attach=False, extra=SCHEDULERS["step"][1]), sched, False, 4)
     _close(got, want)
 
 
