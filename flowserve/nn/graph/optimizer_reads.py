@@ -43,6 +43,13 @@ def lr_feed(group: dict):
     return lambda: np.asarray(group["lr"], dtype=dtype)
 
 
+def add_feed(tracer, system_feeds: dict, name: str, feed):
+    """A per-call input of the graph, ``name``, given ``feed()`` before every call; returns
+    its lazy value (what build() reads)."""
+    system_feeds[name] = feed
+    return tracer.add_state(name, Tensor._wrap(feed()), "system")
+
+
 def _state_names(tracer) -> dict:
     """id(eager tensor) -> its name, for the tensors registered as graph state."""
     return {id(t): n for n, t in tracer.state_eager.items()}
@@ -72,9 +79,7 @@ def register_optimizer_reads(tracer, graph, system_feeds: dict) -> OptimizerRead
     made = reads.made
     for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
-            name = learning_rate_name(oi, gi)
-            system_feeds[name] = lr_feed(group)
-            tracer.add_state(name, Tensor._wrap(system_feeds[name]()), "system")
+            add_feed(tracer, system_feeds, learning_rate_name(oi, gi), lr_feed(group))
             for p in group["params"]:
                 if id(p) not in names:
                     continue  # the update refuses it, naming the parameter
@@ -139,9 +144,8 @@ def _register_scheduler(tracer, system_feeds: dict, oi: int, si: int, scheduler)
         lazies = []
         for i, item in enumerate(value if listed else [value]):
             index = i if listed else None
-            name = scheduler_value_name(oi, si, key, index)
-            system_feeds[name] = _scheduler_feed(scheduler, key, index, _feed_dtype(scheduler, key, index, item))
-            lazies.append(tracer.add_state(name, Tensor._wrap(system_feeds[name]()), "system"))
+            feed = _scheduler_feed(scheduler, key, index, _feed_dtype(scheduler, key, index, item))
+            lazies.append(add_feed(tracer, system_feeds, scheduler_value_name(oi, si, key, index), feed))
         live[key] = type(value)(lazies) if listed else lazies[0]
     return live
 
