@@ -307,9 +307,11 @@ class Tensor(MethodGroups):
 
     def _eager_data(self, what: str):
         if self._lazy is not None:
+            fed = f", the per-call value {self._lazy.name!r}" if self._lazy.name.startswith("System-") else ""
             raise GraphError(
                 f"{what} needs a value, but this is a lazy tensor inside nn.Graph.build "
-                f"(size={tuple(self.shape)}); return it from build() to get its value")
+                f"(size={tuple(self.shape)}{fed}); return it from build() to get its value, or compute with "
+                "tensor ops (flow.where for a branch)")
         trace = current_trace()
         if trace is not None and trace.lazy_of(self) is not None:
             warnings.warn(

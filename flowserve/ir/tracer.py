@@ -116,7 +116,8 @@ class Tracer:
         self.stack_depth = 1  # user frames recorded per op (debug's max_py_stack_depth)
         self._unregistered_depth = 0
         self.batch = None  # the inputs' common dim 0: traced as a BatchDim when set
-        self._eager_grads: dict = {}  # state name -> the eager tensor's .grad before the trace
+        self._eager_grads: dict = {}  # value name -> (eager tensor, its .grad before the trace)
+        self._leaves: list = []  # (name, eager leaf that requires grad, its lazy leaf): see _constant
         self.system_feeds: dict = {}  # system state name -> () -> its value for each call
         self._generator_seeds: dict = {}  # id(generator) -> lazy int64 seed fed per call
         self.random_streams = 0  # seeded random nodes so far: each draws its own stream
@@ -131,18 +132,19 @@ class Tracer:
 
     def __exit__(self, *exc) -> bool:
         pop_interpreter(self._tokens.pop())
-        for name, grad in self._eager_grads.items():
-            self.state_eager[name].grad = grad
+        for eager, grad in self._eager_grads.values():
+            eager.grad = grad
         return False
 
     def expose_grads(self) -> None:
         """After ``loss.backward()`` in build: each parameter's ``.grad`` is its symbolic
         gradient until the trace ends, so code that reads or clips ``p.grad`` (``clip_grad_norm_``)
-        becomes part of the step, as in eager mode. The eager ``.grad`` comes back afterwards."""
-        for name, eager in self.state_eager.items():
-            lazy = self.state_tensors[id(eager)]
+        becomes part of the step, as in eager mode; so is that of a tensor made to require grad
+        inside build() (``_constant``). The eager ``.grad`` comes back afterwards."""
+        pairs = [(name, eager, self.state_tensors[id(eager)]) for name, eager in self.state_eager.items()]
+        for name, eager, lazy in pairs + self._leaves:
             if lazy.grad is not None and eager.grad is not lazy.grad:
-                self._eager_grads.setdefault(name, eager.grad)
+                self._eager_grads.setdefault(name, (eager, eager.grad))
                 eager.grad = lazy.grad
 
     # -- values ---------------------------------------------------------------------------
@@ -231,7 +233,10 @@ class Tracer:
         value = self.ir.add_value(Value(name, tuple(t.shape), t.dtype.name))
         self.ir.state[name] = value
         self.ir.state_kinds[name] = "constant"
-        lazy = self._lazy(value)
+        leaf = t.requires_grad and t.is_leaf  # as eagerly, backward() gives it a gradient
+        lazy = self._lazy(value, requires_grad=leaf)
+        if leaf:
+            self._leaves.append((name, t, lazy))
         self.state_tensors[id(t)] = lazy
         self._keepalive.append(t)
         return lazy

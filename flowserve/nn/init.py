@@ -1,4 +1,10 @@
-"""``flowserve.nn.init``: in-place initialisers with PyTorch's fan rules and names."""
+"""``flowserve.nn.init``: in-place initialisers with PyTorch's fan rules and names.
+
+Inside ``nn.Graph.build`` (a module made there, a parameter re-initialised there) the
+uniform and normal ones, and those built on them, draw afresh on every call of the graph,
+as they do eagerly; ``trunc_normal_`` and ``orthogonal_`` would draw once, when the graph is
+traced, and refuse instead.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ import numpy as np
 
 from flowserve.autograd.grad_mode import no_grad
 from flowserve.device import to_device_array
+from flowserve.dispatch import current_trace
+from flowserve.errors import GraphError
 from flowserve.ops.generator import rng_of as _rng
 from flowserve.tensor import Tensor
 
@@ -45,12 +53,25 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
     return gains[nonlinearity]
 
 
+def _refuse_in_trace(name: str) -> None:
+    if current_trace() is not None:
+        raise GraphError(f"nn.init.{name} inside nn.Graph.build would draw once, when the graph is traced, where "
+                         "eager mode draws on every call: initialise outside build(), or draw inside it with "
+                         "flow.randn, flow.rand or Tensor.normal_/uniform_ (fresh on every call)")
+
+
 def uniform_(t, a: float = 0.0, b: float = 1.0, generator=None):
+    if current_trace() is not None:  # a random op of the graph: fresh on every call
+        with no_grad():
+            return t.uniform_(a, b, generator=generator)
     _fill(t, _rng(generator).uniform(a, b, tuple(t.shape)))
     return t
 
 
 def normal_(t, mean: float = 0.0, std: float = 1.0, generator=None):
+    if current_trace() is not None:
+        with no_grad():
+            return t.normal_(mean, std, generator=generator)
     _fill(t, _rng(generator).normal(mean, std, tuple(t.shape)))
     return t
 
@@ -97,6 +118,7 @@ def xavier_normal_(t, gain: float = 1.0, generator=None):
 
 
 def trunc_normal_(t, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None):
+    _refuse_in_trace("trunc_normal_")
     rng, out = _rng(generator), np.empty(tuple(t.shape))
     flat = out.reshape(-1)
     filled = 0
@@ -114,6 +136,7 @@ def orthogonal_(t, gain: float = 1.0, generator=None):
     normal draw, signs fixed by R's diagonal, times ``gain``."""
     if t.ndim < 2:
         raise ValueError(f"Only tensors with 2 or more dimensions are supported, got size {tuple(t.shape)}")
+    _refuse_in_trace("orthogonal_")
     rows = t.shape[0]
     cols = t.numel() // rows
     flat = _rng(generator).normal(0.0, 1.0, (rows, cols))

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from flowserve.dispatch import current_trace
 from flowserve.distributed.global_tensor import GlobalTensor
 from flowserve.ops.creation import empty, tensor
 from flowserve.tensor import Tensor
 
 
 class Parameter(Tensor):
-    """A leaf tensor that ``Module.__setattr__`` registers; shares ``data``'s memory."""
+    """A leaf tensor that ``Module.__setattr__`` registers; shares ``data``'s memory. Made
+    inside ``nn.Graph.build``, it is a leaf of the graph holding ``data``'s traced value:
+    as eagerly, where each call makes a new one, ``backward()`` gives it that call's gradient."""
 
     __slots__ = ()
 
@@ -24,6 +27,9 @@ class Parameter(Tensor):
             raise TypeError("nn.Parameter of a global tensor: convert the parameter instead, "
                             "nn.Parameter(local).to_global(placement=..., sbp=...), or the module with "
                             "module.to_global(placement=..., sbp=...)")
+        trace = current_trace()
+        if trace is not None:
+            data = trace.lift(data)
         self._set(data._data, data._lazy, data._device)
         self.requires_grad = requires_grad
 

@@ -95,6 +95,20 @@ def _traced_full(size: tuple, value, dtype, device):
     return core_functions.expand(scalar, list(size))
 
 
+def _made(t: Tensor, requires_grad: bool) -> Tensor:
+    """``t`` as a creation function made it: with ``requires_grad``, a leaf that requires
+    grad. Inside ``nn.Graph.build`` that leaf is the traced value of ``t`` (a constant, a
+    draw, a copy of a parameter), so that, as eagerly where each call makes a new leaf,
+    ``backward()`` gives it this call's gradient (``.grad``, ``flow.autograd.grad``) rather
+    than leaving a constant of the graph without one."""
+    if not requires_grad:
+        return t
+    trace = current_trace()
+    if trace is not None:
+        t = trace.lift(t).detach()
+    return t.requires_grad_()
+
+
 # -- from data -------------------------------------------------------------------------------
 
 
@@ -103,14 +117,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of ``data``: ``flow.tensor([[1., 2.]])``. Inside
     ``nn.Graph.build`` a copy of a tensor is its traced value (a parameter's copy reads the
     parameter on every call, not its value when the graph was traced)."""
-    if not requires_grad and current_trace() is not None:
+    if current_trace() is not None:
         if isinstance(data, Tensor):
             copied = data.detach()  # traced values are never written in place: no copy op needed
-            return copied if dtype is None else copied.to(dtype)
+            return _made(copied if dtype is None else copied.to(dtype), requires_grad)
         if _holds_tensor(data):
-            return _traced_nested(data, dtype)
+            return _made(_traced_nested(data, dtype), requires_grad)
     arr = np.array(array_from(data, dtypes.default_float), copy=True)
-    return from_array(arr, dtype, device, requires_grad)
+    return _made(from_array(arr, dtype, device), requires_grad)
 
 
 def _holds_tensor(data) -> bool:
@@ -154,16 +168,16 @@ def from_numpy(array: np.ndarray):
 def zeros(*size_args, size=None, dtype=None, device=None, requires_grad=False):
     size = _size_arg(size_args, size)
     if _batch_sized(size):
-        return _traced_full(size, 0, _float_dtype(dtype), device)
-    return from_array(np.zeros(size, _float_dtype(dtype).np), None, device, requires_grad)
+        return _made(_traced_full(size, 0, _float_dtype(dtype), device), requires_grad)
+    return _made(from_array(np.zeros(size, _float_dtype(dtype).np), None, device), requires_grad)
 
 
 @with_placement()
 def ones(*size_args, size=None, dtype=None, device=None, requires_grad=False):
     size = _size_arg(size_args, size)
     if _batch_sized(size):
-        return _traced_full(size, 1, _float_dtype(dtype), device)
-    return from_array(np.ones(size, _float_dtype(dtype).np), None, device, requires_grad)
+        return _made(_traced_full(size, 1, _float_dtype(dtype), device), requires_grad)
+    return _made(from_array(np.ones(size, _float_dtype(dtype).np), None, device), requires_grad)
 
 
 @with_placement()
@@ -177,8 +191,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dtypes.default_float if isinstance(fill_value, float) else dtypes.as_dtype(type(fill_value))
     if _batch_sized(shape):
-        return _traced_full(shape, fill_value, dtype, device)
-    return from_array(np.full(shape, fill_value, dtypes.as_dtype(dtype).np), None, device, requires_grad)
+        return _made(_traced_full(shape, fill_value, dtype, device), requires_grad)
+    return _made(from_array(np.full(shape, fill_value, dtypes.as_dtype(dtype).np), None, device), requires_grad)
 
 
 # -- ranges ----------------------------------------------------------------------------------
@@ -188,24 +202,26 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None and isinstance(start, BatchDim) and current_trace() is not None and step == 1:
         ones_ = _traced_full((start,), 1, dtypes.int64, device)  # a running count that follows the batch
-        return core_functions.cast(cumsum(ones_, 0) - 1, dtypes.as_dtype(dtype) if dtype else dtypes.int64)
+        count = cumsum(ones_, 0) - 1
+        return _made(core_functions.cast(count, dtypes.as_dtype(dtype) if dtype else dtypes.int64), requires_grad)
     if end is None:
         start, end = 0, start
     is_float = any(isinstance(v, float) for v in (start, end, step))
     default = dtypes.default_float if is_float else dtypes.int64
     data = np.arange(start, end, step, dtype=np.float64 if is_float else np.int64)
-    return from_array(data.astype((dtypes.as_dtype(dtype) if dtype else default).np), None, device, requires_grad)
+    data = data.astype((dtypes.as_dtype(dtype) if dtype else default).np)
+    return _made(from_array(data, None, device), requires_grad)
 
 
 @with_placement()
 def linspace(start, end, steps: int, dtype=None, device=None, requires_grad=False):
     data = np.linspace(start, end, int(steps), dtype=np.float64)
-    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+    return _made(from_array(data.astype(_float_dtype(dtype).np), None, device), requires_grad)
 
 
 @with_placement()
 def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=False):
-    return from_array(np.eye(n, m, dtype=_float_dtype(dtype).np), None, device, requires_grad)
+    return _made(from_array(np.eye(n, m, dtype=_float_dtype(dtype).np), None, device), requires_grad)
 
 
 # -- random ----------------------------------------------------------------------------------
@@ -215,18 +231,20 @@ def eye(n: int, m: int | None = None, dtype=None, device=None, requires_grad=Fal
 def randn(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
     size = _size_arg(size_args, size)
     if current_trace() is not None:  # a graph draws fresh values per call
-        return random.traced_normal(size, _float_dtype(dtype), _device(device), generator=generator)
+        return _made(random.traced_normal(size, _float_dtype(dtype), _device(device), generator=generator),
+                     requires_grad)
     data = rng_of(generator).standard_normal(size, dtype=np.float64)
-    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+    return _made(from_array(data.astype(_float_dtype(dtype).np), None, device), requires_grad)
 
 
 @with_placement(random=True)
 def rand(*size_args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
     size = _size_arg(size_args, size)
     if current_trace() is not None:
-        return random.traced_uniform(size, _float_dtype(dtype), _device(device), generator=generator)
+        return _made(random.traced_uniform(size, _float_dtype(dtype), _device(device), generator=generator),
+                     requires_grad)
     data = rng_of(generator).random(size, dtype=np.float64)
-    return from_array(data.astype(_float_dtype(dtype).np), None, device, requires_grad)
+    return _made(from_array(data.astype(_float_dtype(dtype).np), None, device), requires_grad)
 
 
 @with_placement(random=True)
@@ -304,13 +322,13 @@ def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
 
 def randn_like(t, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:
-        return random.normal_as(t, dtype=dtype, generator=generator)
+        return _made(random.normal_as(t, dtype=dtype, generator=generator), requires_grad)
     return _like(randn, t, dtype, device, requires_grad, random=True, generator=generator)
 
 
 def rand_like(t, dtype=None, device=None, requires_grad=False, generator=None):
     if current_trace() is not None:
-        return random.uniform_as(t, dtype=dtype, generator=generator)
+        return _made(random.uniform_as(t, dtype=dtype, generator=generator), requires_grad)
     return _like(rand, t, dtype, device, requires_grad, random=True, generator=generator)
 
 

@@ -3,7 +3,11 @@
 A scheduler sets ``group["lr"]`` of its optimizer's parameter groups at each ``step()``.
 In eager mode call ``optimizer.step()`` then ``scheduler.step()``; in a training
 ``nn.Graph``, ``add_optimizer(opt, lr_sch=scheduler)`` feeds each call the current
-``group["lr"]`` and steps the scheduler after the call.
+``group["lr"]`` and steps the scheduler after the call. Inside ``build()``, a scheduler of
+one of the graph's optimizers (attached or stepped by the user between calls) reads as
+that call's values: ``get_last_lr()``, ``last_epoch`` and its other numbers are 0-d
+tensors fed on every call (``flowserve.nn.graph.optimizer_reads``); reading another
+scheduler there, or stepping one, is an error rather than a value frozen at trace time.
 
 >>> import flowserve as flow
 >>> opt = flow.optim.SGD(flow.nn.Linear(2, 1).parameters(), lr=0.1)
@@ -23,11 +27,62 @@ from bisect import bisect_right
 from collections import Counter
 
 from flowserve._missing import module_getattr as _module_getattr
+from flowserve.dispatch import current_trace
+from flowserve.errors import GraphError
 from flowserve.optim.optimizer import Optimizer
+from flowserve.tensor import Tensor
 
 
 def _group_lrs(optimizer: Optimizer) -> list:
     return [group["lr"] for group in optimizer.param_groups]
+
+
+def _is_traced(value) -> bool:
+    """Whether ``value`` is what a graph feeds on every call: a lazy tensor, or a list of them."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_is_traced(v) for v in value)
+    return isinstance(value, Tensor) and value.is_lazy
+
+
+class StepState:
+    """An attribute that ``step()`` changes (``last_epoch``, the last learning rates): kept
+    in the instance's ``__dict__`` (so ``state_dict()`` has PyTorch's keys), and read as
+    usual, except inside ``nn.Graph.build``: there a graph that holds the scheduler's
+    optimizer has put per-call values in its place (``flowserve.nn.graph.optimizer_reads``);
+    any other scheduler's value would be frozen into the graph, so reading it is an error."""
+
+    def __init__(self, label: str | None = None):
+        self.label = label
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+        self.label = self.label or name
+
+    def __get__(self, scheduler, owner=None):
+        if scheduler is None:
+            return self
+        try:
+            value = scheduler.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(f"{type(scheduler).__name__!r} object has no attribute {self.name!r}") from None
+        if current_trace() is not None and not _is_traced(value):
+            raise GraphError(
+                f"nn.Graph.build read {type(scheduler).__name__}.{self.label} of a scheduler whose optimizer "
+                "the graph does not hold: the graph would keep its value at trace time. Add the optimizer to the "
+                "graph (graph.add_optimizer(opt, lr_sch=scheduler)) so build() reads it on every call, or pass "
+                "the value to the graph as an input")
+        return value
+
+    def __set__(self, scheduler, value) -> None:
+        scheduler.__dict__[self.name] = value
+
+
+def _refuse_step_in_trace(scheduler) -> None:
+    if current_trace() is not None:
+        raise GraphError(
+            f"{type(scheduler).__name__}.step() inside nn.Graph.build would step the scheduler once, when the "
+            "graph is traced, not on every call: attach it with graph.add_optimizer(opt, lr_sch=scheduler) "
+            "(the graph steps it after each call), or call step() after each call of the graph")
 
 
 class LRScheduler:
@@ -38,11 +93,15 @@ class LRScheduler:
     """
 
     _is_initial: bool = False
+    last_epoch = StepState()
+    _step_count = StepState()
+    _last_lr = StepState("get_last_lr()")
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
         self.optimizer = optimizer
+        optimizer.add_lr_scheduler(self)
         if last_epoch == -1:
             for group in optimizer.param_groups:
                 group.setdefault("initial_lr", group["lr"])
@@ -73,6 +132,7 @@ class LRScheduler:
 
     def step(self, epoch: int | None = None) -> None:
         """Advance one epoch (or jump to ``epoch``) and set the groups' ``lr``."""
+        _refuse_step_in_trace(self)
         self._step_count += 1
         self._update_lr(epoch)
 
@@ -96,6 +156,10 @@ class LRScheduler:
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.__dict__.update(state_dict)
+
+    def __setstate__(self, state: dict) -> None:  # a copy is a scheduler of its optimizer too
+        self.__dict__.update(state)
+        self.optimizer.add_lr_scheduler(self)
 
 
 class LambdaLR(LRScheduler):
@@ -314,6 +378,7 @@ class SequentialLR(LRScheduler):
         self._milestones = list(milestones)
         self.last_epoch = last_epoch + 1
         self.optimizer = optimizer
+        optimizer.add_lr_scheduler(self)
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"]
         _undo_initial_steps(self)
@@ -322,6 +387,7 @@ class SequentialLR(LRScheduler):
         self._last_lr = first.get_last_lr()
 
     def step(self) -> None:
+        _refuse_step_in_trace(self)
         self.last_epoch += 1
         idx = bisect_right(self._milestones, self.last_epoch)
         sched = self._schedulers[idx]
@@ -412,6 +478,9 @@ class CosineAnnealingWarmRestarts(LRScheduler):
     """SGDR (PyTorch): cosine annealing to ``eta_min`` over ``T_0`` epochs, then restarts with
     periods multiplied by ``T_mult``; ``step(epoch)`` accepts fractional epochs."""
 
+    T_cur = StepState()
+    T_i = StepState()
+
     def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,  # noqa: N803
                  last_epoch: int = -1):
         if T_0 <= 0 or not isinstance(T_0, int):
@@ -427,6 +496,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
 
     def step(self, epoch=None) -> None:
+        _refuse_step_in_trace(self)
         self._step_count += 1
         if epoch is None and self.last_epoch < 0:
             epoch = 0

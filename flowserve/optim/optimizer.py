@@ -13,6 +13,7 @@ correction step) are 0-d float32 state tensors updated in place, as PyTorch keep
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 
@@ -52,6 +53,7 @@ class Optimizer(ABC):
         self.param_groups: list[dict] = []
         self.state: dict = {}
         self._owned: dict = {}  # arrays the multi-tensor update may write in place (foreach.Writer)
+        self._lr_schedulers: list = []  # weak references, in the order the schedulers were made
         if isinstance(params, Tensor):
             raise TypeError("params argument given to the optimizer should be an iterable of Tensors "
                             f"or dicts, but got {type(params).__name__}")
@@ -65,11 +67,25 @@ class Optimizer(ABC):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_owned"] = {}  # weak references: a copy owns no array yet
+        state["_lr_schedulers"] = []  # nor has it a scheduler
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_owned", {})
+        self.__dict__.setdefault("_lr_schedulers", [])
+
+    def add_lr_scheduler(self, scheduler) -> None:
+        """Note a learning-rate scheduler made for this optimizer (its constructor calls this),
+        so that ``nn.Graph`` finds it when ``build()`` reads it, attached with
+        ``add_optimizer(opt, lr_sch=...)`` or stepped by the user between calls."""
+        self._lr_schedulers = [r for r in self._lr_schedulers if r() is not None and r() is not scheduler]
+        self._lr_schedulers.append(weakref.ref(scheduler))
+
+    def lr_schedulers(self) -> list:
+        """The schedulers made for this optimizer that are still alive, oldest first."""
+        alive = [r() for r in self._lr_schedulers]
+        return [s for s in alive if s is not None]
 
     def add_param_group(self, group: dict) -> None:
         """Add a group of parameters with its own options (``{"params": [...], "lr": 0.1}``)."""

@@ -1,19 +1,25 @@
-"""What a training graph's ``build()`` reads of its optimizers, read on every call.
+"""What a training graph's ``build()`` reads of its optimizers and their learning-rate
+schedulers, read on every call.
 
 Before ``build()`` runs, each optimizer's per-parameter state (``opt.state[p]``: SGD's
 momentum buffer, Adam's ``exp_avg`` and step count, made here when no update has made it
 yet) becomes graph state, and each parameter group's learning rate a per-call input; while
-``build()`` runs, ``param_groups[i]["lr"]`` holds that input as a 0-d tensor. So build() sees
-the state before each call's update and the learning rate of each call, as an eager step
-does, never their values when the graph was traced. Under ZeRO the per-parameter state
-lives in shards the graph updates; reading it inside build() is an error. The groups' other
-options (momentum, betas, weight decay, ...) are part of the compiled update: a call after
-one of them changed is an error.
+``build()`` runs, ``param_groups[i]["lr"]`` holds that input as a 0-d tensor. The numbers of
+each scheduler made for those optimizers (attached with ``add_optimizer(opt, lr_sch=...)``
+or stepped by the user between calls): ``get_last_lr()``, ``last_epoch``, ``base_lrs``, its
+options, become per-call inputs the same way, those build() did not read dropped again.
+So build() sees the state before each call's update and the learning rate and schedule of
+each call, as an eager step does, never their values when the graph was traced. Under ZeRO
+the per-parameter state lives in shards the graph updates; reading it inside build() is an
+error. The groups' other options (momentum, betas, weight decay, ...) are part of the
+compiled update: a call after one of them changed is an error.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -25,11 +31,23 @@ def learning_rate_name(optimizer_index: int, group_index: int) -> str:
     return f"System-Optimizer-{optimizer_index}-Group-{group_index}-LearningRate"
 
 
+def _float_of(params) -> type:
+    """The dtype a learning rate is fed in: float32, or float64 for float64 parameters (a
+    float32 0.1 is 0.10000000149, an error a double model would carry into every step)."""
+    return np.float64 if any(p.dtype.name == "float64" for p in params) else np.float32
+
+
 def lr_feed(group: dict):
-    """The group's learning rate as fed each call: float32, or float64 for float64 parameters
-    (a float32 0.1 is 0.10000000149, an error a double model would carry into every step)."""
-    double = any(p.dtype.name == "float64" for p in group["params"])
-    return lambda: np.asarray(group["lr"], dtype=np.float64 if double else np.float32)
+    """The group's learning rate as fed each call (float32, float64 for float64 parameters)."""
+    dtype = _float_of(group["params"])
+    return lambda: np.asarray(group["lr"], dtype=dtype)
+
+
+def add_feed(tracer, system_feeds: dict, name: str, feed):
+    """A per-call input of the graph, ``name``, given ``feed()`` before every call; returns
+    its lazy value (what build() reads)."""
+    system_feeds[name] = feed
+    return tracer.add_state(name, Tensor._wrap(feed()), "system")
 
 
 def _state_names(tracer) -> dict:
@@ -41,25 +59,36 @@ ZERO_READ = ("with ZeRO the optimizer's state lives in shards that each rank upd
              "graph.state_dict() outside build()")
 
 
-def register_optimizer_reads(tracer, graph, system_feeds: dict) -> list:
-    """Register every optimizer's learning rates and per-parameter state as graph state.
-    Returns ``(optimizer, parameter)`` for each state made here (``forget_unused_state``)."""
+@dataclass
+class OptimizerReads:
+    """What ``register_optimizer_reads`` made: ``made``, ``(optimizer, parameter)`` for each
+    state made for the trace (``forget_unused_state``); ``schedulers``, ``(scheduler, {attribute:
+    lazy value or list of them})`` put in place while build() runs (``live_reads``)."""
+
+    made: list = field(default_factory=list)
+    schedulers: list = field(default_factory=list)
+
+
+def register_optimizer_reads(tracer, graph, system_feeds: dict) -> OptimizerReads:
+    """Register every optimizer's learning rates and per-parameter state, and its schedulers'
+    numbers, as graph state."""
     names = _state_names(tracer)
     parallel = graph.parts.parallel
     sharded = parallel is not None and parallel.zero is not None
-    made = []
+    reads = OptimizerReads()
+    made = reads.made
     for oi, (opt, _sched) in enumerate(graph.parts.optimizers):
         for gi, group in enumerate(opt.param_groups):
-            name = learning_rate_name(oi, gi)
-            system_feeds[name] = lr_feed(group)
-            tracer.add_state(name, Tensor._wrap(system_feeds[name]()), "system")
+            add_feed(tracer, system_feeds, learning_rate_name(oi, gi), lr_feed(group))
             for p in group["params"]:
                 if id(p) not in names:
                     continue  # the update refuses it, naming the parameter
                 if p not in opt.state:
                     made.append((opt, p))
                 _register_param_state(tracer, names[id(p)], opt, opt.state_of(p, group), sharded)
-    return made
+    for oi, si, scheduler in graph_schedulers(graph):
+        reads.schedulers.append((scheduler, _register_scheduler(tracer, system_feeds, oi, si, scheduler)))
+    return reads
 
 
 def _register_param_state(tracer, param_name: str, opt, state: dict, sharded: bool) -> None:
@@ -74,12 +103,95 @@ def _register_param_state(tracer, param_name: str, opt, state: dict, sharded: bo
             tracer.add_state(f"{param_name}-{opt.graph_state_suffix(key)}", t, "optimizer")
 
 
-def forget_unused_state(tracer, made: list, ir) -> None:  # before Traced.prune_state
+# -- learning-rate schedulers ------------------------------------------------------------------
+
+RATE_LISTS = ("base_lrs", "_last_lr")  # a scheduler's lists of learning rates, one per group
+
+
+def graph_schedulers(graph) -> list:
+    """``(optimizer index, scheduler index, scheduler)`` for each scheduler build() may read:
+    the schedulers made for the graph's optimizers, oldest first, and an attached one that is
+    not among them (a scheduler of another class, with ``step`` and ``optimizer``)."""
+    out = []
+    for oi, (opt, attached) in enumerate(graph.parts.optimizers):
+        schedulers = opt.lr_schedulers()
+        if attached is not None and not any(s is attached for s in schedulers):
+            schedulers.append(attached)
+        out += [(oi, si, s) for si, s in enumerate(schedulers)]
+    return out
+
+
+def scheduler_value_name(optimizer_index: int, scheduler_index: int, key: str, index: int | None) -> str:
+    tail = "" if index is None else f"-{index}"
+    return f"System-Optimizer-{optimizer_index}-Scheduler-{scheduler_index}-{key}{tail}"
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _scheduler_numbers(scheduler) -> dict:
+    """The scheduler's numbers by attribute: ints, floats and non-empty lists of them."""
+    return {key: value for key, value in vars(scheduler).items()
+            if _is_number(value) or (isinstance(value, (list, tuple)) and value and all(map(_is_number, value)))}
+
+
+def _register_scheduler(tracer, system_feeds: dict, oi: int, si: int, scheduler) -> dict:
+    """Each number of ``scheduler`` as a per-call input; returns what build() reads in its place."""
+    live = {}
+    for key, value in _scheduler_numbers(scheduler).items():
+        listed = isinstance(value, (list, tuple))
+        lazies = []
+        for i, item in enumerate(value if listed else [value]):
+            index = i if listed else None
+            feed = _scheduler_feed(scheduler, key, index, _feed_dtype(scheduler, key, index, item))
+            lazies.append(add_feed(tracer, system_feeds, scheduler_value_name(oi, si, key, index), feed))
+        live[key] = type(value)(lazies) if listed else lazies[0]
+    return live
+
+
+def _feed_dtype(scheduler, key: str, index: int | None, item) -> type:
+    """int64 for an integer (``last_epoch``); for a learning rate of a group, its group's
+    float; for other floats float32, float64 where every parameter is float64."""
+    groups = scheduler.optimizer.param_groups
+    if key in RATE_LISTS and index is not None and index < len(groups):
+        return _float_of(groups[index]["params"])
+    if isinstance(item, Integral) and key not in RATE_LISTS:
+        return np.int64
+    return np.float64 if all(_float_of(g["params"]) is np.float64 for g in groups) else np.float32
+
+
+def _scheduler_feed(scheduler, key: str, index: int | None, dtype):
+    """``scheduler.<key>[index]`` as fed on each call, checked to be still the kind of number
+    the graph was traced with."""
+    what = f"{type(scheduler).__name__}.{key}" + ("" if index is None else f"[{index}]")
+
+    def feed():
+        value = vars(scheduler).get(key)
+        if index is not None:
+            value = value[index] if isinstance(value, (list, tuple)) and index < len(value) else None
+        integral = np.issubdtype(dtype, np.integer)
+        if not _is_number(value) or (integral and value != int(value)):
+            kind = "an integer" if integral else "a number"
+            raise GraphError(f"a graph whose build() read {what} was traced when it was {kind}; it is now "
+                             f"{value!r}: build a new nn.Graph for it")
+        return np.asarray(value, dtype=dtype)
+
+    return feed
+
+
+def forget_unused_state(tracer, reads: OptimizerReads, ir) -> None:  # before Traced.prune_state
     """Drop the states made for the trace of parameters the graph does not update (no
-    gradient) and whose state build() did not read: eager steps would not have made them."""
+    gradient) and whose state build() did not read: eager steps would not have made them;
+    and the scheduler numbers build() did not read."""
     read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
+    for _scheduler, live in reads.schedulers:
+        for value in live.values():
+            for lazy in value if isinstance(value, (list, tuple)) else [value]:
+                if lazy._lazy.name not in read:
+                    _drop_state(ir, lazy._lazy.name)
     names = _state_names(tracer)
-    for opt, p in made:
+    for opt, p in reads.made:
         state = opt.state.get(p)  # ZeRO moved an updated parameter's state into its shard
         if state is None or tracer.lazy_of(p).grad is not None:
             continue
@@ -87,7 +199,46 @@ def forget_unused_state(tracer, made: list, ir) -> None:  # before Traced.prune_
         if not any(n in read for n in state_names):
             del opt.state[p]
             for name in state_names:
-                del ir.state[name], ir.state_kinds[name], ir.values[name]
+                _drop_state(ir, name)
+
+
+def _drop_state(ir, name: str) -> None:
+    del ir.state[name], ir.state_kinds[name], ir.values[name]
+
+
+@contextmanager
+def live_reads(tracer, graph, reads: OptimizerReads):
+    """While build() runs, ``group["lr"]`` is the group's per-call learning rate, and each
+    scheduler's numbers are its per-call values."""
+    with live_learning_rates(tracer, graph), _live_schedulers(reads.schedulers):
+        yield
+
+
+@contextmanager
+def _live_schedulers(schedulers: list):
+    saved = []
+    for scheduler, live in schedulers:
+        saved.append((scheduler, {key: vars(scheduler)[key] for key in live}, live))
+        vars(scheduler).update(live)
+    changed = []
+    try:
+        yield
+    finally:
+        for scheduler, values, live in reversed(saved):
+            state = vars(scheduler)
+            changed += [f"{type(scheduler).__name__}.{key}" for key in live if not _same_live(state.get(key), live[key])]
+            state.update(values)
+    if changed:
+        raise GraphError(
+            f"nn.Graph.build changed {', '.join(changed)}: a graph steps a scheduler between calls, not inside "
+            "build(); attach it with graph.add_optimizer(opt, lr_sch=scheduler), or step it after each call")
+
+
+def _same_live(current, live) -> bool:
+    if isinstance(live, (list, tuple)):
+        return (isinstance(current, (list, tuple)) and len(current) == len(live)
+                and all(a is b for a, b in zip(current, live)))
+    return current is live
 
 
 @contextmanager

@@ -18,8 +18,9 @@ from flowserve.ir.graph import GraphIR
 from flowserve.ir.passes import eliminate_dead_code, name_outputs
 from flowserve.ir.tracer import Tracer
 from flowserve.nn.graph.optimizer_reads import (
+    OptimizerReads,
     forget_unused_state,
-    live_learning_rates,
+    live_reads,
     optimizer_options,
     register_optimizer_reads,
 )
@@ -195,10 +196,10 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     with tracer, set_grad_enabled(graph.training):
         lazy_inputs = [tracer.add_input(n, t.meta) for n, t in zip(names, leaves)]
         register_state(tracer, graph)
-        made = register_optimizer_reads(tracer, graph, system_feeds) if graph.training else []
+        reads = register_optimizer_reads(tracer, graph, system_feeds) if graph.training else OptimizerReads()
         scaler_state = _scaler_state(tracer, graph) if graph.training else {}
         tracer.loss_scale = _loss_scale(graph, scaler_state, steps)
-        with live_learning_rates(tracer, graph) if graph.training else nullcontext():
+        with live_reads(tracer, graph, reads) if graph.training else nullcontext():
             out_leaves, out_spec = _run_build(graph, tracer, lazy_inputs, spec, names, steps)
         if graph.training:
             apply_optimizers(tracer, graph, scaler_state)
@@ -212,7 +213,7 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
         ir.attrs["random_seed"] = graph_seed()  # ops given a generator= draw from its per-call seed
     name_outputs(ir, [t._lazy.name for t in out_leaves], unique_output_names(leaf_names(out_spec), ir.values))
     eliminate_dead_code(ir)
-    forget_unused_state(tracer, made, ir)
+    forget_unused_state(tracer, reads, ir)
     system_feeds.update(tracer.system_feeds)
     traced = Traced(ir, dict(tracer.constants), dict(tracer.state_eager), system_feeds, spec, out_spec,
                     tracer.module_calls, BatchMarks.of(ir, tracer.batch), frozenset(tracer.forward_values))
