@@ -368,16 +368,17 @@ def main() -> None:
         cpu = args.threads == 1
         print("# ms: medians; speedup: of the medians, (p10) of the 10th percentiles"
               + (", (cpu) of the calling thread's CPU time" if cpu else ""))
-        print(f"{'model':<18}{'precision':<14}{'batch':>6}{'fp32 ms':>10}{'low ms':>10}{'speedup':>9}{'(p10)':>8}"
+        width = max([18] + [len(row[0]) + 2 for row in rows])  # mobilenet_v2_224_qat is 20 characters
+        print(f"{'model':<{width}}{'precision':<14}{'batch':>6}{'fp32 ms':>10}{'low ms':>10}{'speedup':>9}{'(p10)':>8}"
               + (f"{'(cpu)':>8}" if cpu else "") + f"{'fp32 acc':>10}{'top-1 agree':>13}{'max rel err':>13}")
         for name, precision, batch, fp32, low, ratio, ratio_p10, ratio_cpu, accuracy, agree, rel in rows:
             if precision == "int8 (QAT)":  # accuracy: the calibrated int8's agreement on the held-out inputs
-                print(f"{name:<18}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x"
+                print(f"{name:<{width}}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x"
                       f"{ratio_p10:>7.2f}x" + (f"{ratio_cpu:>7.2f}x" if cpu else "")
                       + f"{'':>10}{agree:>13.2%}{rel:>13.3g}   (calibrated int8: {accuracy:.2%} on the same "
                       f"{HELD_OUT} held-out inputs)")
                 continue
-            print(f"{name:<18}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x{ratio_p10:>7.2f}x"
+            print(f"{name:<{width}}{precision:<14}{batch:>6}{fp32:>10.3f}{low:>10.3f}{ratio:>8.2f}x{ratio_p10:>7.2f}x"
                   + (f"{ratio_cpu:>7.2f}x" if cpu else "") + f"{accuracy:>10.0%}{agree:>13.2%}{rel:>13.3g}")
         print(f"\n# served over HTTP binary at concurrency 32 ({args.serve_seconds:.0f} s per variant, "
               "alternating), version 1 = fp32, version 2 = int8:")

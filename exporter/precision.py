@@ -9,7 +9,8 @@
   Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
   convolutions on small feature maps would otherwise be one tiny GEMM per image);
   A graph trained with quantization-aware training (``flowserve.ao.quantization``) exports
-  as QDQ with the scales it learned: no calibration (``exporter/qat.py``);
+  as QDQ with the scales it learned: no calibration (``exporter/qat.py``), the batch folded
+  the same way where it is quantized;
 * ``int8-dynamic``: ``quantize_dynamic``: int8 weights (7 bits, as above), activations quantized per call
   (MatMul-heavy models such as transformers; needs no calibration), self-attention's Q, K
   and V projections packed into one ``Attention`` first, which it makes ``QAttention``
@@ -148,7 +149,7 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
         raise ExportError("precision bf16: this flowserve build converts to bfloat16 only where a CUDA GPU "
                           "has been validated; use fp16")
     if precision == "int8" and is_quantized(model):  # quantization-aware trained: scales learned
-        return quantize_biases(model)
+        return fold_batch_into_rows(quantize_biases(model))
     if precision == "int8" and (calibration is None or not calibration.batches):
         raise ExportError("precision int8 calibrates on the saved directory's examples and it has none: "
                           "save the graph with flow.save(graph, dir, examples=...) (a DataLoader of real "

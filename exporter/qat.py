@@ -5,7 +5,9 @@ zero points it learned (saved with its parameters), its weights as int8 initiali
 float32 export already is the QDQ model ``--precision int8`` deploys, and needs no
 calibration. What is left is the form ONNX Runtime fuses into integer kernels: each
 ``Conv``/``Gemm`` bias as int32 at scale ``input scale * weight scale`` behind a
-``DequantizeLinear`` (as ``quantize_static`` writes it).
+``DequantizeLinear`` (as ``quantize_static`` writes it), and the batch laid out as one
+image around the pointwise convolutions on small maps (``exporter/batch_rows.py``, as for
+calibrated int8).
 
 The model is held to the QAT graph's own outputs within one quantization step of each
 output (the integer kernels round where the float fake-quantization rounded, but may land

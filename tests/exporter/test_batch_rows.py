@@ -1,11 +1,13 @@
 """The batch-in-rows rewrite before static int8 (exporter/batch_rows.py): the rewritten
 model computes what the original does (onnx.reference as the oracle) at every batch
-size, pixel-wise runs share one fold and one unfold, and ops that look at neighbouring
-pixels stay on the batch-first tensor."""
+size, pixel-wise runs share one fold and one unfold, ops that look at neighbouring
+pixels stay on the batch-first tensor, and a QDQ model is folded where it is quantized."""
 
 from __future__ import annotations
 
 import collections
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,9 +15,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-from flowserve.exporter.batch_rows import fold_batch_into_rows
-from flowserve.exporter.precision import reduce_precision
+from flowserve.exporter.batch_rows import ROWS, fold_batch_into_rows
+from flowserve.exporter.precision import ExampleCalibrationReader, reduce_precision
 from flowserve.onnx_backend.runtime import create_session
 from flowserve.format.examples import ExampleBatch, ExampleSet
 
@@ -142,3 +145,52 @@ def test_onnx_runtime_runs_the_int8_model_on_the_folded_batch_without_transposes
     for batch in (1, 16):  # int8 error only, at either batch size
         got = session.run(None, {"x": x[:batch]})[0]
         assert np.abs(got - reference[:batch]).max() <= 0.05 * np.abs(reference).max()
+
+
+def _qdq(model: onnx.ModelProto, x: np.ndarray) -> onnx.ModelProto:
+    """``model`` as ONNX Runtime's static quantizer writes it (QDQ, per-channel int8 weights,
+    int32 biases, uint8 activations calibrated on ``x``), not folded: the form a
+    quantization-aware-trained graph exports to."""
+    examples = ExampleSet([ExampleBatch({"x": x}, {})], 1e-4)
+    with tempfile.TemporaryDirectory() as tmp:
+        source, output = Path(tmp, "model.onnx"), Path(tmp, "qdq.onnx")
+        onnx.save_model(model, str(source))
+        quantize_static(str(source), str(output), ExampleCalibrationReader(examples), quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return onnx.load_model(str(output))
+
+
+@pytest.mark.parametrize("make, max_pixels", [(_block_model, None), (_small_map_block, 4)])
+def test_a_qdq_model_is_folded_where_it_is_quantized(make, max_pixels, tmp_path):
+    """Folded, a QDQ model computes what it did (to one step of its output, where float32
+    rounding lands on a rounding boundary), every Reshape moves uint8, and ONNX Runtime still
+    fuses each quantized op into its integer kernel, the centre tap's int8 weight included."""
+    model = make()
+    shape = [d.dim_value or 16 for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    qdq = _qdq(model, x)
+    folded = fold_batch_into_rows(qdq, max_pixels=max_pixels)
+    onnx.checker.check_model(folded, full_check=True)
+    typed = onnx.shape_inference.infer_shapes(folded)
+    types = {v.name: v.type.tensor_type.elem_type for v in list(typed.graph.value_info) + list(typed.graph.input)}
+    reshapes = [n for n in folded.graph.node if n.op_type == "Reshape"]
+    assert reshapes and {types[n.input[0]] for n in reshapes} == {TensorProto.UINT8}
+    assert any(n.output[0].endswith(ROWS) for n in folded.graph.node if n.op_type == "Conv")
+    initializers = {t.name: t for t in folded.graph.initializer}
+    step = float(numpy_helper.to_array(initializers[next(n for n in folded.graph.node
+                                                         if n.output[0] == "y").input[1]]))
+    plain = ort.SessionOptions()  # QuantizeLinear -> DequantizeLinear -> float op, as written
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    reference, rewritten = (ort.InferenceSession(m.SerializeToString(), plain, providers=["CPUExecutionProvider"])
+                            for m in (qdq, folded))
+    for batch in (1, 3):
+        expected = reference.run(None, {"x": x[:batch]})[0]
+        np.testing.assert_allclose(rewritten.run(None, {"x": x[:batch]})[0], expected, rtol=0, atol=step * (1 + 1e-3))
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(folded.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ops = collections.Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
+    convs = sum(n.op_type == "Conv" for n in model.graph.node)
+    assert ops["QLinearConv"] == convs and ops["QLinearAdd"] == 1 and ops["Conv"] == ops["Add"] == 0, ops
+    assert ops["DequantizeLinear"] == 1 and ops["Transpose"] == 2, ops  # the output's; the NHWC input and output

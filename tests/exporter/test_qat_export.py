@@ -19,6 +19,7 @@ from onnx import numpy_helper
 import flowserve as flow
 from flowserve.errors import SavedGraphError
 from flowserve.exporter import export
+from flowserve.exporter.batch_rows import ROWS
 from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session, session_options
 from flowserve.exporter.verified import export_verified
@@ -191,6 +192,12 @@ def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int
     ops = collections.Counter(n.op_type for n in onnx.load(tmp_path / "optimised.onnx").graph.node)
     assert ops["QLinearConv"] == 52 and ops["QLinearAdd"] == 11 and ops["QGemm"] == 1
     assert ops["Conv"] == ops["Add"] == ops["Gemm"] == 0
+    # the convolutions on the 2x2 and 1x1 maps run on the batch laid out as one image
+    # (exporter/batch_rows.py), each reading a DequantizeLinear of the uint8 twin
+    producers = {o: n for n in mobilenet_int8.graph.node for o in n.output}
+    on_rows = [n for n in mobilenet_int8.graph.node if n.op_type == "Conv" and n.output[0].endswith(ROWS)]
+    assert len(on_rows) >= 20 and all(producers[n.input[0]].op_type == "DequantizeLinear" for n in on_rows)
+    assert ops["Reshape"] > 1
 
 
 def test_layers_left_float_export_as_float_beside_integer_kernels(tmp_path):
