@@ -109,3 +109,43 @@ def test_lowering_options_train_as_eager(stacked, bn_kernel):
     assert len(matmuls) == (2 if stacked else 18)  # one per conv, else one per kept tap (9 each)
     ops = [n.op_type for n in graph._compiled.model.graph.node]
     assert ops.count("BatchNormalization") == (2 if bn_kernel else 0), ops
+
+
+def wide_kernel_net():
+    """A convolution whose kernel nearly covers its input (8x8 over 10x10, 16 channels: 1024
+    products per output, 3x3 outputs): the weight-gradient pass takes it for one, though its
+    input is the graph's input, not a layer input transposed by ``weight_grad``."""
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(16, 4, 8, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 3 * 3, 5))
+
+
+def test_weight_gradient_pass_gathers_from_an_untraced_input():
+    """Where the pass cannot trace the convolution's input back to a ``(N, C, H, W)`` layer
+    input (``reshape``, ``permute``, ``reshape``), it lays out the input it has: three
+    training steps still give eager mode's losses and weights."""
+    rng = np.random.default_rng(2)
+    x = flow.tensor(rng.standard_normal((6, 16, 10, 10)).astype(np.float32))
+    y = flow.tensor(rng.integers(0, 5, 6))
+    eager = wide_kernel_net()
+    opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    expected = []
+    for _ in range(3):
+        loss = nn.CrossEntropyLoss()(eager(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        expected.append(float(loss.numpy()))
+    model = wide_kernel_net()
+    graph = MomentumStep(model, stacked=True, bn_kernel=True)
+    losses = [float(graph(x, y).numpy()) for _ in range(3)]
+    assert_close(losses, expected, rtol=1e-5)
+    assert_same_params(model, eager, rtol=1e-4)
+    ir = graph._last.traced.ir
+    takes = [n for n in ir.nodes if n.op == "take" and "/wg_" in n.outputs[0]]
+    assert len(takes) == 1
+    layout = ir.producers()[takes[0].inputs[0]]  # (N, H*W, C) rows of the padded input ...
+    while layout.op != "permute":
+        layout = ir.producers()[layout.inputs[0]]
+    assert layout.inputs == [ir.inputs[0].name]  # ... of the input as given
+    assert list(layout.attrs["perm"]) == [1, 2, 3, 0]
