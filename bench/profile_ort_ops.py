@@ -24,6 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
 from flowserve.onnx_backend import lower, runtime  # noqa: E402
+from flowserve.onnx_backend.lowering import conv as conv_lowering  # noqa: E402
+
+_FLIPPED_KERNEL = conv_lowering._flipped_kernel
 
 # variant name -> the graph config calls (method, argument) its graph is compiled with
 VARIANTS = {
@@ -32,10 +35,13 @@ VARIANTS = {
     "BN kernel": (("allow_stacked_weight_gradient", False), ("allow_cpu_batch_norm_kernel", True)),
     "both": (("allow_stacked_weight_gradient", True), ("allow_cpu_batch_norm_kernel", True)),
 }
-# variant name -> (config calls, functions of ``flowserve.onnx_backend.lower`` replaced while
-# its graph is lowered): lowering rewrites that have no config switch, turned off
+# variant name -> (config calls, (module, function name, replacement) while its graph is
+# lowered): lowering rewrites that have no config switch, turned off
 LOWERING_VARIANTS = {
-    "no channel affine": (VARIANTS["both"], {"fold_channel_affine": lambda b, metas, keep: 0}),
+    "no channel affine": (VARIANTS["both"], [(lower, "fold_channel_affine", lambda b, metas, keep: 0)]),
+    "flip by slice": (VARIANTS["both"], [(conv_lowering, "_flipped_kernel",
+                                          lambda b, w, shape, groups, by_product=False:
+                                          _FLIPPED_KERNEL(b, w, shape, groups))]),
 }
 
 
@@ -61,14 +67,14 @@ def _compile(name: str, settings, patches=None) -> tuple:
     graph = bg.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), True, "cpu")
     for method, value in settings:
         getattr(graph.config, method)(value)
-    saved = {name: getattr(lower, name) for name in patches or {}}
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches or ()]
     try:
-        for name, function in (patches or {}).items():
-            setattr(lower, name, function)
+        for module, name, function in patches or ():
+            setattr(module, name, function)
         loss = float(graph(x, y).numpy())
     finally:
-        for name, function in saved.items():
-            setattr(lower, name, function)
+        for module, name, function in saved:
+            setattr(module, name, function)
     losses = [loss]
     return graph, (lambda: losses.append(float(graph(x, y).numpy()))), losses
 
