@@ -43,6 +43,8 @@ LOWERING_VARIANTS = {
                                           lambda b, w, shape, groups, by_product=False:
                                           _FLIPPED_KERNEL(b, w, shape, groups))]),
 }
+LOWERING_VARIANTS["neither"] = (VARIANTS["both"], [*LOWERING_VARIANTS["no channel affine"][1],
+                                                   *LOWERING_VARIANTS["flip by slice"][1]])
 
 
 class _Profiled:

@@ -8,7 +8,9 @@ Two rewrites make training graphs run faster on ONNX Runtime's CPU provider, who
   ``(C, O)`` matrix with the gradient as ``(N, O, H*W)``;
 - a stride-1 ``conv_transpose`` (the input gradient of every stride-1 convolution) is a
   ``Conv`` with the kernel flipped and its in/out channels swapped per group, padded by
-  ``dilation * (kernel - 1) - pads``.
+  ``dilation * (kernel - 1) - pads``; in graph mode on ONNX Runtime's CPU provider the flip
+  is a product with the anti-diagonal permutation matrix (``_reversed_taps``), exact, where
+  a ``Slice`` with steps of -1 copies element by element.
 
 Both change only the summation order of the same products.
 
