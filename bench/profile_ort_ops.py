@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from types import MappingProxyType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +27,6 @@ import flowserve as flow  # noqa: E402
 from flowserve.onnx_backend import lower, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import conv as conv_lowering  # noqa: E402
 
-_FLIPPED_KERNEL = conv_lowering._flipped_kernel
 
 # variant name -> the graph config calls (method, argument) its graph is compiled with
 VARIANTS = {
@@ -35,16 +35,27 @@ VARIANTS = {
     "BN kernel": (("allow_stacked_weight_gradient", False), ("allow_cpu_batch_norm_kernel", True)),
     "both": (("allow_stacked_weight_gradient", True), ("allow_cpu_batch_norm_kernel", True)),
 }
+
+_plain_flipped_kernel = conv_lowering._flipped_kernel
+
+
+def _no_channel_affine(b, metas, keep) -> int:
+    return 0
+
+
+def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
+    return _plain_flipped_kernel(b, w, shape, groups)
+
+
+_AFFINE_OFF = (lower, "fold_channel_affine", _no_channel_affine)
+_FLIP_OFF = (conv_lowering, "_flipped_kernel", _flip_by_slice)
 # variant name -> (config calls, (module, function name, replacement) while its graph is
 # lowered): lowering rewrites that have no config switch, turned off
-LOWERING_VARIANTS = {
-    "no channel affine": (VARIANTS["both"], [(lower, "fold_channel_affine", lambda b, metas, keep: 0)]),
-    "flip by slice": (VARIANTS["both"], [(conv_lowering, "_flipped_kernel",
-                                          lambda b, w, shape, groups, by_product=False:
-                                          _FLIPPED_KERNEL(b, w, shape, groups))]),
-}
-LOWERING_VARIANTS["neither"] = (VARIANTS["both"], [*LOWERING_VARIANTS["no channel affine"][1],
-                                                   *LOWERING_VARIANTS["flip by slice"][1]])
+LOWERING_VARIANTS = MappingProxyType({
+    "no channel affine": (VARIANTS["both"], (_AFFINE_OFF,)),
+    "flip by slice": (VARIANTS["both"], (_FLIP_OFF,)),
+    "neither": (VARIANTS["both"], (_AFFINE_OFF, _FLIP_OFF)),
+})
 
 
 class _Profiled:
@@ -108,7 +119,8 @@ def main() -> None:
     parser.add_argument("--only", default=None)
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--torch", action="store_true", help="time PyTorch under torch.compile in the same rounds")
-    parser.add_argument("--variants", default=None, help="comma-separated names from VARIANTS (default: all)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated names from VARIANTS and LOWERING_VARIANTS (default: VARIANTS)")
     parser.add_argument("--no-profile", action="store_true", help="step times only (the profiler costs time)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
