@@ -84,6 +84,19 @@ class MomentumStep(nn.Graph):
         return loss
 
 
+def _momentum_steps(eager, x, y, steps: int = 3) -> list:
+    """Eager mode's losses over ``steps`` steps of ``MomentumStep``'s SGD."""
+    opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for _ in range(steps):
+        loss = nn.CrossEntropyLoss()(eager(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.numpy()))
+    return losses
+
+
 @pytest.mark.parametrize("stacked,bn_kernel", [(True, True), (False, True), (True, False), (False, False)])
 def test_lowering_options_train_as_eager(stacked, bn_kernel):
     """``allow_stacked_weight_gradient`` and ``allow_cpu_batch_norm_kernel``, on or off:
@@ -93,14 +106,7 @@ def test_lowering_options_train_as_eager(stacked, bn_kernel):
     x = flow.tensor(rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 5, 8))
     eager = bn_convnet()
-    opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    expected = []
-    for _ in range(3):
-        loss = nn.CrossEntropyLoss()(eager(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        expected.append(float(loss.numpy()))
+    expected = _momentum_steps(eager, x, y)
     model = bn_convnet()
     graph = MomentumStep(model, stacked, bn_kernel)
     losses = [float(graph(x, y).numpy()) for _ in range(3)]
@@ -132,14 +138,7 @@ def test_weight_gradient_pass_gathers_from_an_untraced_input():
     x = flow.tensor(rng.standard_normal((6, 16, 10, 10)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 5, 6))
     eager = wide_kernel_net()
-    opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    expected = []
-    for _ in range(3):
-        loss = nn.CrossEntropyLoss()(eager(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        expected.append(float(loss.numpy()))
+    expected = _momentum_steps(eager, x, y)
     model = wide_kernel_net()
     graph = MomentumStep(model, stacked=True, bn_kernel=True)
     losses = [float(graph(x, y).numpy()) for _ in range(3)]
