@@ -32,6 +32,26 @@ def _per_channel(b, producers: dict, name: str, rank: int, channels: int, metas:
     return node.input[0]
 
 
+def _affine(b, add, producers: dict, reads: dict, metas: dict, keep: set) -> tuple | None:
+    """``(mul, x, s, c, factors)`` where ``add`` computes ``mul``'s ``x * s`` plus ``c``, ``s``
+    and ``c`` per channel of ``x`` and ``factors`` the names that spread them; else None."""
+    out = metas[add.output[0]]
+    for product, shift in (add.input, add.input[::-1]):
+        mul = producers.get(product)
+        if mul is None or mul.op_type != "Mul" or reads.get(product) != 1 or product in keep:
+            continue
+        for x, scale in (mul.input, mul.input[::-1]):
+            m = metas.get(x)
+            if m is None or m.dtype not in FLOATS or len(m.shape) < 2 or tuple(m.shape) != tuple(out.shape):
+                continue
+            rank, channels = len(m.shape), int(m.shape[1])
+            s = _per_channel(b, producers, scale, rank, channels, metas)
+            c = _per_channel(b, producers, shift, rank, channels, metas)
+            if s is not None and c is not None and metas[s].dtype == metas[c].dtype == m.dtype:
+                return mul, x, s, c, (scale, shift)
+    return None
+
+
 def fold_channel_affine(b, metas: dict, keep: set) -> int:
     """Rewrite builder ``b``'s nodes in place; ``metas``: the IR's values (name -> shape and
     dtype) for the names the lowering kept; ``keep``: names read outside the nodes (graph
@@ -41,36 +61,22 @@ def fold_channel_affine(b, metas: dict, keep: set) -> int:
     for node in b.nodes:
         for name in node.input:
             reads[name] = reads.get(name, 0) + 1
-    dropped, folded = set(), 0
+    dropped, bypassed = set(), set()
     for i, node in enumerate(b.nodes):
         if node.op_type != "Add" or node.output[0] not in metas:
             continue
-        for product, shift in (node.input, node.input[::-1]):
-            mul = producers.get(product)
-            if mul is None or mul.op_type != "Mul" or reads.get(product) != 1 or product in keep:
-                continue
-            out = metas[node.output[0]]
-            for x, scale in (mul.input, mul.input[::-1]):
-                m = metas.get(x)
-                if m is None or m.dtype not in FLOATS or len(m.shape) < 2 or tuple(m.shape) != tuple(out.shape):
-                    continue
-                rank, channels = len(m.shape), int(m.shape[1])
-                s = _per_channel(b, producers, scale, rank, channels, metas)
-                c = _per_channel(b, producers, shift, rank, channels, metas)
-                if s is None or c is None or metas[s].dtype != m.dtype or metas[c].dtype != m.dtype:
-                    continue
-                dtype = np.dtype(m.dtype)
-                mean, var = b.const(np.zeros(channels), dtype), b.const(np.ones(channels), dtype)
-                b.nodes[i] = helper.make_node("BatchNormalization", [x, s, c, mean, var], list(node.output),
-                                              name=node.name, epsilon=0.0)
-                dropped.add(id(mul))
-                folded += 1
-                break
-            else:
-                continue
-            break
+        found = _affine(b, node, producers, reads, metas, keep)
+        if found is None:
+            continue
+        mul, x, s, c, factors = found
+        dtype, channels = np.dtype(metas[x].dtype), int(metas[x].shape[1])
+        mean, var = b.const(np.zeros(channels), dtype), b.const(np.ones(channels), dtype)
+        b.nodes[i] = helper.make_node("BatchNormalization", [x, s, c, mean, var], list(node.output),
+                                      name=node.name, epsilon=0.0)
+        dropped.add(id(mul))
+        bypassed.update(factors)
     b.nodes[:] = [node for node in b.nodes if id(node) not in dropped]
     still_read = {name for node in b.nodes for name in node.input} | keep
     b.nodes[:] = [node for node in b.nodes  # the per-channel factors' reshapes that only the products read
-                  if node.op_type != "Reshape" or any(out in still_read for out in node.output)]
-    return folded
+                  if node.output[0] not in bypassed or node.output[0] in still_read]
+    return len(dropped)
