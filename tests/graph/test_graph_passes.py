@@ -84,17 +84,24 @@ class MomentumStep(nn.Graph):
         return loss
 
 
-def _momentum_steps(eager, x, y, steps: int = 3) -> list:
-    """Eager mode's losses over ``steps`` steps of ``MomentumStep``'s SGD."""
+def _trains_as_eager(net, x, y, stacked: bool = True, bn_kernel: bool = True) -> nn.Graph:
+    """Three SGD steps (``MomentumStep``'s) of a fresh ``net()`` in eager mode and of another in
+    a ``MomentumStep`` graph give the same losses and weights; returns the graph."""
+    eager = net()
     opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for _ in range(steps):
+    expected = []
+    for _ in range(3):
         loss = nn.CrossEntropyLoss()(eager(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss.numpy()))
-    return losses
+        expected.append(float(loss.numpy()))
+    model = net()
+    graph = MomentumStep(model, stacked, bn_kernel)
+    losses = [float(graph(x, y).numpy()) for _ in range(3)]
+    assert_close(losses, expected, rtol=1e-5)
+    assert_same_params(model, eager, rtol=1e-4)
+    return graph
 
 
 @pytest.mark.parametrize("stacked,bn_kernel", [(True, True), (False, True), (True, False), (False, False)])
@@ -105,13 +112,7 @@ def test_lowering_options_train_as_eager(stacked, bn_kernel):
     rng = np.random.default_rng(1)
     x = flow.tensor(rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 5, 8))
-    eager = bn_convnet()
-    expected = _momentum_steps(eager, x, y)
-    model = bn_convnet()
-    graph = MomentumStep(model, stacked, bn_kernel)
-    losses = [float(graph(x, y).numpy()) for _ in range(3)]
-    assert_close(losses, expected, rtol=1e-5)
-    assert_same_params(model, eager, rtol=1e-4)
+    graph = _trains_as_eager(bn_convnet, x, y, stacked, bn_kernel)
     matmuls = [n for n in graph._last.traced.ir.nodes if n.op == "matmul" and "/wg_" in n.outputs[0]]
     assert len(matmuls) == (2 if stacked else 18)  # one per conv, else one per kept tap (9 each)
     norms = [n for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
@@ -137,13 +138,7 @@ def test_weight_gradient_pass_gathers_from_an_untraced_input():
     rng = np.random.default_rng(2)
     x = flow.tensor(rng.standard_normal((6, 16, 10, 10)).astype(np.float32))
     y = flow.tensor(rng.integers(0, 5, 6))
-    eager = wide_kernel_net()
-    expected = _momentum_steps(eager, x, y)
-    model = wide_kernel_net()
-    graph = MomentumStep(model, stacked=True, bn_kernel=True)
-    losses = [float(graph(x, y).numpy()) for _ in range(3)]
-    assert_close(losses, expected, rtol=1e-5)
-    assert_same_params(model, eager, rtol=1e-4)
+    graph = _trains_as_eager(wide_kernel_net, x, y)
     ir = graph._last.traced.ir
     takes = [n for n in ir.nodes if n.op == "take" and "/wg_" in n.outputs[0]]
     assert len(takes) == 1
