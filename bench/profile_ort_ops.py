@@ -5,6 +5,7 @@ load falls on every variant alike).
     python bench/profile_ort_ops.py                     # resnet18 and mobilenet_v2, CIFAR b64
     python bench/profile_ort_ops.py --only resnet --rounds 5 --top 15
     python bench/profile_ort_ops.py --torch --no-profile   # step times with torch.compile's
+    python bench/profile_ort_ops.py --variants "both,no channel affine" --no-profile --rounds 12
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
+from types import MappingProxyType
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
-from flowserve.onnx_backend import runtime  # noqa: E402
+from flowserve.onnx_backend import lower, runtime  # noqa: E402
+from flowserve.onnx_backend.lowering import conv as conv_lowering  # noqa: E402
+
 
 # variant name -> the graph config calls (method, argument) its graph is compiled with
 VARIANTS = {
@@ -30,6 +35,27 @@ VARIANTS = {
     "BN kernel": (("allow_stacked_weight_gradient", False), ("allow_cpu_batch_norm_kernel", True)),
     "both": (("allow_stacked_weight_gradient", True), ("allow_cpu_batch_norm_kernel", True)),
 }
+
+_plain_flipped_kernel = conv_lowering._flipped_kernel
+
+
+def _no_channel_affine(b, metas, keep) -> int:
+    return 0
+
+
+def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
+    return _plain_flipped_kernel(b, w, shape, groups)
+
+
+_AFFINE_OFF = (lower, "fold_channel_affine", _no_channel_affine)
+_FLIP_OFF = (conv_lowering, "_flipped_kernel", _flip_by_slice)
+# variant name -> (config calls, (module, function name, replacement) while its graph is
+# lowered): lowering rewrites that have no config switch, turned off
+LOWERING_VARIANTS = MappingProxyType({
+    "no channel affine": (VARIANTS["both"], (_AFFINE_OFF,)),
+    "flip by slice": (VARIANTS["both"], (_FLIP_OFF,)),
+    "neither": (VARIANTS["both"], (_AFFINE_OFF, _FLIP_OFF)),
+})
 
 
 class _Profiled:
@@ -45,7 +71,7 @@ class _Profiled:
         return so
 
 
-def _compile(name: str, settings) -> tuple:
+def _compile(name: str, settings, patches=None) -> tuple:
     factory, shape, classes, batch, vocab = bg.CASES[name]
     x, y = (flow.tensor(a) for a in bg.batch_of(shape, classes, batch, vocab))
     flow.manual_seed(0)
@@ -54,8 +80,16 @@ def _compile(name: str, settings) -> tuple:
     graph = bg.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), True, "cpu")
     for method, value in settings:
         getattr(graph.config, method)(value)
-    loss = float(graph(x, y).numpy())
-    return graph, (lambda: graph(x, y).numpy()), loss
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches or ()]
+    try:
+        for module, name, function in patches or ():
+            setattr(module, name, function)
+        loss = float(graph(x, y).numpy())
+    finally:
+        for module, name, function in saved:
+            setattr(module, name, function)
+    losses = [loss]
+    return graph, (lambda: losses.append(float(graph(x, y).numpy()))), losses
 
 
 def _by_op(path: str, skip_runs: int) -> tuple:
@@ -85,7 +119,8 @@ def main() -> None:
     parser.add_argument("--only", default=None)
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--torch", action="store_true", help="time PyTorch under torch.compile in the same rounds")
-    parser.add_argument("--variants", default=None, help="comma-separated names from VARIANTS (default: all)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated names from VARIANTS and LOWERING_VARIANTS (default: VARIANTS)")
     parser.add_argument("--no-profile", action="store_true", help="step times only (the profiler costs time)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
@@ -94,14 +129,15 @@ def main() -> None:
             continue
         with tempfile.TemporaryDirectory() as folder:
             built = {}
-            for variant, settings in VARIANTS.items():
-                if args.variants and variant not in args.variants.split(","):
+            variants = {**{v: (settings, None) for v, settings in VARIANTS.items()}, **LOWERING_VARIANTS}
+            for variant, (settings, patches) in variants.items():
+                if variant not in (args.variants.split(",") if args.variants else VARIANTS):
                     continue
                 sub = os.path.join(folder, str(len(built)))
                 os.makedirs(sub)
                 runtime.session_options = runtime.session_options if args.no_profile else _Profiled(sub)
                 try:
-                    built[variant] = (*_compile(name, settings), sub)
+                    built[variant] = (*_compile(name, settings, patches), sub)
                 finally:
                     runtime.session_options = getattr(runtime.session_options, "plain", runtime.session_options)
             steps = {variant: step for variant, (_, step, _, _) in built.items()}
@@ -122,13 +158,18 @@ def main() -> None:
               f"load {os.getloadavg()[0]:.1f}")
         first = next(iter(wall))
         for variant in wall:
-            print(f"  {variant:<20} wall min {min(wall[variant]):7.1f}  cpu min {min(cpu[variant]):7.1f}  "
-                  f"wall vs {first} {min(wall[first]) / min(wall[variant]):5.2f}x")
+            print(f"  {variant:<20} wall min {min(wall[variant]):7.1f} median {statistics.median(wall[variant]):7.1f}  "
+                  f"cpu min {min(cpu[variant]):7.1f} median {statistics.median(cpu[variant]):7.1f}  "
+                  f"{first} / this: wall min {min(wall[first]) / min(wall[variant]):5.2f}x, "
+                  f"median {statistics.median(wall[first]) / statistics.median(wall[variant]):5.2f}x, "
+                  f"cpu median {statistics.median(cpu[first]) / statistics.median(cpu[variant]):5.2f}x")
+        for variant, (_, _, losses, _) in built.items():
+            print(f"  {variant:<20} losses {' '.join(f'{v:.6f}' for v in losses)}")
         if not table:
             continue
-        for variant, (ops, counts, run, loss, nodes) in table.items():
-            print(f"  {variant:<20} fastest session run {run:7.1f}  "
-                  f"nodes {nodes}  loss {loss:.6f}")
+        for variant, (ops, counts, run, _, nodes) in table.items():
+            print(f"  {variant:<20} fastest session run {run:7.1f}  nodes {nodes}  "
+                  f"kernels (sum of each op type's fastest) {sum(ops.values()):7.1f}")
         keys = sorted(set().union(*(t[0] for t in table.values())),
                       key=lambda k: -max(t[0].get(k, 0) for t in table.values()))
         print(f"  {'op':<26}" + "".join(f"{v[:18]:>22}" for v in table))

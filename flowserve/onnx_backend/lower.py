@@ -11,6 +11,7 @@ from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.onnx_backend import versions
 from flowserve.onnx_backend.builder import Builder, onnx_dtype
 from flowserve.onnx_backend.lowering import LOWERINGS, LoweringContext, training
+from flowserve.onnx_backend.lowering.affine import fold_channel_affine
 from flowserve.onnx_backend.lowering.clip import fold_clip
 from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 
@@ -93,7 +94,9 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     the model standard ONNX. ``cpu_provider``: graph mode runs the model on ONNX Runtime's
     CPU provider (standard operators in the formulations it runs fastest); there
     ``batch_norm_kernel`` lowers training batch norm as its training-mode
-    ``BatchNormalization`` (``flowserve.onnx_backend.lowering.norm``). ``dynamic_dims``:
+    ``BatchNormalization`` (``flowserve.onnx_backend.lowering.norm``), and per-channel
+    ``x * s + c`` is one inference-mode ``BatchNormalization``
+    (``flowserve.onnx_backend.lowering.affine``). ``dynamic_dims``:
     input or output name -> {axis: dim name}, dims written as those named ``dim_param``s.
     """
     ir = _widen_bfloat16(ir)
@@ -120,6 +123,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     user_outputs = {v.name for v in ir.outputs}
     updates = {name: ir.updates[name] for name in state_outputs}
     fold_clip(b, keep=user_outputs | set(updates.values()))
+    if cpu_provider:
+        fold_channel_affine(b, ir.values, keep=user_outputs | set(updates.values()))
     if updates and training.fuse_weight_gradient_gemms(b, keep=user_outputs | set(updates.values())):
         still_read = {n for node in b.nodes for n in node.input} | user_outputs | set(updates.values())
         b.drop_initializers([n for n in b.initializers if n not in still_read])  # the momenta's factors

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 
 import flowserve as flow
 import flowserve.nn as nn
@@ -118,15 +119,23 @@ def test_batch_norm_gradients_match_pytorch():
 
 def test_training_graph_lowering():
     """On ONNX Runtime's CPU provider batch norm's statistics are one BatchNormalization in
-    training mode (its lowering), the stride-1 input gradient is a Conv."""
-    model = nn.Sequential(nn.Conv2d(4, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU6())
+    training mode (its lowering), its gradient's per-channel affine map one in inference
+    mode, the stride-1 input gradient is a Conv."""
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU6(),
+                          nn.Conv2d(4, 4, 3, 1, 1))
     graph = _train_graph(model)
     graph(flow.tensor(np.ones((2, 4, 5, 5), np.float32)), flow.tensor(np.zeros((2, 5, 5), np.int64)))
     ops = [n.op_type for n in graph._compiled.model.graph.node]
     assert "ConvTranspose" not in ops  # the stride-1 input gradient is a Conv
-    assert ops.count("BatchNormalization") == 1 and "ReduceMean" not in ops, ops
-    (bn,) = [n for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
-    assert {a.name: a.i for a in bn.attribute if a.name == "training_mode"} == {"training_mode": 1}
+    # whose kernel is flipped by a product with the anti-diagonal permutation of its 9 taps
+    constants = {t.name: numpy_helper.to_array(t) for t in graph._compiled.model.graph.initializer}
+    flips = [n for n in graph._compiled.model.graph.node if n.op_type == "MatMul" and n.input[1] in constants]
+    assert [constants[n.input[1]].tolist() for n in flips] == [np.eye(9)[::-1].tolist()]
+    assert "ReduceMean" not in ops, ops
+    modes = [{a.name: a.i for a in n.attribute if a.name == "training_mode"}
+             for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
+    # the statistics, and the backward pass's per-channel ``d * A + B`` (inference mode)
+    assert sorted(modes, key=len) == [{}, {"training_mode": 1}], modes
 
 
 class _Grads(nn.Graph):

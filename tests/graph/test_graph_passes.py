@@ -84,14 +84,10 @@ class MomentumStep(nn.Graph):
         return loss
 
 
-@pytest.mark.parametrize("stacked,bn_kernel", [(True, True), (False, True), (True, False), (False, False)])
-def test_lowering_options_train_as_eager(stacked, bn_kernel):
-    """``allow_stacked_weight_gradient`` and ``allow_cpu_batch_norm_kernel``, on or off:
-    three training steps give eager mode's losses and weights, through the lowering asked for."""
-    rng = np.random.default_rng(1)
-    x = flow.tensor(rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
-    y = flow.tensor(rng.integers(0, 5, 8))
-    eager = bn_convnet()
+def _trains_as_eager(net, x, y, stacked: bool = True, bn_kernel: bool = True) -> nn.Graph:
+    """Three SGD steps (``MomentumStep``'s) of a fresh ``net()`` in eager mode and of another in
+    a ``MomentumStep`` graph give the same losses and weights; returns the graph."""
+    eager = net()
     opt = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
     expected = []
     for _ in range(3):
@@ -100,12 +96,54 @@ def test_lowering_options_train_as_eager(stacked, bn_kernel):
         loss.backward()
         opt.step()
         expected.append(float(loss.numpy()))
-    model = bn_convnet()
+    model = net()
     graph = MomentumStep(model, stacked, bn_kernel)
     losses = [float(graph(x, y).numpy()) for _ in range(3)]
     assert_close(losses, expected, rtol=1e-5)
     assert_same_params(model, eager, rtol=1e-4)
+    return graph
+
+
+@pytest.mark.parametrize("stacked,bn_kernel", [(True, True), (False, True), (True, False), (False, False)])
+def test_lowering_options_train_as_eager(stacked, bn_kernel):
+    """``allow_stacked_weight_gradient`` and ``allow_cpu_batch_norm_kernel``, on or off:
+    three training steps give eager mode's losses and weights, through the lowering asked for
+    (batch norm's backward per-channel ``x * s + c`` as ``BatchNormalization`` in either case)."""
+    rng = np.random.default_rng(1)
+    x = flow.tensor(rng.standard_normal((8, 3, 32, 32)).astype(np.float32))
+    y = flow.tensor(rng.integers(0, 5, 8))
+    graph = _trains_as_eager(bn_convnet, x, y, stacked, bn_kernel)
     matmuls = [n for n in graph._last.traced.ir.nodes if n.op == "matmul" and "/wg_" in n.outputs[0]]
     assert len(matmuls) == (2 if stacked else 18)  # one per conv, else one per kept tap (9 each)
-    ops = [n.op_type for n in graph._compiled.model.graph.node]
-    assert ops.count("BatchNormalization") == (2 if bn_kernel else 0), ops
+    norms = [n for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
+    training = [n for n in norms if any(a.name == "training_mode" and a.i for a in n.attribute)]
+    assert len(training) == (2 if bn_kernel else 0), norms
+    # each layer's backward ``d * A + B`` (per-channel A and B) is one inference-mode kernel
+    assert len(norms) - len(training) == 2, norms
+
+
+def wide_kernel_net():
+    """A convolution whose kernel nearly covers its input (8x8 over 10x10, 16 channels: 1024
+    products per output, 3x3 outputs): the weight-gradient pass takes it for one, though its
+    input is the graph's input, not a layer input transposed by ``weight_grad``."""
+    flow.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(16, 4, 8, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 3 * 3, 5))
+
+
+def test_weight_gradient_pass_gathers_from_an_untraced_input():
+    """Where the pass cannot trace the convolution's input back to a ``(N, C, H, W)`` layer
+    input (``reshape``, ``permute``, ``reshape``), it lays out the input it has: three
+    training steps still give eager mode's losses and weights."""
+    rng = np.random.default_rng(2)
+    x = flow.tensor(rng.standard_normal((6, 16, 10, 10)).astype(np.float32))
+    y = flow.tensor(rng.integers(0, 5, 6))
+    graph = _trains_as_eager(wide_kernel_net, x, y)
+    ir = graph._last.traced.ir
+    takes = [n for n in ir.nodes if n.op == "take" and "/wg_" in n.outputs[0]]
+    assert len(takes) == 1
+    layout = ir.producers()[takes[0].inputs[0]]  # (N, H*W, C) rows of the padded input ...
+    while layout.op != "permute":
+        layout = ir.producers()[layout.inputs[0]]
+    assert layout.inputs == [ir.inputs[0].name]  # ... of the input as given
+    assert list(layout.attrs["perm"]) == [1, 2, 3, 0]
