@@ -15,7 +15,10 @@ none, so the project's load generator (``clients/perf.py``) drives them, and flo
 again beside them: each ratio compares runs of one driver. Before any timing every
 server's answer to the same input is checked against onnxruntime in process. One server
 runs at a time; rounds go over all servers in turn (interleaved), figures are medians
-over rounds::
+over rounds. First, the ceiling: what the engine alone does in process on the same ONNX
+(images/s at batch 1 and at batch 8, one session of all cores and two single-threaded
+sessions side by side, and OpenVINO where it imports), which no server on these cores can
+pass once the model's compute fills them::
 
     python bench/bench_peers.py --cudart-dir /tmp/cudart/nvidia/cuda_runtime/lib \\
         --pytriton-python /tmp/venv-pytriton/bin/python \\
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -42,6 +46,11 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
+
+try:  # measured beside onnxruntime where installed (pip install "flowserve[openvino]")
+    import openvino
+except ImportError:
+    openvino = None
 
 from bench_perf_analyzer import perf_analyzer
 from bench_serving import free_port, mlp_model, mobilenet_v2_model, start, stop
@@ -264,6 +273,80 @@ def median_figures(runs: list) -> dict:
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
+def engine_ceiling(model: onnx.ModelProto, sample: np.ndarray, seconds: float = 1.0,
+                   rounds: int = 3) -> dict:
+    """Images per second the engines alone do on ``model`` in this process, by setting:
+    the median of ``rounds`` alternating blocks of about ``seconds`` each."""
+    data = model.SerializeToString()
+    cores = os.cpu_count() or 1
+
+    def ort_session(threads):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+    def serially(run, batch):  # -> a callable timing one block
+        x = np.repeat(sample, batch, axis=0)
+
+        def block():
+            done, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                run(x)
+                done += batch
+            return done / (time.perf_counter() - start)
+        return block
+
+    def side_by_side(sessions, batch):  # one thread per single-threaded session
+        x = np.repeat(sample, batch, axis=0)
+
+        def block():
+            counts = [0] * len(sessions)
+            start = time.perf_counter()
+
+            def loop(i):
+                while time.perf_counter() - start < seconds:
+                    sessions[i].run(None, {"x": x})
+                    counts[i] += batch
+            with concurrent.futures.ThreadPoolExecutor(len(sessions)) as pool:
+                list(pool.map(loop, range(len(sessions))))
+            return sum(counts) / (time.perf_counter() - start)
+        return block
+
+    one = ort_session(cores)
+    singles = [ort_session(1) for _ in range(cores)]
+    blocks = {}
+    for batch in (1, 8):
+        blocks[f"onnxruntime, 1 session x {cores} threads, batch {batch}"] = serially(
+            lambda x: one.run(None, {"x": x}), batch)
+        blocks[f"onnxruntime, {cores} sessions x 1 thread, batch {batch}"] = side_by_side(
+            singles, batch)
+    if openvino is not None:
+        core = openvino.Core()
+        for batch in (1, 8):
+            ov_model = core.read_model(data)
+            ov_model.reshape({ov_model.inputs[0].any_name: [batch, *sample.shape[1:]]})
+            request = core.compile_model(ov_model, "CPU", {
+                "INFERENCE_NUM_THREADS": cores, "PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+            blocks[f"openvino {openvino.__version__.split('-')[0]}, batch {batch}"] = serially(
+                lambda x, request=request: request.infer({0: x}), batch)
+    for block in blocks.values():  # warm-up
+        block()
+    figures = {name: [] for name in blocks}
+    for _ in range(rounds):
+        for name, block in blocks.items():
+            figures[name].append(block())
+    return {name: statistics.median(values) for name, values in figures.items()}
+
+
+def print_ceiling(name: str, ceiling: dict) -> None:
+    best = max(ceiling.values())
+    print(f"# {name}: the engine alone in process, images/s (no server can pass the best "
+          f"once compute fills the cores; load average {os.getloadavg()[0]:.2f})")
+    for setting, value in ceiling.items():
+        print(f"#   {setting:<48}{value:>10,.1f}{'  <- best' if value == best else ''}")
+
+
 def print_table(rows: list, results: dict, scaling: bool = False) -> None:
     print(f"\n{'model':<10}{'protocol':<12}{'c':>3}  {'server':<20}{'driver':<14}"
           f"{'infer/s':>9}{'p50 ms':>9}{'p99 ms':>9}  flowserve / it")
@@ -361,6 +444,8 @@ def main() -> None:
             inputs[name] = rng.standard_normal(shape).astype(np.float32)
             session = ort.InferenceSession(str(paths[name]), providers=["CPUExecutionProvider"])
             expected[name] = session.run(None, {"x": inputs[name]})[0]
+            if not args.workers_scaling:
+                print_ceiling(name, engine_ceiling(models[name], inputs[name]))
         for number in range(args.rounds):
             order = chosen if number % 2 == 0 else chosen[::-1]
             print(f"# round {number + 1}/{args.rounds}, load average "
