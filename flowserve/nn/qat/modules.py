@@ -100,12 +100,13 @@ class Conv2d(_QuantizedModule):
 
 
 class Linear(_QuantizedModule):
-    """A ``Linear`` with fake-quantized weight, input and output."""
+    """A ``Linear`` (with an optional activation after it) with fake-quantized weight,
+    input and output."""
 
-    def __init__(self, linear, qconfig: QConfig, tracker: QuantizedTensors):
+    def __init__(self, linear, qconfig: QConfig, tracker: QuantizedTensors, act: Optional[Module] = None):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
-        self.act = None
+        self.act = act
         self._init_quantizers(qconfig, linear.out_features, tracker)
 
     def forward(self, x):
