@@ -271,6 +271,11 @@ def test_a_module_called_twice_is_refused_where_its_place_is_called_again():
         prepared(flow.randn(2, 4, 5, 5))
     fine = Q.prepare_qat(Q.fuse_modules_qat(block, [["conv1", "bn1"], ["conv2", "bn2"]]))
     assert fine(flow.randn(2, 4, 5, 5)).shape == (2, 4, 5, 5)
+    assert Q.convert(fine)(flow.randn(2, 4, 5, 5)).shape == (2, 4, 5, 5)
+    # folded for inference, then prepared: the quantized layer keeps the check of its places
+    folded = Q.prepare_qat(Q.fuse_modules(block.eval(), [["conv1", "bn1"], ["conv2", "bn2"]]).train())
+    assert type(folded.conv1) is qat.Conv2d and isinstance(folded.bn1, nn.Identity)
+    assert folded(flow.randn(2, 4, 5, 5)).shape == (2, 4, 5, 5)
 
 
 @pytest.mark.parametrize("groups,error,message", [
@@ -280,6 +285,8 @@ def test_a_module_called_twice_is_refused_where_its_place_is_called_again():
     (["bn", "conv"], ValueError, r"expected one of the sequences \(Conv2d, BatchNorm2d\).* got \['bn', 'conv'\] "
                                  r"of types \(BatchNorm2d, Conv2d\)"),
     (["conv"], ValueError, r"got \['conv'\] of types \(Conv2d\)"),
+    ([["conv", "bn"], ["conv", "relu"]], ValueError, r"each module named once .* got \['conv'\] more than once"),
+    (["conv.weight", "bn"], AttributeError, r"got 'conv.weight': Conv2d has no submodule 'weight'"),
 ])
 def test_bad_names_and_sequences_are_refused(groups, error, message):
     model = ConvBnReLU().eval()

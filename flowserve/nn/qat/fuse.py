@@ -29,6 +29,7 @@ module's output and raises where it is not (fuse ``["conv1", "bn1"]`` there inst
 
 from __future__ import annotations
 
+import collections
 import copy
 import weakref
 from types import MappingProxyType
@@ -183,24 +184,29 @@ def _groups(modules_to_fuse, caller: str) -> list:
     """``modules_to_fuse`` as a list of lists of names."""
     if isinstance(modules_to_fuse, (list, tuple)) and modules_to_fuse:
         if all(isinstance(n, str) for n in modules_to_fuse):
-            return [list(modules_to_fuse)]
+            return _named_once([list(modules_to_fuse)], caller)
         if all(isinstance(g, (list, tuple)) and g and all(isinstance(n, str) for n in g) for g in modules_to_fuse):
-            return [list(g) for g in modules_to_fuse]
+            return _named_once([list(g) for g in modules_to_fuse], caller)
     raise TypeError(f"{caller} expected modules_to_fuse as a list of module names (e.g. ['conv1', 'bn1']) or a "
                     f"list of such lists, got {modules_to_fuse!r}")
 
 
+def _named_once(groups: list, caller: str) -> list:
+    twice = sorted(n for n, count in collections.Counter(n for g in groups for n in g).items() if count > 1)
+    if twice:
+        raise ValueError(f"{caller} expected each module named once in modules_to_fuse, got {twice} more than once")
+    return groups
+
+
 def _submodule(model: Module, name: str, caller: str) -> Module:
-    parent_name, _, attr = name.rpartition(".")
-    parent = model
-    for part in parent_name.split(".") if parent_name else []:
-        parent = parent._modules.get(part)
-        if not isinstance(parent, Module):
-            break
-    if not isinstance(parent, Module) or not isinstance(parent._modules.get(attr), Module):
+    try:
+        module = model.get_submodule(name) if name else None
+    except AttributeError as e:
         raise AttributeError(f"{caller} expected names of submodules of {type(model).__name__}, got {name!r}: "
-                             f"it has no such submodule")
-    return parent._modules[attr]
+                             f"{e}") from None
+    if not isinstance(module, Module):
+        raise AttributeError(f"{caller} expected names of submodules of {type(model).__name__}, got {name!r}")
+    return module
 
 
 def _plan(model: Module, names: list, fusions, caller: str) -> Fusion:
@@ -210,18 +216,17 @@ def _plan(model: Module, names: list, fusions, caller: str) -> Fusion:
     fusion = fusions.get(types)
     if fusion is None:
         known = "; ".join(f"({', '.join(t.__name__ for t in seq)})" for seq in fusions)
-        other = "fuse_modules_qat" if fusions is EVAL_FUSIONS else "fuse_modules (eval mode)"
-        hint = f" ({other} fuses that sequence)" if types in (QAT_FUSIONS if fusions is EVAL_FUSIONS
-                                                                 else EVAL_FUSIONS) else ""
+        other, other_name = ((QAT_FUSIONS, "fuse_modules_qat") if fusions is EVAL_FUSIONS
+                             else (EVAL_FUSIONS, "fuse_modules (eval mode)"))
+        hint = f" ({other_name} fuses that sequence)" if types in other else ""
         raise ValueError(f"{caller} expected one of the sequences {known}; got {names} of types "
                          f"({', '.join(t.__name__ for t in types)}){hint}")
-    batch_norms = [(n, m) for n, m in zip(names, modules) if isinstance(m, _BatchNorm)]
     if fusion.folds and any(m.training for m in modules):
         trained = [n for n, m in zip(names, modules) if m.training]
         raise ValueError(f"{caller} folds BatchNorm with its running statistics and expected eval mode, got "
                          f"{trained} in training mode: call model.eval() first, or fuse_modules_qat for "
                          "quantization-aware training")
-    if batch_norms and len({m.training for m in modules}) > 1:
+    if any(isinstance(m, _BatchNorm) for m in modules) and len({m.training for m in modules}) > 1:
         modes = ", ".join(f"{n}: {'train' if m.training else 'eval'}" for n, m in zip(names, modules))
         raise ValueError(f"{caller} expected the modules of one group in the same mode (train or eval), got {modes}")
     return fusion
