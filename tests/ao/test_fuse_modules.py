@@ -34,11 +34,11 @@ from torch.ao import quantization as TQ  # noqa: E402
 class ConvBnReLU(nn.Module):
     """The layers a block calls as attributes, outside an ``nn.Sequential``."""
 
-    def __init__(self, parts=("conv", "bn", "relu"), seed: int = 0):
+    def __init__(self, parts=("conv", "bn", "relu"), bias: bool = True, seed: int = 0):
         super().__init__()
         flow.manual_seed(seed)
         self.parts = parts
-        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=True)
+        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=bias)
         if "bn" in parts:
             self.bn = nn.BatchNorm2d(6)
         if "relu" in parts:
@@ -57,7 +57,7 @@ class TorchConvBnReLU(torch.nn.Module):
         super().__init__()
         self.parts = ours.parts
         self.quant, self.dequant = TQ.QuantStub(), TQ.DeQuantStub()
-        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1, bias=True)
+        self.conv = torch.nn.Conv2d(3, 6, 3, padding=1, bias=ours.conv.bias is not None)
         if "bn" in self.parts:
             self.bn = torch.nn.BatchNorm2d(6)
         if "relu" in self.parts:
@@ -92,8 +92,9 @@ def _torch_qconfig():
     return TQ.QConfig(activation=_torch_activation_fq, weight=_torch_weight_fq)
 
 
-def test_fuse_modules_folds_batch_norm_as_torch():
-    ours = _with_statistics(ConvBnReLU()).eval()
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_fuse_modules_folds_batch_norm_as_torch(bias):
+    ours = _with_statistics(ConvBnReLU(bias=bias)).eval()
     theirs = TorchConvBnReLU(ours).eval()
     fused = Q.fuse_modules(ours, ["conv", "bn", "relu"])
     torch_fused = TQ.fuse_modules(theirs, ["conv", "bn", "relu"])

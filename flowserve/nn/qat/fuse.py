@@ -51,40 +51,37 @@ from flowserve.tensor import Tensor
 def fuse_conv_bn_eval(conv: Conv2d, bn: BatchNorm2d) -> Conv2d:
     """A copy of ``conv`` computing ``bn(conv(x))`` with ``bn``'s running statistics
     (``torch.nn.utils.fusion.fuse_conv_bn_eval``)."""
-    weight, bias = _fold(conv.weight, conv.bias, bn, "conv")
-    fused = copy.deepcopy(conv)
-    fused.weight, fused.bias = weight, bias
-    return fused
+    return _folded_copy(conv, bn)
 
 
 def fuse_linear_bn_eval(linear: Linear, bn: BatchNorm1d) -> Linear:
     """A copy of ``linear`` computing ``bn(linear(x))`` with ``bn``'s running statistics
     (``torch.nn.utils.fusion.fuse_linear_bn_eval``)."""
-    weight, bias = _fold(linear.weight, linear.bias, bn, "linear")
-    fused = copy.deepcopy(linear)
-    fused.weight, fused.bias = weight, bias
-    return fused
+    return _folded_copy(linear, bn)
 
 
-def _fold(weight, bias, bn: _BatchNorm, layer: str):
-    """``weight * gamma / sqrt(var + eps)`` (per output channel) and
-    ``(bias - mean) * gamma / sqrt(var + eps) + beta``, as PyTorch computes them."""
+def _folded_copy(layer, bn: _BatchNorm):
+    """A copy of ``layer`` with weight ``w * gamma / sqrt(var + eps)`` (per output channel)
+    and bias ``(b - mean) * gamma / sqrt(var + eps) + beta``, computed as PyTorch does."""
+    layer_name, bn_name, weight = type(layer).__name__, type(bn).__name__, layer.weight
     if bn.training or bn.running_mean is None:
-        raise ValueError(f"folding {type(bn).__name__} into a {layer} expected it in eval mode with running "
+        raise ValueError(f"folding {bn_name} into a {layer_name} expected it in eval mode with running "
                          f"statistics, got training={bn.training}, track_running_stats={bn.track_running_stats}")
     if bn.num_features != weight.shape[0]:
-        raise ValueError(f"folding {type(bn).__name__} into a {layer} expected {weight.shape[0]} features (its "
+        raise ValueError(f"folding {bn_name} into a {layer_name} expected {weight.shape[0]} features (its "
                          f"output channels), got {bn.num_features}")
     with no_grad():
         mean = bn.running_mean
         gamma = creation.ones_like(mean) if bn.weight is None else bn.weight
         beta = creation.zeros_like(mean) if bn.bias is None else bn.bias
         rsqrt = F.rsqrt(bn.running_var + bn.eps)
-        shape = [-1] + [1] * (weight.ndim - 1)
-        folded_weight = weight * F.reshape(gamma * rsqrt, shape)
-        folded_bias = ((creation.zeros_like(mean) if bias is None else bias) - mean) * rsqrt * gamma + beta
-    return (Parameter(folded_weight.detach(), requires_grad=weight.requires_grad),
-            Parameter(folded_bias.detach(), requires_grad=weight.requires_grad))
+        folded_weight = weight * F.reshape(gamma * rsqrt, [-1] + [1] * (weight.ndim - 1))
+        bias = creation.zeros_like(mean) if layer.bias is None else layer.bias
+        folded_bias = (bias - mean) * rsqrt * gamma + beta
+    folded = copy.deepcopy(layer)
+    folded.weight = Parameter(folded_weight.detach(), requires_grad=weight.requires_grad)
+    folded.bias = Parameter(folded_bias.detach(), requires_grad=weight.requires_grad)
+    return folded
 
 
 class Fusion(NamedTuple):
