@@ -20,6 +20,7 @@ from flowserve.exporter.verified import export_verified
 from flowserve.models.resnet import BasicBlock
 from flowserve.nn import intrinsic
 from flowserve.nn.qat import modules as qat
+from flowserve.nn.qat.prepare import qconfig_from_graph_options
 from flowserve.onnx_backend.runtime import create_session
 from tests.ao.qat_models import images, labels
 from tests.ao.test_fake_quant_torch import _torch_activation_fq, _torch_weight_fq
@@ -220,7 +221,7 @@ def test_fused_resnet_qat_graph_equals_eager_for_three_steps():
     graph_model = _fused_resnet()
     eager_model = copy.deepcopy(graph_model)
     graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.05, momentum=0.9), {})
-    eager = Q.prepare_qat(eager_model)
+    eager = Q.prepare_qat(eager_model, qconfig_from_graph_options(graph.config.options))
     optimizer = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
     loss_fn = flow.nn.CrossEntropyLoss()
     for step in range(3):
