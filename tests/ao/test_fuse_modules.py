@@ -268,6 +268,8 @@ def test_a_module_called_twice_is_refused_where_its_place_is_called_again():
     fused = Q.fuse_modules(block, ["conv1", "bn1", "relu"])
     with pytest.raises(ValueError, match=r"relu was fused into conv1 .* calls relu elsewhere too"):
         fused(flow.randn(2, 4, 5, 5))
+    with pytest.raises(ValueError, match="relu was fused into conv1"):  # traced in a graph alike
+        EvalGraph(fused)(flow.randn(2, 4, 5, 5))
     prepared = Q.prepare_qat(Q.fuse_modules_qat(block.train(), ["conv1", "bn1", "relu"]))
     with pytest.raises(ValueError, match="relu was fused into conv1"):
         prepared(flow.randn(2, 4, 5, 5))
