@@ -11,7 +11,6 @@ import collections
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import flowserve as flow
@@ -25,8 +24,8 @@ from flowserve.nn.qat.prepare import qconfig_from_graph_options
 from flowserve.onnx_backend.runtime import create_session
 from tests.ao.qat_models import images, labels
 from tests.ao.test_fake_quant_torch import _torch_activation_fq, _torch_weight_fq
-from tests.ao.test_qat_graph import TrainGraph, _state
-from tests.exporter.test_qat_export import EvalGraph
+from tests.ao.test_qat_graph import TrainGraph, _state, train_side_by_side
+from tests.exporter.test_qat_export import EvalGraph, onnx_runtime_optimised_ops
 from tests.precision import assert_close_in_format
 
 torch = pytest.importorskip("torch")
@@ -229,16 +228,8 @@ def test_fused_resnet_qat_graph_equals_eager_for_three_steps():
     eager_model = copy.deepcopy(graph_model)
     graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.05, momentum=0.9), {})
     eager = Q.prepare_qat(eager_model, qconfig_from_graph_options(graph.config.options))
-    optimizer = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = flow.nn.CrossEntropyLoss()
-    for step in range(3):
-        x, y = images(seed=step), labels(seed=10 + step)
-        graph_loss = float(graph(x, y))
-        optimizer.zero_grad()
-        loss = loss_fn(eager(x), y)
-        loss.backward()
-        optimizer.step()
-        np.testing.assert_allclose(graph_loss, float(loss), rtol=1e-3, err_msg=f"loss, step {step}")
+    batches = [(images(seed=step), labels(seed=10 + step)) for step in range(3)]
+    train_side_by_side(graph, eager, batches, rtol=1e-3)
     ours, theirs = _state(graph_model), _state(eager)
     assert sorted(ours) == sorted(theirs) and any(k.endswith("conv1.0.bn.running_var") for k in ours)
     for name in ours:
@@ -259,7 +250,7 @@ def test_fused_resnet_int8_export_matches_the_qat_graph(tmp_path):
     assert ops["BatchNormalization"] == 0 and ops["Conv"] == 6
     weights = [t for t in result.model.graph.initializer if "_quantized" in t.name]
     assert len(weights) == 7 and all(t.data_type == onnx.TensorProto.INT8 for t in weights)  # 6 convs, 1 linear
-    optimised = _onnx_runtime_optimised(result.model, tmp_path / "optimised.onnx")
+    optimised = onnx_runtime_optimised_ops(result.model, tmp_path / "optimised.onnx")
     assert optimised["QLinearConv"] == 6 and optimised["QLinearAdd"] == 2 and optimised["QGemm"] == 1
     # all integer: BatchNorm folded (no float Mul/Add left but the average pool's 1/n), ReLUs absorbed
     assert optimised["Conv"] == optimised["Relu"] == optimised["Add"] == 0 and optimised["Mul"] == 1
@@ -270,15 +261,6 @@ def test_fused_resnet_int8_export_matches_the_qat_graph(tmp_path):
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     step = float(model.fc.output_fake_quant.scale[0])
     np.testing.assert_allclose(got, expected, rtol=0, atol=step * (1 + 1e-3))
-
-
-def _onnx_runtime_optimised(model: onnx.ModelProto, path) -> collections.Counter:
-    """The op counts of ``model`` after ONNX Runtime's own optimisation (its QDQ fusions)."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.optimized_model_filepath = str(path)
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return collections.Counter(n.op_type for n in onnx.load(path).graph.node)
 
 
 def test_a_module_called_twice_is_refused_where_its_place_is_called_again():
