@@ -27,7 +27,9 @@ QAT rows (``--models mobilenet_v2_qat``, ``mobilenet_v2_224_qat`` or ``resnet18_
 float32 model above, fine-tuned with quantization-aware training (``flowserve.ao.quantization``,
 in graph mode, BatchNorm frozen at the float32 statistics) for ``QAT_STEPS`` steps as a
 student of the float32 model on inputs drawn as the training data are, then exported with
-``--precision int8`` (its learned scales, no calibration). Its top-1 agreement is measured
+``--precision int8`` (its learned scales, no calibration). ResNet-18's layers are fused by
+name first, as a PyTorch user fuses them (``fuse_modules_qat``, ``QAT_FUSION``): its blocks
+call ``conv1``/``bn1`` as attributes, outside an ``nn.Sequential``. Its top-1 agreement is measured
 against the float32 model on ``HELD_OUT`` fresh inputs, beside the calibrated int8 export's
 on the same inputs; speed: the QAT int8 model against the float32 export. Goals: agreement
 >= 99%, >= 1.5x.
@@ -46,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
+from types import MappingProxyType
 
 import numpy as np
 import onnx
@@ -61,6 +64,7 @@ import flowserve.nn as nn  # noqa: E402
 from flowserve.ao import quantization as Q  # noqa: E402
 from flowserve.clients.compare import run_compare  # noqa: E402
 from flowserve.exporter.verified import export_verified, sidecar_path  # noqa: E402
+from flowserve.models.resnet import BasicBlock  # noqa: E402
 from flowserve.serialization import read_examples  # noqa: E402
 
 CLASSES = 10
@@ -249,6 +253,22 @@ QAT_STEPS = {"mobilenet_v2_qat": 60, "mobilenet_v2_224_qat": 30, "resnet18_qat":
 HELD_OUT = 512
 
 
+def resnet_fusion_groups(model: nn.Module) -> list:
+    """The modules a PyTorch user fuses in a ResNet before ``prepare_qat``: the stem's
+    conv/bn/relu, and in each ``BasicBlock`` conv1/bn1, conv2/bn2 and the shortcut's conv/bn;
+    not the block's relu, which it calls twice (after bn1 and after the residual sum)."""
+    groups = [["conv1", "bn1", "relu"]]
+    for name, module in model.named_modules():
+        if isinstance(module, BasicBlock):
+            groups += [[f"{name}.conv1", f"{name}.bn1"], [f"{name}.conv2", f"{name}.bn2"]]
+            if module.downsample is not None:
+                groups.append([f"{name}.downsample.0", f"{name}.downsample.1"])
+    return groups
+
+
+QAT_FUSION = MappingProxyType({"resnet18": resnet_fusion_groups})  # model -> its fuse_modules_qat groups
+
+
 class DistillGraph(nn.Graph):
     """QAT fine-tuning: the student's logits pulled to the float32 teacher's."""
 
@@ -295,7 +315,10 @@ def measure_qat(name: str, root: pathlib.Path, args) -> list:
     export_verified(root / base, paths["fp32"], target="onnxruntime", rtol=1e-4)
     export_verified(root / base, paths["int8"], precision="int8", min_agreement=0.0)
     teacher.eval()
-    graph = DistillGraph(copy.deepcopy(teacher).train(), steps)
+    student = copy.deepcopy(teacher).train()
+    if base in QAT_FUSION:
+        Q.fuse_modules_qat(student, QAT_FUSION[base](student), inplace=True)
+    graph = DistillGraph(student, steps)
     reference = session(paths["fp32"], args.threads)
     for step in range(steps):
         y = np.random.default_rng(3000 + step).integers(0, CLASSES, 32)

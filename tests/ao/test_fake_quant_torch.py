@@ -63,15 +63,17 @@ def test_per_channel_matches_torch(axis):
     assert_close_in_format(grad, tgrad, "float32")
 
 
-def _torch_activation_fq():
+def _torch_activation_fq(**kwargs):
+    """PyTorch's activation fake-quantizer of ``default_qconfig()`` (``kwargs``: what PyTorch's
+    QAT modules pass when they make one from a ``QConfig``)."""
     return TQ.FakeQuantize(observer=TQ.MovingAverageMinMaxObserver, quant_min=0, quant_max=255,
-                           dtype=torch.quint8, qscheme=torch.per_tensor_affine, averaging_constant=0.01)
+                           dtype=torch.quint8, qscheme=torch.per_tensor_affine, averaging_constant=0.01, **kwargs)
 
 
-def _torch_weight_fq():
+def _torch_weight_fq(**kwargs):
     return TQ.FakeQuantize(observer=TQ.MovingAveragePerChannelMinMaxObserver, quant_min=-64, quant_max=64,
                            dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=0,
-                           averaging_constant=1.0)
+                           averaging_constant=1.0, **kwargs)
 
 
 @pytest.mark.parametrize("kind", ["activation", "weight"])

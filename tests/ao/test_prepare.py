@@ -84,3 +84,20 @@ def test_batchnorm_frozen_from_the_first_step_trains_what_is_deployed():
     np.testing.assert_allclose(trained, deployed, rtol=1e-5, atol=1e-5)
     unfrozen = Q.prepare_qat(model)
     assert not np.allclose(unfrozen(x).numpy(), trained, rtol=1e-3, atol=1e-3)
+
+
+class InplaceReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.relu, self.conv2 = nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True), nn.Conv2d(4, 4, 3)
+
+    def forward(self, x):
+        return self.conv2(self.relu(self.conv1(x)))
+
+
+def test_a_quantized_tensor_updated_in_place_is_quantized_again():
+    """``ReLU(inplace=True)`` on a layer's quantized output makes another value (a node of its
+    own in the export): the next layer quantizes its input, as it does after ``inplace=False``."""
+    prepared = Q.prepare_qat(InplaceReLU())
+    prepared(images())
+    assert float(prepared.conv2.input_fake_quant.observed) == 1.0

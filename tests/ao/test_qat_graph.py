@@ -32,6 +32,20 @@ def _state(model) -> dict:
     return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
+def train_side_by_side(graph: TrainGraph, eager, batches, rtol: float) -> None:
+    """One training call of ``graph`` and one eager step of ``eager`` (SGD, as the graph's)
+    per batch; their losses agree to ``rtol``."""
+    optimizer = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = flow.nn.CrossEntropyLoss()
+    for step, (x, y) in enumerate(batches):
+        graph_loss = float(graph(x, y))
+        optimizer.zero_grad()
+        loss = loss_fn(eager(x), y)
+        loss.backward()
+        optimizer.step()
+        np.testing.assert_allclose(graph_loss, float(loss), rtol=rtol, err_msg=f"loss, step {step}")
+
+
 @pytest.mark.parametrize("qat_config,float_parts",
                          [({}, ()), ({"moving_min_max_stop_update_after_iters": 2, "freeze_bn_after": 1}, ()),
                           ({"freeze_bn_after": 0}, ("stem", "head"))],
@@ -44,16 +58,7 @@ def test_qat_graph_equals_eager_for_three_steps(qat_config, float_parts):
     graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.05, momentum=0.9), qat_config)
     qconfig = qconfig_from_graph_options(graph.config.options)
     eager = Q.prepare_qat(float_model, qconfig)
-    optimizer = flow.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
-    x, y = images(), labels()
-    loss_fn = flow.nn.CrossEntropyLoss()
-    for step in range(3):
-        graph_loss = float(graph(x, y))
-        optimizer.zero_grad()
-        loss = loss_fn(eager(x), y)
-        loss.backward()
-        optimizer.step()
-        np.testing.assert_allclose(graph_loss, float(loss), rtol=1e-4, err_msg=f"loss, step {step}")
+    train_side_by_side(graph, eager, [(images(), labels())] * 3, rtol=1e-4)
     assert Q.is_prepared(graph_model)
     ours, theirs = _state(graph_model), _state(eager)
     assert sorted(ours) == sorted(theirs)

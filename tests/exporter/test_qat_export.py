@@ -184,12 +184,18 @@ def test_onnx_runtime_integer_kernels_compute_each_qdq_node_of_mobilenet(mobilen
     assert {n.name for n in ops} <= checked and len(ops) == 52 + 11 + 1  # convs, residual sums (11 at width 0.25), head
 
 
-def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int8, tmp_path):
+def onnx_runtime_optimised_ops(model: onnx.ModelProto, path) -> collections.Counter:
+    """The op counts of ``model`` after ONNX Runtime's own optimisation (its QDQ fusions),
+    written to ``path``."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
-    ort.InferenceSession(mobilenet_int8.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    ops = collections.Counter(n.op_type for n in onnx.load(tmp_path / "optimised.onnx").graph.node)
+    options.optimized_model_filepath = str(path)
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+
+
+def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int8, tmp_path):
+    ops = onnx_runtime_optimised_ops(mobilenet_int8, tmp_path / "optimised.onnx")
     assert ops["QLinearConv"] == 52 and ops["QLinearAdd"] == 11 and ops["QGemm"] == 1
     assert ops["Conv"] == ops["Add"] == ops["Gemm"] == 0
     # the convolutions on the 2x2 and 1x1 maps run on the batch laid out as one image

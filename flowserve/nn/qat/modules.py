@@ -30,14 +30,16 @@ class QuantizedTensors:
     """The tensors that came out of a fake-quantize module during the current forward pass
     of one prepared model: a module reading one of them does not quantize it again (one
     quantization per tensor, as the exported QDQ model holds); and those that came out of a
-    module left in float (``qconfig = None``), which the container around it leaves float."""
+    module left in float (``qconfig = None``), which the container around it leaves float.
+    A tensor updated in place since (``nn.ReLU(inplace=True)``) is another value, as in the
+    exported model, where the update is a node of its own: it is neither."""
 
     def __init__(self):
         self._refs: dict = {}
 
     def _record(self, t: Tensor, quantized: bool) -> Tensor:
         self._refs = {k: r for k, r in self._refs.items() if r[0]() is not None}
-        self._refs[id(t)] = (weakref.ref(t), quantized)
+        self._refs[id(t)] = (weakref.ref(t), quantized, t._version, t._lazy)
         return t
 
     def mark(self, t: Tensor) -> Tensor:
@@ -47,8 +49,12 @@ class QuantizedTensors:
         return self._record(t, False)
 
     def _kind(self, t):
+        """True (quantized), False (float) or None (not recorded, or updated in place since:
+        its version moved in eager mode, its traced value in a graph)."""
         ref = self._refs.get(id(t))
-        return None if ref is None or ref[0]() is not t else ref[1]
+        if ref is None or ref[0]() is not t or ref[2] != t._version or ref[3] is not t._lazy:
+            return None
+        return ref[1]
 
     def __contains__(self, t) -> bool:
         return self._kind(t) is True
@@ -100,12 +106,13 @@ class Conv2d(_QuantizedModule):
 
 
 class Linear(_QuantizedModule):
-    """A ``Linear`` with fake-quantized weight, input and output."""
+    """A ``Linear`` (with an optional activation after it) with fake-quantized weight,
+    input and output."""
 
-    def __init__(self, linear, qconfig: QConfig, tracker: QuantizedTensors):
+    def __init__(self, linear, qconfig: QConfig, tracker: QuantizedTensors, act: Optional[Module] = None):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
-        self.act = None
+        self.act = act
         self._init_quantizers(qconfig, linear.out_features, tracker)
 
     def forward(self, x):

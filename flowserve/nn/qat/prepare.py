@@ -7,8 +7,12 @@
   (uint8, unless the tensor is already the output of a fake-quantizer) and its output;
 - ``Conv2d`` + ``BatchNorm2d`` (+ ``ReLU``/``ReLU6``) following each other in an
   ``nn.Sequential`` become one ``ConvBn2d`` (the exporter folds BatchNorm into the weight and
-  absorbs the activation: the output is quantized after it); the BatchNorm and activation
-  places hold ``Identity``;
+  absorbs the activation: the output is quantized after it), ``Conv2d``/``Linear`` + ``ReLU``/
+  ``ReLU6`` one ``Conv2d``/``Linear`` quantized after the activation; the BatchNorm and
+  activation places hold ``Identity``. The fused modules of ``fuse_modules_qat``
+  (``flowserve.nn.intrinsic``: ``ConvBn2d``, ``ConvBnReLU2d``, ``ConvReLU2d``, ``LinearReLU``)
+  are such ``nn.Sequential``s: they are how a model that calls its layers as attributes
+  (ResNet's ``BasicBlock``) names what to fuse;
 - the output of every other module with submodules (not an ``nn.Sequential``, whose output
   is its last module's) where it is not quantized yet: the sum of a residual block.
 
@@ -42,6 +46,7 @@ from flowserve.nn.modules.normalization import BatchNorm2d
 from flowserve.tensor import Tensor
 
 QAT_MODULES = (qat.Conv2d, qat.ConvBn2d, qat.Linear)
+FUSED_ACTIVATIONS = (ReLU, ReLU6)  # absorbed by the layer before them: quantized after
 
 
 def prepare_qat(model: Module, qconfig: Optional[QConfig] = None, inplace: bool = False) -> Module:
@@ -101,9 +106,9 @@ def _prepare(module: Module, qconfig: Optional[QConfig], tracker: qat.QuantizedT
             continue
         child_qconfig = _own_qconfig(child, qconfig)
         if type(child) is Conv2d and child_qconfig is not None:
-            setattr(module, name, qat.Conv2d(child, child_qconfig, tracker))
+            _swap(module, name, child, qat.Conv2d(child, child_qconfig, tracker))
         elif type(child) is Linear and child_qconfig is not None:
-            setattr(module, name, qat.Linear(child, child_qconfig, tracker))
+            _swap(module, name, child, qat.Linear(child, child_qconfig, tracker))
         else:
             _prepare(child, child_qconfig, tracker)
         if child_qconfig is None and qconfig is not None:  # a float island: its output stays float
@@ -121,22 +126,41 @@ def _fuse_sequential(seq: Sequential, qconfig: QConfig, tracker: qat.QuantizedTe
     names = [name for name, _ in seq.named_children()]
     i = 0
     while i < len(names):
-        conv = getattr(seq, names[i])
-        bn = getattr(seq, names[i + 1]) if i + 1 < len(names) else None
-        if type(conv) is not Conv2d or type(bn) is not BatchNorm2d:
-            i += 1
-            continue
-        own = _own_qconfig(conv, qconfig)
-        if own is None or _own_qconfig(bn, own) is None:  # a layer left in float is not fused
-            i += 1
-            continue
-        act = getattr(seq, names[i + 2]) if i + 2 < len(names) else None
-        act = act if type(act) in (ReLU, ReLU6) else None
-        setattr(seq, names[i], qat.ConvBn2d(conv, bn, own, tracker, act))
-        taken = 3 if act is not None else 2
-        for name in names[i + 1:i + taken]:
-            setattr(seq, name, Identity())
-        i += taken
+        i += max(1, _fuse_at(seq, names[i:i + 3], qconfig, tracker))
+
+
+def _fuse_at(seq: Sequential, names: list, qconfig: QConfig, tracker: qat.QuantizedTensors) -> int:
+    """Fuse the layer ``names[0]`` of ``seq`` with the BatchNorm2d (after a Conv2d) and the
+    activation that follow it; how many places the fused module took (0: none)."""
+    layer, after = getattr(seq, names[0]), [getattr(seq, name) for name in names[1:]]
+    own = _own_qconfig(layer, qconfig)
+    if own is None or type(layer) not in (Conv2d, Linear):
+        return 0
+    bn = after[0] if after and type(layer) is Conv2d and type(after[0]) is BatchNorm2d else None
+    if bn is not None and _own_qconfig(bn, own) is None:  # a layer left in float is not fused
+        return 0
+    act = after[1 if bn is not None else 0] if len(after) > (bn is not None) else None
+    act = act if type(act) in FUSED_ACTIVATIONS else None
+    if bn is not None:
+        fused = qat.ConvBn2d(layer, bn, own, tracker, act)
+    elif act is None:
+        return 0
+    else:
+        fused = (qat.Conv2d if type(layer) is Conv2d else qat.Linear)(layer, own, tracker, act)
+    _swap(seq, names[0], layer, fused)
+    taken = 1 + (bn is not None) + (act is not None)
+    for name in names[1:taken]:
+        setattr(seq, name, Identity())
+    return taken
+
+
+def _swap(module: Module, name: str, old: Module, new: Module) -> Module:
+    """Put ``new`` in place of ``module``'s child ``old``, with ``old``'s forward hooks (as
+    PyTorch's ``swap_module``): those ``fuse_modules`` registered on a fused layer."""
+    new._forward_pre_hooks.update(old._forward_pre_hooks)
+    new._forward_hooks.update(old._forward_hooks)
+    setattr(module, name, new)
+    return new
 
 
 def _quantize_output(module, args, out):
@@ -207,4 +231,4 @@ def _fold(module: Module) -> None:
         folded = qat.Conv2d(conv, child.qconfig, child.tracker, child.act)
         for part in ("input_fake_quant", "weight_fake_quant", "output_fake_quant"):
             setattr(folded, part, getattr(child, part))
-        setattr(module, name, folded)
+        _swap(module, name, child, folded)

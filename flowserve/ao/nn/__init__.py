@@ -1,0 +1,1 @@
+"""``flowserve.ao.nn``: PyTorch's ``torch.ao.nn`` names (``intrinsic``: fused float modules)."""
