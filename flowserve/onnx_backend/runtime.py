@@ -91,12 +91,6 @@ _EXECUTION_ORDER = {"Disable": "DEFAULT", "MemoryFirst": "DEFAULT", "SpeedFirst"
                     "OverlapCpuGpu": "PRIORITY_BASED", "DelayShortGpu": "PRIORITY_BASED"}
 
 
-# ONNX Runtime's graph rewrites a session leaves out: DivMulFusion turns ``x * (1 / s)``
-# into ``x / s``, which rounds once where eager mode (and PyTorch) round twice; the results
-# differ by an ulp, and by a whole step where Round or Floor follows (fake quantization)
-DISABLED_OPTIMIZERS = ("DivMulFusion",)
-
-
 def session_options(*, instances: int = 1, threads: int = 0, options: dict | None = None) -> ort.SessionOptions:
     """Options for one of ``instances`` sessions sharing the cores (``threads`` overrides
     the share). Threads do not spin: sessions share the cores with eager numpy and with
@@ -176,8 +170,7 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
         return ort.InferenceSession(data, sess_options=so)
     if provider in ("cpu", "cuda"):
         device = provider
-    return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options),
-                                disabled_optimizers=DISABLED_OPTIMIZERS)
+    return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))
 
 
 def ort_value(array: np.ndarray) -> ort.OrtValue:

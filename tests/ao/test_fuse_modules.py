@@ -221,12 +221,9 @@ def test_fused_resnet_qat_graph_equals_eager_for_three_steps():
     """As tests/ao/test_qat_graph.py, but within a rounding tie: the block's shared relu runs
     after the fused conv1's quantized output, and conv2 quantizes it again at its own scale.
     A value on one grid read on another lands on exact ties (level k of a range of K levels
-    is 255 k / K on the new one: 1.5 for K = 170), where ``round(x * (1 / scale))`` (eager
-    mode, PyTorch) and ``round(x / scale)`` part by a step. Graphs compute the first
-    (test_fake_quant_torch.test_graph_rounds_ties_as_eager), yet this model's graph still
-    agrees bit for bit with an eager mode that divides, not with one that multiplies: some
-    rounding in its graph divides, not found yet. A tie may round to either side, one step
-    apart, and the steps after train on that."""
+    is 255 k / K on the new one: 1.5 for K = 170), which eager mode rounds from
+    ``x * (1 / scale)`` (PyTorch's form) and the graph's ``QuantizeLinear`` from ``x / scale``:
+    a tie may round to either side, one step apart, and the steps after train on that."""
     graph_model = _fused_resnet()
     eager_model = copy.deepcopy(graph_model)
     graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.05, momentum=0.9), {})

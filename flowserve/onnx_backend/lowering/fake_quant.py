@@ -3,17 +3,12 @@
 * constant input (a weight, once the exporter has folded BatchNorm into it): the integers
   are computed here with the kernel's rounding and stored as an int8/uint8 initializer,
   read by one ``DequantizeLinear`` (the form ``quantize_static`` writes for weights);
-* float32 input with constant scale and zero point (the exported model):
-  ``QuantizeLinear`` + ``DequantizeLinear`` (ONNX Runtime fuses such pairs around ``Conv``,
-  ``Gemm``, ``MatMul``, ``Add`` into integer kernels), the result clamped to
+* float32 input: ``QuantizeLinear`` + ``DequantizeLinear`` (ONNX Runtime fuses such pairs
+  around ``Conv``, ``Gemm``, ``MatMul``, ``Add`` into integer kernels), the result clamped to
   ``[(quant_min - zp) * scale, (quant_max - zp) * scale]`` where the range is narrower than
   the integer type's (``QuantizeLinear`` saturates to the type's range only);
-* otherwise (a graph whose observers feed the scale, float64, float16, ranges beyond 8
-  bits): the kernel's arithmetic in the input's dtype (``Mul`` by the reciprocal, ``Round``
-  half to even, ``Clip``, back). ``QuantizeLinear`` divides by the scale instead, which
-  rounds some exact ties (frequent where a value already on one grid is quantized onto
-  another) the other way than eager mode and PyTorch's ``FakeQuantize``; ONNX Runtime fuses
-  QDQ pairs only at constant scales, so a training graph loses no integer kernel by it.
+* otherwise (float64, float16, ranges beyond 8 bits): the same arithmetic in the input's
+  dtype (``Mul`` by the reciprocal, ``Round`` half to even, ``Clip``, back).
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from flowserve import dtypes
+from flowserve.onnx_backend.builder import onnx_dtype
 from flowserve.onnx_backend.lowering.registry import lowering
 from flowserve.ops import fake_quant as prims
 from flowserve.ops.fake_quant import qparam_shape, quantize_array
@@ -48,19 +44,25 @@ def lower_fake_quant(b, node, ctx):
     meta = ctx.meta(x)
     axis = None if axis is None else axis % len(meta.shape)
     itype = integer_type(qmin, qmax)
-    values = [_constant(b, n) for n in node.inputs]
-    if itype is None or meta.dtype != "float32" or values[1] is None or values[2] is None:
+    if itype is None or meta.dtype != "float32":
         _lower_arithmetic(b, node, meta, axis)
         return
+    values = [_constant(b, n) for n in node.inputs]
     qdq_attrs = {} if axis is None else {"axis": axis}
-    shape = () if axis is None else values[1].shape  # scalars per tensor (ONNX Runtime's QLinearAdd
-    scale = b.initializer(b.fresh(f"{x}_scale"), values[1].reshape(shape))  # takes no other shape)
-    zp = b.initializer(b.fresh(f"{x}_zero_point"), values[2].reshape(shape).astype(itype))
-    if values[0] is not None:  # a weight: store its integers
-        q = quantize_array(np, values[0], values[1], values[2], qmin, qmax, axis).astype(itype)
-        b.op("DequantizeLinear", [b.initializer(b.fresh(f"{x}_quantized"), q), scale, zp], node.outputs,
-             **qdq_attrs)
-        return
+    if values[1] is not None and values[2] is not None:  # exported: constant scale and zero point,
+        shape = () if axis is None else values[1].shape  # scalars per tensor (ONNX Runtime's QLinearAdd
+        scale = b.initializer(b.fresh(f"{x}_scale"), values[1].reshape(shape))  # takes no other shape)
+        zp = b.initializer(b.fresh(f"{x}_zero_point"), values[2].reshape(shape).astype(itype))
+        if values[0] is not None:  # a weight: store its integers
+            q = quantize_array(np, values[0], values[1], values[2], qmin, qmax, axis).astype(itype)
+            b.op("DequantizeLinear", [b.initializer(b.fresh(f"{x}_quantized"), q), scale, zp], node.outputs,
+                 **qdq_attrs)
+            return
+    else:
+        if axis is None:
+            scale = b.op1("Reshape", [scale, b.const(np.zeros(0, np.int64))])
+            zero_point = b.op1("Reshape", [zero_point, b.const(np.zeros(0, np.int64))])
+        zp = b.op1("Cast", [zero_point], to=onnx_dtype("uint8" if itype is np.uint8 else "int8"))
     info = np.iinfo(itype)
     narrower = qmin > info.min or qmax < info.max
     dq = b.fresh(node.outputs[0]) if narrower else node.outputs[0]
