@@ -1,10 +1,17 @@
 """Fake quantization: round to an integer grid and back, in floating point.
 
-``fake_quant(x, scale, zero_point, quant_min, quant_max, axis)`` computes, as
-``torch.fake_quantize_per_tensor_affine`` / ``..._per_channel_affine``::
+``fake_quant(x, scale, zero_point, quant_min, quant_max, axis)`` computes, as ONNX's
+``QuantizeLinear`` + ``DequantizeLinear`` (the int8 export, and a graph's lowering)::
 
-    q = clamp(round_half_even(x * (1 / scale)) + zero_point, quant_min, quant_max)
+    q = clamp(round_half_even(x / scale) + zero_point, quant_min, quant_max)
     y = (q - zero_point) * scale
+
+``torch.fake_quantize_per_tensor_affine`` / ``..._per_channel_affine`` round
+``x * (1 / scale)`` instead, two roundings where this is one: the results part by one step
+on the few elements whose ``x / scale`` lies within an ulp of a .5 tie (frequent only where a
+value already on one grid is quantized onto another: an activation quantized again by the
+next layer), everywhere else they are equal. Eager mode, graphs and the exported model
+round alike, the deployment's way.
 
 per tensor (``axis=None``: ``scale`` and ``zero_point`` of shape ``()`` or ``(1,)``) or per
 channel along ``axis`` (shape ``(x.shape[axis],)``). ``zero_point`` holds integers in ``x``'s
@@ -62,8 +69,7 @@ def _vjp(ctx, g):
     x, scale, zero_point = ctx.inputs
     axis = ctx.attrs.get("axis")
     shape = qparam_shape(tuple(x.shape), None if axis is None else axis % x.ndim)
-    inverse = F.reshape(F.reciprocal(scale), shape)
-    q = F.round(x * inverse) + F.reshape(zero_point, shape)
+    q = F.round(x / F.reshape(scale, shape)) + F.reshape(zero_point, shape)
     inside = F.logical_and(F.ge(q, float(ctx.attrs["quant_min"])), F.le(q, float(ctx.attrs["quant_max"])))
     return g * F.cast(inside, g.dtype), None, None
 
@@ -79,5 +85,4 @@ def quantize_array(xp, x, scale, zero_point, quant_min: int, quant_max: int, axi
     """The integers ``fake_quant`` rounds ``x`` to (``q`` above), as float values of ``x``'s
     dtype: what an exported model stores for a constant (a weight)."""
     scale, zero_point = _params(x, scale, zero_point, axis)
-    inverse = (x.dtype.type(1) / scale).astype(x.dtype, copy=False)
-    return xp.clip(xp.rint(x * inverse) + zero_point, quant_min, quant_max)
+    return xp.clip(xp.rint(x / scale.astype(x.dtype, copy=False)) + zero_point, quant_min, quant_max)

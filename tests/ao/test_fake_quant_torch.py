@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.reference
 import pytest
 from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
 
@@ -119,3 +120,34 @@ def test_bad_spec_is_refused():
         Q.FakeQuantSpec(1, 255)
     with pytest.raises(ValueError, match="channel count"):
         Q.FakeQuantize(Q.default_qconfig().weight)
+
+
+class _FakeQuantGraph(flow.nn.Graph):
+    def build(self, x, scale, zero_point):
+        return fake_quant(x, scale, zero_point, quant_min=0, quant_max=255)
+
+
+def test_eager_graph_and_export_round_ties_alike():
+    """Values of one grid quantized onto another (an activation quantized again by the next
+    layer) sit next to .5 ties, where ``round(x / s)`` and PyTorch's ``round(x * (1 / s))``
+    part by a step: eager mode, a graph whose observers feed the scale, and the exported
+    QDQ model (``QuantizeLinear``, constant scale) must all give the first."""
+    rng = np.random.default_rng(0)
+    graph, differing = _FakeQuantGraph(), 0
+    for _ in range(12):
+        scale = np.array([rng.uniform(0.001, 0.1)], np.float32)
+        levels = int(rng.integers(2, 255))
+        x = (np.arange(256, dtype=np.float32) * np.float32(255.0 / levels) * scale[0]).astype(np.float32)
+        divided = np.clip(np.rint(x / scale), 0, 255)
+        differing += int(np.count_nonzero(divided != np.clip(np.rint(x * (np.float32(1) / scale)), 0, 255)))
+        args = [flow.tensor(x), flow.tensor(scale), flow.tensor(np.zeros(1, np.float32))]
+        exported = onnx.reference.ReferenceEvaluator(onnx.helper.make_model(onnx.helper.make_graph(
+            [onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])], "q",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None])],
+            [onnx.helper.make_tensor_value_info("q", onnx.TensorProto.UINT8, [None])],
+            [onnx.numpy_helper.from_array(scale[0], "s"), onnx.numpy_helper.from_array(np.uint8(0), "z")]),
+            opset_imports=[onnx.helper.make_opsetid("", 17)])).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(exported, divided)
+        np.testing.assert_array_equal(fake_quant(*args, quant_min=0, quant_max=255).numpy(), divided * scale[0])
+        np.testing.assert_array_equal(graph(*args).numpy(), divided * scale[0])
+    assert differing > 0  # the two roundings part somewhere in these inputs

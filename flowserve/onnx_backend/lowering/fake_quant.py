@@ -8,7 +8,7 @@
   ``[(quant_min - zp) * scale, (quant_max - zp) * scale]`` where the range is narrower than
   the integer type's (``QuantizeLinear`` saturates to the type's range only);
 * otherwise (float64, float16, ranges beyond 8 bits): the same arithmetic in the input's
-  dtype (``Mul`` by the reciprocal, ``Round`` half to even, ``Clip``, back).
+  dtype (``Div`` by the scale, ``Round`` half to even, ``Clip``, back).
 """
 
 from __future__ import annotations
@@ -81,8 +81,7 @@ def _lower_arithmetic(b, node, meta, axis) -> None:
     np_dtype = dtypes.from_name(meta.dtype).np
     shape = b.const(qparam_shape(meta.shape, axis))
     s, z = b.op1("Reshape", [scale, shape]), b.op1("Reshape", [zero_point, shape])
-    inverse = b.op1("Div", [b.const(1.0, np_dtype), s])
-    q = b.op1("Add", [b.op1("Round", [b.op1("Mul", [x, inverse])]), z])
+    q = b.op1("Add", [b.op1("Round", [b.op1("Div", [x, s])]), z])
     q = b.op1("Min", [b.op1("Max", [q, b.const(float(node.attrs["quant_min"]), np_dtype)]),
                       b.const(float(node.attrs["quant_max"]), np_dtype)])
     b.op("Mul", [b.op1("Sub", [q, z]), s], node.outputs)
