@@ -553,7 +553,7 @@ class GrpcServer:
         self.closing.set()
         if self._server is None:
             return
-        deadline = asyncio.get_running_loop().time() + min(grace_s, 1.0)
+        deadline = asyncio.get_running_loop().time() + grace_s  # a watch ends in ms unless the machine is loaded
         while self.handlers.checker.watches and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # each watch sends NOT_SERVING and ends before GOAWAY
         await self._server.stop(grace_s)

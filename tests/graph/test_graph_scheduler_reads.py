@@ -7,27 +7,14 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
 from flowserve.errors import GraphError
+from tests.graph.test_graph_optimizer_reads import _close, _net, _x
 
 lr_scheduler = flow.optim.lr_scheduler
-
-
-def _close(a, b):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-
-
-def _net():
-    flow.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2))
-
-
-def _x():
-    return flow.tensor(np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32))
 
 
 def _warm_restarts_read(sched):
