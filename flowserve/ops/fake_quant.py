@@ -19,7 +19,7 @@ dtype. The gradient is the straight-through estimator with PyTorch's mask: ``x``
 passes where the unclamped ``q`` lies in ``[quant_min, quant_max]`` and is zero elsewhere;
 ``scale`` and ``zero_point`` get none (observers set them).
 
-Its ONNX lowering (``flowserve.exporter.lowering.fake_quant``) is ``QuantizeLinear`` +
+Its ONNX lowering (``flowserve.onnx_backend.lowering.fake_quant``) is ``QuantizeLinear`` +
 ``DequantizeLinear``, the QDQ form ONNX Runtime runs as integer kernels once exported.
 """
 
