@@ -110,6 +110,16 @@ def test_the_journal_stays_bounded_and_a_following_worker_ends_in_the_same_state
     assert generation >= 3 and max(sizes) <= 600 + 100  # compacted past 600 bytes, never more than a line over
 
 
+
+async def _stop_following(control, peer, follower, generation) -> tuple:
+    """Stop ``peer``'s follower, close both repositories; both workers' model states and the
+    journal's generation."""
+    follower.cancel()
+    result = states(control.repository), states(peer.repository), generation
+    await control.repository.close()
+    await peer.repository.close()
+    return result
+
 def test_a_worker_that_followed_takes_only_the_lines_it_had_not_read_from_a_compacted_journal(tmp_path):
     journal, control, peer = _two_workers(tmp_path, compact_at_bytes=300)
     history = "".join(line(action, name) for action, name in
@@ -132,11 +142,7 @@ def test_a_worker_that_followed_takes_only_the_lines_it_had_not_read_from_a_comp
         await control.unload("mlp")  # past 300 bytes: compacted into one line per model
         generation = _generation(journal)
         await asyncio.sleep(0.1)
-        follower.cancel()
-        result = states(control.repository), states(peer.repository), generation
-        await control.repository.close()
-        await peer.repository.close()
-        return result
+        return await _stop_following(control, peer, follower, generation)
 
     mine, theirs, generation = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert generation == 1 and len(journal.read_text().splitlines()) == 3  # a header and two models
@@ -157,11 +163,7 @@ def test_a_worker_that_missed_generations_catches_up_from_the_snapshot(tmp_path)
         generation = _generation(journal)
         follower = asyncio.create_task(peer.follow(every_s=0.005))  # from the journal's latest generation
         await asyncio.sleep(0.2)
-        follower.cancel()
-        result = states(control.repository), states(peer.repository), generation
-        await control.repository.close()
-        await peer.repository.close()
-        return result
+        return await _stop_following(control, peer, follower, generation)
 
     mine, theirs, generation = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert generation >= 2
