@@ -114,6 +114,25 @@ def test_state_made_for_the_trace_is_kept_only_for_parameters_the_graph_updates(
     assert set(opt.state) == set(net.parameters())
 
 
+@pytest.mark.parametrize("used_in_build", [True, False])
+def test_an_optimizer_tensor_no_module_holds_is_refused_not_left_unchanged(used_in_build):
+    """Eagerly ``opt.step()`` updates a free tensor; a graph would read it as a constant."""
+    net = _net()
+    free = flow.ones(4, requires_grad=True)
+    opt = flow.optim.SGD([free] + list(net.parameters()), lr=0.1)
+
+    class Graph(_StateGraph):
+        def build(self, x):
+            loss = _loss(self.net, x * free if used_in_build else x)
+            loss.backward()
+            return loss
+
+    with pytest.raises(flow.errors.GraphError, match=r"updates a tensor of size \(4,\) \(param_groups\[0\]\) "
+                                                     r"that no module of the graph holds"):
+        Graph(net, opt, [])(_x())
+    np.testing.assert_array_equal(free.numpy(), np.ones(4, np.float32))
+
+
 class _LrGraph(nn.Graph):
     def __init__(self, net, opt, scheduler=None):
         super().__init__()

@@ -46,7 +46,8 @@ def test_gradient_accumulation_equals_eager_micro_batches(kind):
 
 
 def test_gradient_accumulation_needs_divisible_batch():
-    graph = TrainGraph(mlp(), flow.optim.SGD(mlp().parameters(), lr=0.1), accumulation=3)
+    model = mlp()
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1), accumulation=3)
     with pytest.raises(flow.errors.GraphError, match="micro-batches"):
         graph(*data(batch=16))
 

@@ -82,7 +82,11 @@ def register_optimizer_reads(tracer, graph, system_feeds: dict) -> OptimizerRead
             add_feed(tracer, system_feeds, learning_rate_name(oi, gi), lr_feed(group))
             for p in group["params"]:
                 if id(p) not in names:
-                    continue  # the update refuses it, naming the parameter
+                    raise GraphError(
+                        f"optimizer {oi} added to nn.Graph {graph.name} updates a tensor of size "
+                        f"{tuple(p.shape)} (param_groups[{gi}]) that no module of the graph holds: the graph "
+                        "would read it as a constant and never update it; make it an nn.Parameter of a "
+                        "module the graph holds")
                 if p not in opt.state:
                     made.append((opt, p))
                 _register_param_state(tracer, names[id(p)], opt, opt.state_of(p, group), sharded)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
-from flowserve.errors import GraphError
 from flowserve.ir.passes.fuse_model_update import fused_update
 from flowserve.nn.graph.optimizer_reads import learning_rate_name
 from flowserve.ops import functional as ops_functional
@@ -27,10 +26,7 @@ def _gradients(tracer, graph, scaler_state: dict) -> list:
             lr = tracer.state_named(lr_name)
             items = []
             for p in group["params"]:
-                lazy_p = tracer.lazy_of(p)
-                if lazy_p is None:
-                    raise GraphError(f"an optimizer added to nn.Graph {graph.name} updates a parameter "
-                                     f"of size {tuple(p.shape)} that no module of the graph holds")
+                lazy_p = tracer.lazy_of(p)  # graph state: register_optimizer_reads refused any other
                 if lazy_p.grad is None:
                     continue
                 g = lazy_p.grad
