@@ -28,13 +28,15 @@ from flowserve.nn.graph.trace import Traced
 class Executor(Protocol):
     """A compiled signature of a graph. ``traced``: what it runs; ``key``: the input
     signature it was made for; ``batch``/``dynamic_batch``: the traced batch size and
-    whether other batch sizes run on it; ``peak_memory``: measured by debug mode."""
+    whether other batch sizes run on it; ``peak_memory``: measured by debug mode;
+    ``modes``: the modules' modes it was traced in, set by ``nn.Graph`` (``modes.py``)."""
 
     traced: Traced
     key: object
     batch: int | None
     dynamic_batch: bool
     peak_memory: object
+    modes: tuple
 
     def run(self, inputs: list) -> list:
         """Outputs for the flat tensor inputs; the new state written into ``state``."""

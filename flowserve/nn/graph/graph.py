@@ -19,6 +19,7 @@ from flowserve.nn.graph.debug import DebugPrinter
 from flowserve.nn.graph.executor import ExecutorSpec, make_executor
 from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
+from flowserve.nn.graph.modes import Modes
 from flowserve.nn.graph.optimizer_reads import check_options_unchanged
 from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.pipeline import trace_and_rewrite
@@ -57,7 +58,7 @@ class Graph:
         Graph._child_init_cnt[cls.__name__] += 1
         parts = GraphParts(train_step=creation.zeros((), dtype="int64"))
         for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_parts", parts),
-                            ("_compiled", None), ("_cache", None),
+                            ("_forms", {}), ("_modes", None), ("_cache", None),
                             ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
                             ("_warned_modules", set())]:
             object.__setattr__(self, name, value)
@@ -144,6 +145,8 @@ class Graph:
     def _last(self):
         """The compiled entry of the latest call (``parts.last``)."""
         return self._parts.last
+
+    _compiled = _last
 
     def deploy(self):
         """Override to name the module ``flow.save`` deploys from a training graph, e.g.
@@ -266,21 +269,37 @@ class Graph:
         return unflatten(compiled.traced.out_spec, outputs)
 
     def _compiled_for(self, args, kwargs, leaves, spec):
+        """The compiled form for these inputs and the modules' modes (``modes.py``): one per
+        set of modes, and with ``with_dynamic_input_shape``, per input signature."""
         key = sig.signature(leaves, spec)
+        modes = self._modes.current() if self._modes is not None else None
         if self._cache is not None:
-            compiled = self._cache.get(key)
+            compiled = self._cache.get((key, modes))
             if compiled is None:
-                compiled = self._compile(args, kwargs, leaves)
-                self._cache.put(key, compiled)
+                compiled = self._compile_for_modes(args, kwargs, leaves, modes)
+                self._cache.put((key, self._modes.current()), compiled)
             return compiled
-        compiled = self._compiled
+        compiled = self._forms.get(modes)
         if compiled is None:
-            compiled = self._compile(args, kwargs, leaves)
-            object.__setattr__(self, "_compiled", compiled)
+            compiled = self._compile_for_modes(args, kwargs, leaves, modes)
+            self._forms[self._modes.current()] = compiled
         elif key != compiled.key and not self._batch_compatible(compiled, key, args, kwargs, leaves):
             error = sig.static_input_error(self, self._input_names, compiled.key, key)
-            reason = self._batch_verdicts.get(sig.batch_size(leaves))
+            reason = self._batch_verdicts.get((id(compiled), sig.batch_size(leaves)))
             raise GraphError(f"{error} ({reason})") if reason else error
+        return compiled
+
+    def _compile_for_modes(self, args, kwargs, leaves, modes):
+        """Compile; at the first call, then note the modules whose modes tell forms apart
+        (after the compile: QAT's prepare swaps modules)."""
+        last = self._parts.last
+        if modes is not None and last is not None and modes != last.modes:
+            self._log(0, f"module modes changed since the last call ({self._modes.changes(last.modes, modes)}): "
+                         "compiling the graph for them")
+        compiled = self._compile(args, kwargs, leaves)
+        if self._modes is None:
+            object.__setattr__(self, "_modes", Modes.of(self))
+        compiled.modes = self._modes.current()
         return compiled
 
     def _batch_compatible(self, compiled, key, args, kwargs, leaves) -> bool:
@@ -291,17 +310,18 @@ class Graph:
             return False
         if any(es[1:] != gs[1:] or ed != gd for (es, ed), (gs, gd) in zip(compiled.key[1], key[1])):
             return False
-        if batch not in self._batch_verdicts:
+        verdict = (id(compiled), batch)
+        if verdict not in self._batch_verdicts:
 
             try:
                 other = self._traced_quietly(args, kwargs)
                 reason = batch_mismatch(compiled.traced, compiled.batch, other, batch)
             except FlowserveError as exc:
                 reason = failure_origin(exc, compiled.batch, batch)
-            self._batch_verdicts[batch] = reason
+            self._batch_verdicts[verdict] = reason
             self._log(0, f"batch size {batch} {'runs' if reason is None else 'cannot run'} on the graph "
                          f"compiled for batch size {compiled.batch}")
-        return self._batch_verdicts[batch] is None
+        return self._batch_verdicts[verdict] is None
 
     def _traced_quietly(self, args, kwargs):
         """A trace that leaves no trace: no debug output, optimizer states and scaler untouched."""

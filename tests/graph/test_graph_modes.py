@@ -1,0 +1,125 @@
+"""A graph follows the modes eager mode reads on every call: each module's ``training`` flag
+(``model.eval()``, ``model.bn.train()``) and, training, each parameter's ``requires_grad``.
+A call after one changed runs the graph traced in the new modes, compiled at its first such
+call and kept, so switching back compiles nothing."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import flowserve as flow
+import flowserve.nn as nn
+
+from tests.graph.helpers import assert_close, assert_same_params, data
+
+
+def _bn_net(seed: int = 0) -> nn.Module:
+    flow.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
+
+
+class _Forward(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+class _Dynamic(_Forward):
+    @nn.Graph.with_dynamic_input_shape()
+    def __init__(self, model):
+        super().__init__(model)
+
+
+class _Step(nn.Graph):
+    def __init__(self, model, opt):
+        super().__init__()
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.add_optimizer(opt)
+
+    def build(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def _eager_step(model, opt, x, y):
+    opt.zero_grad()
+    loss = nn.CrossEntropyLoss()(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.numpy()
+
+
+@pytest.mark.parametrize("graph_cls", [_Forward, _Dynamic])
+def test_an_inference_graph_follows_eval_and_train_between_calls(graph_cls):
+    model = _bn_net()
+    graph = graph_cls(model)
+    x, _ = data()
+    for switch in ("train", "eval", "train", "eval"):
+        getattr(model, switch)()
+        expected = model(x).numpy()  # train mode: batch statistics (no dropout: repeatable)
+        assert_close(graph(x).numpy(), expected, what=switch)
+    assert graph.parts.last.modes == tuple(m.training for m in model.modules())
+
+
+def test_switching_back_reuses_the_graph_compiled_for_those_modes():
+    model = _bn_net()
+    graph = _Forward(model)
+    x, _ = data()
+    graph(x)
+    train_form = graph.parts.last
+    model.eval()
+    graph(x)
+    assert graph.parts.last is not train_form
+    model.train()
+    graph(x)
+    assert graph.parts.last is train_form
+
+
+def test_one_submodule_in_eval_mode_is_followed():
+    model = _bn_net()
+    graph = _Forward(model)
+    x, _ = data()
+    graph(x)
+    model[1].eval()  # frozen batch norm statistics, the rest in training mode
+    assert_close(graph(x).numpy(), model(x).numpy())
+
+
+def test_a_training_graph_follows_a_layer_frozen_and_batch_norm_put_in_eval_mode():
+    graph_model = _bn_net()
+    eager_model = copy.deepcopy(graph_model)
+    graph_opt = flow.optim.SGD(graph_model.parameters(), lr=0.1, momentum=0.9)
+    eager_opt = flow.optim.SGD(eager_model.parameters(), lr=0.1, momentum=0.9)
+    graph = _Step(graph_model, graph_opt)
+    x, y = data()
+    changes = [lambda m: None,
+               lambda m: m[0].weight.requires_grad_(False),
+               lambda m: m[1].eval(),
+               lambda m: (m[0].weight.requires_grad_(True), m.train())]
+    for change in changes:
+        change(graph_model)
+        change(eager_model)
+        frozen = graph_model[0].weight.numpy().copy()
+        assert_close(graph(x, y).numpy(), _eager_step(eager_model, eager_opt, x, y))
+        assert_same_params(graph_model, eager_model)
+        if not graph_model[0].weight.requires_grad:
+            np.testing.assert_array_equal(graph_model[0].weight.numpy(), frozen)
+    assert_close(graph_model[1].running_mean.numpy(), eager_model[1].running_mean.numpy())
+
+
+def test_a_saved_graph_is_the_form_of_its_last_call(tmp_path):
+    model = _bn_net()
+    graph = _Forward(model)
+    x, _ = data()
+    graph(x)
+    model.eval()
+    graph(x)
+    flow.save(graph, tmp_path / "eval")
+    assert_close(flow.load(tmp_path / "eval")(x).numpy(), model(x).numpy())
