@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -273,6 +274,12 @@ class Tracer:
             raise GraphError(
                 "an in-place update inside nn.Graph.build changed a tensor that is not graph state "
                 f"(size={tuple(target.shape)}); register it as a parameter or buffer of a module")
+        if any(lazy._lazy is v for v in self.ir.inputs):
+            warnings.warn(
+                f"an in-place update inside nn.Graph.build changed the graph's input {lazy._lazy.name!r} "
+                f"({user_location()}): the graph computes with the new value, but the caller's tensor keeps "
+                "its old one (eager mode would change it too); write it out of place (x = x + 1)",
+                UserWarning, stacklevel=2)
         new = self.lift(new)
         if tuple(new.shape) != tuple(lazy.shape) or new.dtype is not lazy.dtype:
 

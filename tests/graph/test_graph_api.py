@@ -267,3 +267,17 @@ def test_debug_levels_print_stages_modules_ops_and_locations(capsys):
     assert "(INPUT:_model.0-input_0:tensor(..., is_lazy='True', size=(2, 12)" in out
     assert "(OPERATOR: model.0/matmul(" in out and "device=cpu" in out
     assert "(LOCATION: " in out and "test_graph_api.py" in out.split("(LOCATION: ")[1].split(")")[0]
+
+
+def test_an_in_place_update_of_an_input_warns_that_the_caller_keeps_its_tensor():
+    class Scale(nn.Graph):
+        def build(self, x):
+            x.mul_(2)
+            return x + 1
+
+    x = flow.ones(3)
+    with pytest.warns(UserWarning, match=r"changed the graph's input 'x' \(.*test_graph_api.py:\d+\): the graph "
+                                         r"computes with the new value, but the caller's tensor keeps its old one"):
+        out = Scale()(x)
+    np.testing.assert_array_equal(out.numpy(), [3.0, 3.0, 3.0])
+    np.testing.assert_array_equal(x.numpy(), [1.0, 1.0, 1.0])
