@@ -13,7 +13,7 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 
-from tests.graph.helpers import assert_close, assert_same_params, data
+from tests.graph.helpers import TrainGraph, assert_close, assert_same_params, data
 
 
 def _bn_net(seed: int = 0) -> nn.Module:
@@ -34,19 +34,6 @@ class _Dynamic(_Forward):
     @nn.Graph.with_dynamic_input_shape()
     def __init__(self, model):
         super().__init__(model)
-
-
-class _Step(nn.Graph):
-    def __init__(self, model, opt):
-        super().__init__()
-        self.model = model
-        self.loss_fn = nn.CrossEntropyLoss()
-        self.add_optimizer(opt)
-
-    def build(self, x, y):
-        loss = self.loss_fn(self.model(x), y)
-        loss.backward()
-        return loss
 
 
 def _eager_step(model, opt, x, y):
@@ -97,7 +84,7 @@ def test_a_training_graph_follows_a_layer_frozen_and_batch_norm_put_in_eval_mode
     eager_model = copy.deepcopy(graph_model)
     graph_opt = flow.optim.SGD(graph_model.parameters(), lr=0.1, momentum=0.9)
     eager_opt = flow.optim.SGD(eager_model.parameters(), lr=0.1, momentum=0.9)
-    graph = _Step(graph_model, graph_opt)
+    graph = TrainGraph(graph_model, graph_opt)
     x, y = data()
     changes = [lambda m: None,
                lambda m: m[0].weight.requires_grad_(False),
