@@ -39,6 +39,7 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_structure_version", 0)  # counts replaced parameters, buffers, children
 
     # -- attribute registration -----------------------------------------------------------
 
@@ -50,22 +51,23 @@ class Module:
         params, modules, buffers = (self.__dict__.get(k) for k in ("_parameters", "_modules", "_buffers"))
         if isinstance(value, Parameter):
             self._check_init("parameter")
-            self._drop(name)
+            self._drop(name, keep=params)
             params[name] = value
         elif isinstance(value, Module):
             self._check_init("module")
-            if name not in modules:  # a replaced child keeps its place (Sequential's order), as in PyTorch
-                self._drop(name)
+            self._drop(name, keep=modules)
             modules[name] = value
         elif params is not None and name in params:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as parameter '{name}' "
                                 "(flowserve.nn.Parameter or None expected)")
+            self._restructured()
             params[name] = None
         elif modules is not None and name in modules:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
                                 "(flowserve.nn.Module or None expected)")
+            self._restructured()
             modules[name] = None
         elif buffers is not None and name in buffers:
             if value is not None and not isinstance(value, Tensor):
@@ -80,12 +82,23 @@ class Module:
         if current is not None and value is not None and current_trace() is not None:
             current._assign(value)  # a buffer updated inside nn.Graph.build is graph state
         else:
+            self._restructured()
             self._buffers[name] = value
 
-    def _drop(self, name: str) -> None:
+    def _drop(self, name: str, keep: dict | None = None) -> None:
+        """Remove ``name`` from every store but ``keep``, where a replaced entry keeps its
+        place (``named_parameters()`` and ``Sequential``'s order), as in PyTorch."""
+        self._restructured()
         for d in (self.__dict__, self._parameters, self._modules, self._buffers):
-            d.pop(name, None)
-        self._non_persistent_buffers.discard(name)
+            if d is not keep:
+                d.pop(name, None)
+        if keep is not self._buffers:
+            self._non_persistent_buffers.discard(name)
+
+    def _restructured(self) -> None:
+        """A parameter, buffer or child module is set, replaced or removed: an nn.Graph
+        holding this module traces again at its next call (it reads tensors by identity)."""
+        self.__dict__["_structure_version"] += 1
 
     def __getattr__(self, name: str):
         d = self.__dict__
@@ -107,23 +120,25 @@ class Module:
         self._check_init("parameter")
         if "." in name or not name:
             raise KeyError(f"parameter name can't contain '.' or be empty, got {name!r}")
-        self._drop(name)
+        self._drop(name, keep=self._parameters)
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         self._check_init("buffer")
         if "." in name or not name:
             raise KeyError(f"buffer name can't contain '.' or be empty, got {name!r}")
-        self._drop(name)
+        self._drop(name, keep=self._buffers)
         self._buffers[name] = tensor
-        if not persistent:
+        if persistent:
+            self._non_persistent_buffers.discard(name)
+        else:
             self._non_persistent_buffers.add(name)
 
     def add_module(self, name: str, module: "Module | None") -> None:
         self._check_init("module")
         if "." in name or not name:
             raise KeyError(f"module name can't contain '.' or be empty, got {name!r}")
-        self._drop(name)
+        self._drop(name, keep=self._modules)
         self._modules[name] = module
 
     register_module = add_module

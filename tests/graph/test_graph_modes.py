@@ -110,3 +110,20 @@ def test_a_saved_graph_is_the_form_of_its_last_call(tmp_path):
     graph(x)
     flow.save(graph, tmp_path / "eval")
     assert_close(flow.load(tmp_path / "eval")(x).numpy(), model(x).numpy())
+
+
+@pytest.mark.parametrize("replace", ["parameter", "submodule", "buffer"])
+@pytest.mark.parametrize("graph_cls", [_Forward, _Dynamic])
+def test_a_replaced_parameter_buffer_or_submodule_is_traced_again(replace, graph_cls):
+    model = _bn_net().eval()
+    graph = graph_cls(model)
+    x, _ = data()
+    graph(x)
+    if replace == "parameter":
+        model[0].weight = nn.Parameter(flow.zeros(8, 12))
+    elif replace == "submodule":
+        flow.manual_seed(3)
+        model[3] = nn.Linear(8, 4)
+    else:
+        model[1].running_mean = flow.ones(8)
+    assert_close(graph(x).numpy(), model(x).numpy(), what=replace)

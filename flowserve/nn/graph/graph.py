@@ -272,6 +272,10 @@ class Graph:
         """The compiled form for these inputs and the modules' modes (``modes.py``): one per
         set of modes, and with ``with_dynamic_input_shape``, per input signature."""
         key = sig.signature(leaves, spec)
+        if self._modes is not None and self._modes.restructured():
+            self._log(0, "a parameter, buffer or submodule of the graph was replaced since the last call: "
+                         "tracing the graph again")
+            self._forget_forms()
         modes = self._modes.current() if self._modes is not None else None
         if self._cache is not None:
             compiled = self._cache.get((key, modes))
@@ -288,6 +292,13 @@ class Graph:
             reason = self._batch_verdicts.get((id(compiled), sig.batch_size(leaves)))
             raise GraphError(f"{error} ({reason})") if reason else error
         return compiled
+
+    def _forget_forms(self) -> None:
+        object.__setattr__(self, "_modes", None)
+        self._forms.clear()
+        self._batch_verdicts.clear()
+        if self._cache is not None:
+            self._cache.entries.clear()
 
     def _compile_for_modes(self, args, kwargs, leaves, modes):
         """Compile; at the first call, then note the modules whose modes tell forms apart

@@ -4,7 +4,9 @@ a training graph, each parameter's ``requires_grad``.
 Eager mode reads them on every call (dropout and batch norm follow ``model.eval()``, a
 parameter set to ``requires_grad=False`` gets no gradient and no update); a trace reads them
 once. So a graph keeps one compiled form per set of them, and a call after ``model.eval()``
-runs (compiling at its first such call) the form traced in eval mode, as eagerly.
+runs (compiling at its first such call) the form traced in eval mode, as eagerly. A
+parameter, buffer or submodule replaced (``model.fc = nn.Linear(...)``) makes the graph trace
+again: its compiled forms hold the tensors they were traced with.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import operator
 
 _TRAINING = operator.attrgetter("training")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
+_STRUCTURE = operator.attrgetter("_structure_version")
 
 
 class Modes:
@@ -23,6 +26,7 @@ class Modes:
         self.params = params  # (full name, parameter); empty for an inference graph
         self._modules = [m for _, m in modules]
         self._params = [p for _, p in params]
+        self._structure = tuple(map(_STRUCTURE, self._modules))
 
     @classmethod
     def of(cls, graph) -> "Modes":
@@ -39,6 +43,11 @@ class Modes:
                         seen.add(id(p))
                         params.append((name, p))
         return cls(modules, params)
+
+    def restructured(self) -> bool:
+        """Whether a parameter, buffer or child module of these modules was set, replaced or
+        removed since they were noted: the graph's compiled forms read the old tensors."""
+        return tuple(map(_STRUCTURE, self._modules)) != self._structure
 
     def current(self) -> tuple:
         """The flags now, in a fixed order (a dictionary key)."""

@@ -115,7 +115,7 @@ class SyncBatchNorm(_BatchNorm):
             return sync
         for name, child in list(module._modules.items()):
             if child is not None:
-                module._modules[name] = cls.convert_sync_batchnorm(child)
+                setattr(module, name, cls.convert_sync_batchnorm(child))  # keeps its place
         return module
 
 
