@@ -136,8 +136,10 @@ def strided_input_gradient_models(c: int, o: int, side: int, w: np.ndarray) -> d
 
 
 def _reference_weight_gradient(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """numpy's ``dW`` as ``(C, O, 3, 3)``: each tap's input window contracted with ``dy``."""
     side = x.shape[2]
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+
     def tap(a: int, b: int) -> np.ndarray:
         return np.einsum("nchw,nohw->co", xp[:, :, a:a + side, b:b + side], dy, optimize=True)
 
