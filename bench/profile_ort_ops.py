@@ -6,7 +6,6 @@ load falls on every variant alike).
     python bench/profile_ort_ops.py --only resnet --rounds 5 --top 15
     python bench/profile_ort_ops.py --torch --no-profile   # step times with torch.compile's
     python bench/profile_ort_ops.py --variants "both,no channel affine" --no-profile --rounds 12
-    python bench/profile_ort_ops.py --only resnet --variants "both,flip then swap" --rounds 8
 """
 
 from __future__ import annotations
@@ -48,25 +47,14 @@ def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
     return _plain_flipped_kernel(b, w, shape, groups)
 
 
-def _flip_then_swap(b, w, shape, groups, by_product=False) -> str:
-    """The flip as before ``_swapped_reversed_taps``: the taps reversed, then the 4-D weight's
-    channel axes swapped by one ``Transpose``."""
-    if not (by_product and groups == 1):
-        return _plain_flipped_kernel(b, w, shape, groups, by_product)
-    flipped = conv_lowering._reversed_taps(b, w, shape)
-    return b.op1("Transpose", [flipped], perm=[1, 0, *range(2, len(shape))])
-
-
 _AFFINE_OFF = (lower, "fold_channel_affine", _no_channel_affine)
 _FLIP_OFF = (conv_lowering, "_flipped_kernel", _flip_by_slice)
-_SWAP_LAST = (conv_lowering, "_flipped_kernel", _flip_then_swap)
 # variant name -> (config calls, (module, function name, replacement) while its graph is
 # lowered): lowering rewrites that have no config switch, turned off
 LOWERING_VARIANTS = MappingProxyType({
     "no channel affine": (VARIANTS["both"], (_AFFINE_OFF,)),
     "flip by slice": (VARIANTS["both"], (_FLIP_OFF,)),
     "neither": (VARIANTS["both"], (_AFFINE_OFF, _FLIP_OFF)),
-    "flip then swap": (VARIANTS["both"], (_SWAP_LAST,)),
 })
 
 

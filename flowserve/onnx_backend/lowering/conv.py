@@ -10,8 +10,7 @@ Two rewrites make training graphs run faster on ONNX Runtime's CPU provider, who
   ``Conv`` with the kernel flipped and its in/out channels swapped per group, padded by
   ``dilation * (kernel - 1) - pads``; in graph mode on ONNX Runtime's CPU provider the flip
   is a product with the anti-diagonal permutation matrix (``_reversed_taps``), exact, where
-  a ``Slice`` with steps of -1 copies element by element; with one group, the channel swap
-  is two matrix transposes around it (``_swapped_reversed_taps``).
+  a ``Slice`` with steps of -1 copies element by element.
 
 Both change only the summation order of the same products.
 
@@ -169,29 +168,11 @@ def _reversed_taps(b, w: str, shape) -> str:
     return b.op1("Reshape", [flipped, b.const(list(shape))])
 
 
-def _swapped_reversed_taps(b, w: str, shape) -> str:
-    """``(C_in, C_out, *k)`` -> ``(C_out, C_in, *k)`` with the taps reversed, exact: the weight
-    as a ``(C_in, C_out*taps)`` matrix transposed, each output channel's ``(taps, C_in)``
-    block's taps reversed by the anti-diagonal permutation product, then that block
-    transposed. ONNX Runtime moves whole rows in both transposes, where swapping the two
-    channel axes of the 4-D weight copies runs of ``taps`` floats (512x512x3x3, load 7: 34-38
-    against 44-48 ms, CPU time medians; 256x256x3x3: 3.5-4.6 against 9-16 ms)."""
-    c_in, c_out, *kernel = shape
-    taps = int(np.prod(kernel))
-    rows = b.op1("Transpose", [b.op1("Reshape", [w, b.const([c_in, c_out * taps])])], perm=[1, 0])
-    rows = b.op1("Reshape", [rows, b.const([c_out, taps, c_in])])
-    flipped = b.op1("MatMul", [b.const(np.eye(taps)[::-1], np.float32), rows])
-    return b.op1("Reshape", [b.op1("Transpose", [flipped], perm=[0, 2, 1]), b.const([c_out, c_in, *kernel])])
-
-
 def _flipped_kernel(b, w: str, shape, groups: int, by_product: bool = False) -> str:
     """``(C_in, C_out/g, *k)`` transposed-conv weight -> ``(C_out, C_in/g, *k)`` Conv weight,
-    flipped (``by_product``, float32 only: ``_swapped_reversed_taps`` for one group,
-    ``_reversed_taps`` first for several, else a ``Slice`` last)."""
+    flipped (``by_product``, float32 only: ``_reversed_taps`` first, else a ``Slice`` last)."""
     c_in, c_out_g, *kernel = shape
     c_in_g = c_in // groups
-    if by_product and groups == 1:
-        return _swapped_reversed_taps(b, w, shape)
     if by_product:
         w = _reversed_taps(b, w, shape)
     if groups == 1:
