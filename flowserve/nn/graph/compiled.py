@@ -69,7 +69,7 @@ class CompiledGraph:
 
     def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
         options = self.engine_options() if options is None else options
-        ir, _ = lowering_ir(self.traced.ir, options)
+        ir, _ = lowering_ir(self.traced.ir, options, training=self.training, constants=self.traced.constants)
         cpu = runtime.runs_on_cpu_provider(options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
         blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)
