@@ -160,8 +160,9 @@ def _fits_kernel(g: PatternGraph, match: AttentionMatch) -> bool:
     (n, heads, L, S) without widening them."""
     q, k, v = (g.ir.values[name] for name in match.inputs[:3])
     float_types = {g.ir.values[name].dtype for name in match.inputs + [match.output]}
-    if float_types - set(FUSED_DTYPES) or len(float_types) != 1 or q.shape[0] != k.shape[0] or k.shape[0] != v.shape[0] or \
-            k.shape[1] != v.shape[1] or q.shape[2] != k.shape[2]:
+    if float_types - set(FUSED_DTYPES) or len(float_types) != 1:
+        return False
+    if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1] or q.shape[2] != k.shape[2]:
         return False
     if not match.attrs["has_bias"]:
         return True

@@ -5,7 +5,8 @@ On the traced IR (what a graph saves): activation checkpointing, weight-gradient
 convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, the
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
 lowers: in inference graphs run by ONNX Runtime, multi-head attention as its fused kernel;
-the add-to-output fusion; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``). Every pass returns ``PassResult(ir, modified)``.
+the add-to-output fusion; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
+Every pass returns ``PassResult(ir, modified)``.
 """
 
 from __future__ import annotations
