@@ -12,8 +12,8 @@ the softmax and the values, and the pattern does not match).
 One definition for both users: the exporter's attention pass (``flowserve.exporter.passes.
 attention``) reports and emits the matches; graph mode (``config.allow_fused_attention``)
 replaces the multi-head matches of inference graphs on ONNX Runtime by
-``fused.MultiHeadAttention`` nodes (``fuse_multi_head_attention``), which the ONNX backend
-lowers to ``com.microsoft.MultiHeadAttention`` (``flowserve.onnx_backend.lowering.attention``).
+``fused.MultiHeadAttention`` nodes (``flowserve.ir.passes.fuse_attention``), which the ONNX
+backend lowers to ``com.microsoft.MultiHeadAttention`` (``flowserve.onnx_backend.lowering.attention``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowserve.ir.graph import GraphIR, Node, PassResult
+from flowserve.ir.graph import Node
 from flowserve.ir.passes.pattern import PatternGraph
 
 ATTENTION = "fused.Attention"
@@ -152,35 +152,3 @@ def match_fused_attention(g: PatternGraph, softmax: Node) -> AttentionMatch | No
     return AttentionMatch("MultiHeadAttention", [s[0] for s in split] + found.inputs[3:],
                           {**found.attrs, "heads": split[0][1]},
                           [n for s in split for n in s[2]] + found.nodes + merge[0], merge[1])
-
-
-def _fits_kernel(g: PatternGraph, match: AttentionMatch) -> bool:
-    """ONNX Runtime's ``MultiHeadAttention``: q (n, L, E), k (n, S, E), v (n, S, Ev), one
-    float dtype (float32 or float16) throughout, and a bias that broadcasts to the scores
-    (n, heads, L, S) without widening them."""
-    q, k, v = (g.ir.values[name] for name in match.inputs[:3])
-    float_types = {g.ir.values[name].dtype for name in match.inputs + [match.output]}
-    if float_types - set(FUSED_DTYPES) or len(float_types) != 1:
-        return False
-    if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1] or q.shape[2] != k.shape[2]:
-        return False
-    if not match.attrs["has_bias"]:
-        return True
-    scores = (q.shape[0], match.attrs["heads"], q.shape[1], k.shape[1])
-    bias = tuple(g.ir.values[match.inputs[3]].shape)
-    return len(bias) <= 4 and all(b in (1, s) for b, s in zip(bias[::-1], scores[::-1]))
-
-
-def fuse_multi_head_attention(ir: GraphIR, constants: dict) -> PassResult:
-    """Graph mode: every multi-head attention of ``ir`` (an inference graph) that ONNX
-    Runtime's kernel computes becomes one ``fused.MultiHeadAttention`` node. ``constants``:
-    state name -> array of the constants (the attention's scale is one)."""
-    g = PatternGraph(ir, constants)
-    g.refresh()
-    count = 0
-    for node in [n for n in ir.nodes if n.op == "softmax"]:
-        match = match_fused_attention(g, node)
-        if match is not None and match.kind == "MultiHeadAttention" and _fits_kernel(g, match):
-            g.replace(match.nodes, match.node(node))
-            count += 1
-    return PassResult(ir, count > 0)

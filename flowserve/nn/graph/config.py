@@ -98,7 +98,7 @@ class GraphConfig:
         """Inference graphs on ONNX Runtime (its CPU or CUDA provider): each multi-head
         attention (``nn.MultiheadAttention``, the Transformer layers; with or without masks)
         runs as ONNX Runtime's ``com.microsoft.MultiHeadAttention`` kernel instead of about
-        fifteen operators (``flowserve.ir.passes.attention``). On by default; off lowers the
+        fifteen operators (``flowserve.ir.passes.fuse_attention``). On by default; off lowers the
         standard operators. Training graphs, OpenVINO, attention weights returned
         (``need_weights=True``) and dropout applied keep the standard form; saved graphs and
         exported models are the same either way."""

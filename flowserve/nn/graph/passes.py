@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from flowserve.distributed.stages import record_stages
 from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
-from flowserve.ir.passes.attention import fuse_multi_head_attention
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
+from flowserve.ir.passes.fuse_attention import fuse_multi_head_attention
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.manager import Pass, PassManager
 
