@@ -7,7 +7,7 @@ from __future__ import annotations
 from flowserve import dtypes
 from flowserve.exporter.functions import call_function
 from flowserve.exporter.fused import emitter
-from flowserve.ir.passes.attention import FUSED_DTYPES
+from flowserve.ir.passes.attention import kernel_takes
 from flowserve.onnx_backend.lowering.attention import (attention_body, lower_ort_multi_head_attention,
                                                        multi_head_body)
 
@@ -32,8 +32,7 @@ def emit_attention(b, node, ctx, target: str) -> None:
 @emitter("MultiHeadAttention")
 def emit_multi_head_attention(b, node, ctx, target: str) -> None:
     a = node.attrs
-    if target == "onnxruntime" and ctx.meta(node.outputs[0]).dtype in FUSED_DTYPES and \
-            all(ctx.meta(i).dtype == ctx.meta(node.outputs[0]).dtype for i in node.inputs):
+    if target == "onnxruntime" and kernel_takes([ctx.meta(i) for i in node.inputs], ctx.meta(node.outputs[0]), a):
         lower_ort_multi_head_attention(b, node, ctx)
         return
     name = f"MultiHeadAttention_h{a['heads']}_s{_tag(a['scale'])}" + ("_bias" if a["has_bias"] else "")

@@ -10,6 +10,8 @@ import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
+from flowserve.ir.graph import Value
+from flowserve.ir.passes.attention import kernel_takes
 from flowserve.nn.graph.passes import lowering_ir
 
 D_MODEL, HEADS, LENGTH = 16, 4, 6
@@ -185,3 +187,18 @@ def test_matches_pytorch_with_masks():
     with torch.no_grad():
         ref = t_model(torch.tensor(x.numpy()), **{k: torch.tensor(v.numpy()) for k, v in kw.items()}).numpy()
     np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_takes_what_onnx_runtime_computes():
+    def values(*shapes, dtype="float32"):
+        return [Value(f"v{i}", shape, dtype) for i, shape in enumerate(shapes)]
+
+    q, out = (2, 5, 8), Value("out", (2, 5, 8), "float32")
+    attrs = {"has_bias": True, "heads": 2}
+    for bias in [(1, 1, 5, 7), (2, 2, 5, 7), (2, 1, 1, 7), (5, 7), (7,)]:
+        assert kernel_takes(values(q, (2, 7, 8), (2, 7, 8), bias), out, attrs), bias
+    for bias in [(3, 1, 5, 7), (1, 4, 5, 7), (1, 1, 2, 5, 7)]:  # would widen the scores (2, 2, 5, 7)
+        assert not kernel_takes(values(q, (2, 7, 8), (2, 7, 8), bias), out, attrs), bias
+    assert not kernel_takes(values(q, (2, 7, 8), (2, 6, 8)), out, {"has_bias": False, "heads": 2})
+    assert not kernel_takes(values(q, (2, 7, 8), (2, 7, 8), dtype="float64"), Value("out", q, "float64"),
+                            {"has_bias": False, "heads": 2})

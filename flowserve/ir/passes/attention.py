@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowserve.ir.graph import Node
+from flowserve.ir.graph import Node, Value
 from flowserve.ir.passes.pattern import PatternGraph
 
 ATTENTION = "fused.Attention"
@@ -152,3 +152,21 @@ def match_fused_attention(g: PatternGraph, softmax: Node) -> AttentionMatch | No
     return AttentionMatch("MultiHeadAttention", [s[0] for s in split] + found.inputs[3:],
                           {**found.attrs, "heads": split[0][1]},
                           [n for s in split for n in s[2]] + found.nodes + merge[0], merge[1])
+
+
+def kernel_takes(inputs: list[Value], output: Value, attrs: dict) -> bool:
+    """Whether ONNX Runtime's ``MultiHeadAttention`` computes a ``fused.MultiHeadAttention``
+    with these input and output values: q (n, L, E), k (n, S, E), v (n, S, Ev), one float
+    dtype (float32 or float16) throughout, and a bias that broadcasts to the scores
+    (n, heads, L, S) without widening them."""
+    q, k, v = inputs[:3]
+    float_types = {value.dtype for value in inputs + [output]}
+    if float_types - set(FUSED_DTYPES) or len(float_types) != 1:
+        return False
+    if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1] or q.shape[2] != k.shape[2]:
+        return False
+    if not attrs["has_bias"]:
+        return True
+    scores = (q.shape[0], attrs["heads"], q.shape[1], k.shape[1])
+    bias = tuple(inputs[3].shape)
+    return len(bias) <= 4 and all(b in (1, s) for b, s in zip(bias[::-1], scores[::-1]))

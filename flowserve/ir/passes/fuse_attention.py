@@ -9,25 +9,8 @@ of the IR that graph mode lowers, never on the IR a graph saves.
 from __future__ import annotations
 
 from flowserve.ir.graph import GraphIR, PassResult
-from flowserve.ir.passes.attention import FUSED_DTYPES, AttentionMatch, match_fused_attention
+from flowserve.ir.passes.attention import kernel_takes, match_fused_attention
 from flowserve.ir.passes.pattern import PatternGraph
-
-
-def _fits_kernel(g: PatternGraph, match: AttentionMatch) -> bool:
-    """ONNX Runtime's ``MultiHeadAttention``: q (n, L, E), k (n, S, E), v (n, S, Ev), one
-    float dtype (float32 or float16) throughout, and a bias that broadcasts to the scores
-    (n, heads, L, S) without widening them."""
-    q, k, v = (g.ir.values[name] for name in match.inputs[:3])
-    float_types = {g.ir.values[name].dtype for name in match.inputs + [match.output]}
-    if float_types - set(FUSED_DTYPES) or len(float_types) != 1:
-        return False
-    if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1] or q.shape[2] != k.shape[2]:
-        return False
-    if not match.attrs["has_bias"]:
-        return True
-    scores = (q.shape[0], match.attrs["heads"], q.shape[1], k.shape[1])
-    bias = tuple(g.ir.values[match.inputs[3]].shape)
-    return len(bias) <= 4 and all(b in (1, s) for b, s in zip(bias[::-1], scores[::-1]))
 
 
 def fuse_multi_head_attention(ir: GraphIR, constants: dict) -> PassResult:
@@ -39,7 +22,8 @@ def fuse_multi_head_attention(ir: GraphIR, constants: dict) -> PassResult:
     count = 0
     for node in [n for n in ir.nodes if n.op == "softmax"]:
         match = match_fused_attention(g, node)
-        if match is not None and match.kind == "MultiHeadAttention" and _fits_kernel(g, match):
+        if match is not None and match.kind == "MultiHeadAttention" and \
+                kernel_takes([g.ir.values[i] for i in match.inputs], g.ir.values[match.output], match.attrs):
             g.replace(match.nodes, match.node(node))
             count += 1
     return PassResult(ir, count > 0)
