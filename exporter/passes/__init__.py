@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from flowserve import dtypes
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ir.passes import eliminate_dead_code
+from flowserve.ir.passes.pattern import PatternGraph
 
 FUSED_PREFIX = "fused."
 
@@ -38,11 +39,10 @@ class FusedGroup:
 
 
 @dataclass
-class ExportGraph:
-    """What the passes rewrite: the IR, the arrays baked as initializers, the groups."""
+class ExportGraph(PatternGraph):
+    """What the passes rewrite: the IR, the arrays baked as initializers, the groups
+    (the queries and the node replacement are the core's ``PatternGraph``)."""
 
-    ir: GraphIR
-    consts: dict
     groups: list = field(default_factory=list)
     folded: int = 0
 
@@ -52,33 +52,11 @@ class ExportGraph:
         copy = ir.copy()
         return cls(copy, {k: arrays[k] for k in copy.state})
 
-    # -- queries the patterns need ------------------------------------------------------
-
-    def producer(self, name: str) -> Node | None:
-        return self._producers.get(name)
-
-    def users(self, name: str) -> list:
-        return self._users.get(name, [])
-
-    def is_const(self, name: str) -> bool:
-        return name in self.consts
-
     def is_quantized_const(self, name: str) -> bool:
         """A constant fake-quantized (a QAT weight): its lowering stores the integers, so a
         fusion may take it as a weight as long as it does not rescale it."""
         node = self.producer(name)
         return node is not None and node.op == "fake_quant" and all(self.is_const(i) for i in node.inputs)
-
-    def single_use(self, name: str) -> bool:
-        """Used by exactly one node and not a graph output (so it may vanish in a fusion)."""
-        return len(self.users(name)) == 1 and name not in self.output_names
-
-    def refresh(self) -> None:
-        self._producers = self.ir.producers()
-        self._users = self.ir.consumers()
-        self.output_names = {v.name for v in self.ir.outputs}
-
-    # -- edits -----------------------------------------------------------------------
 
     def add_const(self, name: str, array) -> str:
         self.consts[name] = array
@@ -89,19 +67,10 @@ class ExportGraph:
         return name
 
     def replace(self, old: list, new: Node, group: FusedGroup | None = None) -> None:
-        """Put ``new`` where the last of ``old`` was, and drop ``old``."""
-        drop = {id(n) for n in old}
-        last = max(i for i, n in enumerate(self.ir.nodes) if id(n) in drop)
-        nodes = []
-        for i, n in enumerate(self.ir.nodes):
-            if i == last:
-                nodes.append(new)
-            if id(n) not in drop:
-                nodes.append(n)
-        self.ir.nodes = nodes
+        """Put ``new`` where the last of ``old`` was, drop ``old``, record ``group``."""
         if group is not None:
             self.groups.append(group)
-        self.refresh()
+        super().replace(old, new)
 
     def prune(self) -> None:
         """Drop nodes whose outputs nobody reads, and state nothing reads (the core's DCE)."""

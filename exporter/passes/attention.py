@@ -1,128 +1,23 @@
 """Scaled-dot-product attention -> ``fused.Attention``; with the head split and merge
 around it -> ``fused.MultiHeadAttention``.
 
-The core pattern is ``softmax(q @ kT * scale [+ bias], -1) @ v`` (the scale may also
-multiply ``q`` first, or be a division); ``kT`` is ``permute(k)`` swapping the last two
-dims. When ``q``, ``k``, ``v`` are each ``permute(reshape(t, (n, L, heads, d)), [0, 2, 1, 3])``
-of 3-D tensors and the result is merged back the same way, the whole block becomes one
-multi-head attention on the 3-D tensors (ONNX Runtime's ``MultiHeadAttention``).
+The pattern is the core's (``flowserve.ir.passes.attention``, which graph mode fuses
+too); this pass records each match as a fused group of the export report.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.exporter.passes import ExportGraph, FusedGroup
 from flowserve.ir.graph import PassResult
-
-
-def _scalar(g: ExportGraph, name: str):
-    return float(np.asarray(g.consts[name]).ravel()[0]) if g.is_const(name) and g.consts[name].size == 1 else None
-
-
-def _scaled(g: ExportGraph, name: str):
-    """(value, scale, node) for ``value * c`` or ``value / c``; else (name, 1.0, None)."""
-    node = g.producer(name)
-    if node is not None and node.op in ("mul", "div") and g.single_use(name):
-        for i, j in ((0, 1), (1, 0)):
-            c = _scalar(g, node.inputs[j])
-            if c is not None and (node.op == "mul" or i == 0):
-                return node.inputs[i], (c if node.op == "mul" else 1.0 / c), node
-    return name, 1.0, None
-
-
-def _scores(g: ExportGraph, name: str):
-    """(q, k, scale, kT-permute or None, nodes) for ``(q*s) @ kT * s'``."""
-    inner, s_out, scale_node = _scaled(g, name)
-    mm = g.producer(inner)
-    if mm is None or mm.op != "matmul" or not g.single_use(inner):
-        return None
-    q, s_in, q_scale = _scaled(g, mm.inputs[0])
-    kt = mm.inputs[1]
-    perm = g.producer(kt)
-    nd = len(g.ir.values[kt].shape)
-    swap = list(range(nd - 2)) + [nd - 1, nd - 2]
-    k, k_node = (perm.inputs[0], perm) if perm is not None and perm.op == "permute" and \
-        perm.attrs["perm"] == swap and g.single_use(kt) else (kt, None)
-    nodes = [n for n in (q_scale, k_node, mm, scale_node) if n is not None]
-    return q, k, s_in * s_out, k_node is None, nodes
-
-
-def match_attention(g: ExportGraph, softmax):
-    """The fused node's (inputs, attrs, nodes, output) for the attention around ``softmax``."""
-    nd = len(g.ir.values[softmax.outputs[0]].shape)
-    if softmax.attrs["axis"] not in (-1, nd - 1) or nd < 2 or not g.single_use(softmax.outputs[0]):
-        return None
-    (pv,) = g.users(softmax.outputs[0])
-    if pv.op != "matmul" or pv.inputs[0] != softmax.outputs[0]:
-        return None
-    s_in, bias, bias_node = softmax.inputs[0], None, None
-    add = g.producer(s_in)
-    if add is not None and add.op == "add" and g.single_use(s_in):
-        for i in (0, 1):
-            found = _scores(g, add.inputs[i])
-            if found is not None:
-                bias, bias_node, scores = add.inputs[1 - i], add, found
-                break
-    if bias_node is None:
-        scores = _scores(g, s_in)
-    if scores is None:
-        return None
-    q, k, scale, k_transposed, nodes = scores
-    nodes = nodes + [n for n in (bias_node, softmax, pv) if n is not None]
-    inputs = [q, k, pv.inputs[1]] + ([bias] if bias is not None else [])
-    attrs = {"scale": scale, "k_transposed": k_transposed, "has_bias": bias is not None}
-    return inputs, attrs, nodes, pv.outputs[0]
-
-
-def _split_heads(g: ExportGraph, name: str):
-    """(3-D tensor, heads, [reshape, permute]) if ``name`` is its head split."""
-    perm = g.producer(name)
-    if perm is None or perm.op != "permute" or perm.attrs["perm"] != [0, 2, 1, 3] or not g.single_use(name):
-        return None
-    shaped = perm.inputs[0]
-    rs = g.producer(shaped)
-    if rs is None or rs.op != "reshape" or not g.single_use(shaped):
-        return None
-    src = g.ir.values[rs.inputs[0]].shape
-    out = g.ir.values[shaped].shape
-    if len(src) != 3 or len(out) != 4 or tuple(out[:2]) != tuple(src[:2]) or out[2] * out[3] != src[2]:
-        return None
-    return rs.inputs[0], out[2], [rs, perm]
-
-
-def _merge_heads(g: ExportGraph, name: str):
-    """([permute, reshape], output) if ``name`` (n, h, L, d) is merged back to (n, L, h*d)."""
-    if not g.single_use(name):
-        return None
-    (perm,) = g.users(name)
-    if perm.op != "permute" or perm.attrs["perm"] != [0, 2, 1, 3] or not g.single_use(perm.outputs[0]):
-        return None
-    (rs,) = g.users(perm.outputs[0])
-    n, h, L, d = g.ir.values[name].shape
-    if rs.op != "reshape" or tuple(g.ir.values[rs.outputs[0]].shape) != (n, L, h * d):
-        return None
-    return [perm, rs], rs.outputs[0]
+from flowserve.ir.passes.attention import match_fused_attention
 
 
 def fuse_one(g: ExportGraph, softmax) -> bool:
-    found = match_attention(g, softmax)
-    if found is None:
+    match = match_fused_attention(g, softmax)
+    if match is None:
         return False
-    inputs, attrs, nodes, out = found
-    kind = "Attention"
-    split = [_split_heads(g, i) for i in inputs[:3]] if not attrs["k_transposed"] else [None]
-    merge = _merge_heads(g, out) if len(g.ir.values[out].shape) == 4 else None
-    if all(split) and merge is not None and len({s[1] for s in split}) == 1:
-        kind = "MultiHeadAttention"
-        inputs = [s[0] for s in split] + inputs[3:]
-        nodes = [n for s in split for n in s[2]] + nodes + merge[0]
-        attrs = {**attrs, "heads": split[0][1]}
-        out = merge[1]
-    detail = f"scale={attrs['scale']:.4g}" + (f", heads={attrs['heads']}" if "heads" in attrs else "") + \
-        (", mask" if attrs["has_bias"] else "")
-    group = FusedGroup(kind, softmax.scope, [n.op for n in nodes], out, detail)
-    g.replace(nodes, fused_node(kind, inputs, [out], attrs, softmax), group)
+    group = FusedGroup(match.kind, softmax.scope, [n.op for n in match.nodes], match.output, match.detail())
+    g.replace(match.nodes, match.node(softmax), group)
     return True
 
 

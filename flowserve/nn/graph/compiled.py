@@ -69,7 +69,10 @@ class CompiledGraph:
 
     def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
         options = self.engine_options() if options is None else options
-        ir, _ = lowering_ir(self.traced.ir, options)
+        ir, fused = lowering_ir(self.traced.ir, options, training=self.training, constants=self.traced.constants)
+        if fused:  # constants a fusion took as attributes (attention's scale) are no initializers
+            read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
+            baked = {k: v for k, v in baked.items() if k in read}
         cpu = runtime.runs_on_cpu_provider(options)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
         blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)

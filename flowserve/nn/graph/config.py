@@ -7,6 +7,8 @@
 - ``allow_fuse_model_update_ops``: one flat update per parameter group;
 - ``allow_fuse_add_to_output``: an add into a matmul/conv output becomes its bias/output;
 - ``allow_fuse_cast_scale``: cast round trips and cast+scale chains collapse;
+- ``allow_fused_attention``: inference graphs on ONNX Runtime run each multi-head attention
+  as its one fused kernel (on by default);
 - ``enable_straighten_algorithm`` / ``enable_compress_memory``: the runtime's execution
   order and memory planning (``flowserve.onnx_backend.runtime.session_options``);
 - ``enable_cudnn_conv_heuristic_search_algo``: the CUDA provider's conv algorithm search;
@@ -91,6 +93,16 @@ class GraphConfig:
 
     def allow_fuse_cast_scale(self, mode: bool = True) -> None:
         self._set("fuse_cast_scale", bool(mode))
+
+    def allow_fused_attention(self, mode: bool = True) -> None:
+        """Inference graphs on ONNX Runtime (its CPU or CUDA provider): each multi-head
+        attention (``nn.MultiheadAttention``, the Transformer layers; with or without masks)
+        runs as ONNX Runtime's ``com.microsoft.MultiHeadAttention`` kernel instead of about
+        fifteen operators (``flowserve.ir.passes.fuse_attention``). On by default; off lowers the
+        standard operators. Training graphs, OpenVINO, attention weights returned
+        (``need_weights=True``) and dropout applied keep the standard form; saved graphs and
+        exported models are the same either way."""
+        self._set("fused_attention", bool(mode))
 
     def enable_cudnn_conv_heuristic_search_algo(self, mode: bool = True) -> None:
         self._set("cudnn_conv_heuristic_search_algo", bool(mode))

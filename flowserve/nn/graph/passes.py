@@ -4,8 +4,9 @@ ask for, as one ordered list run by ``flowserve.ir.passes.manager.PassManager``.
 On the traced IR (what a graph saves): activation checkpointing, weight-gradient
 convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, the
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
-lowers: the add-to-output fusion, the ONNX backend lowering its fused node
-(``LOWERING_PASSES``). Every pass returns ``PassResult(ir, modified)``.
+lowers: in inference graphs run by ONNX Runtime, multi-head attention as its fused kernel;
+the add-to-output fusion; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
+Every pass returns ``PassResult(ir, modified)``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
 from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
+from flowserve.ir.passes.fuse_attention import fuse_multi_head_attention
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.manager import Pass, PassManager
 
@@ -49,6 +51,14 @@ class PassContext:
     @property
     def amp_dtype(self) -> str:
         return self.options.get("amp_dtype", "float16")
+
+    @property
+    def fuses_attention(self) -> bool:
+        """Multi-head attention as one ONNX Runtime kernel: inference graphs (a training
+        graph's backward reads the attention's intermediates), ONNX Runtime's providers (not
+        OpenVINO, which runs no ``com.microsoft`` operator), ``allow_fused_attention`` on."""
+        return not self.training and self.constants is not None and \
+            self.options.get("execution_provider", "auto") != "openvino" and self.options.get("fused_attention", True)
 
 
 def _native_low_precision(dtype: str) -> bool:
@@ -97,6 +107,8 @@ GRAPH_PASSES = PassManager([
 ], given=("forward_values",))
 
 LOWERING_PASSES = PassManager([
+    Pass("fuse_attention", lambda ir, ctx: fuse_multi_head_attention(ir, ctx.constants),
+         when=lambda ctx: ctx.fuses_attention),
     Pass("fuse_add_to_output", lambda ir, ctx: fuse_add_to_output(ir),
          when=lambda ctx: bool(ctx.options.get("fuse_add_to_output"))),
 ], given=("no_dead_nodes",))
@@ -110,10 +122,11 @@ def run_graph_passes(ir: GraphIR, context: PassContext) -> list[str]:
     return applied
 
 
-def lowering_ir(ir: GraphIR, options: dict) -> PassResult:
+def lowering_ir(ir: GraphIR, options: dict, *, training: bool = False, constants: dict | None = None) -> PassResult:
     """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
-    ONNX backend lowers its fused nodes), else ``ir`` itself."""
-    context = PassContext(options)
+    ONNX backend lowers its fused nodes), else ``ir`` itself. ``training``: the graph
+    trains; ``constants``: state name -> array of the trace's constants."""
+    context = PassContext(options, training=training, constants=constants)
     if not any(p.when(context) for p in LOWERING_PASSES.passes):
         return PassResult(ir, False)
     result, _ = LOWERING_PASSES.run(ir.copy(), context)

@@ -1,13 +1,22 @@
 """Lowerings of the nodes that graph mode's own IR fusions make (never in a saved graph,
-so not primitives): ``fused.AddToOutput`` is ONNX ``Gemm`` (``y = x @ w + c``)."""
+so not primitives): ``fused.AddToOutput`` is ONNX ``Gemm`` (``y = x @ w + c``),
+``fused.MultiHeadAttention`` ONNX Runtime's ``com.microsoft.MultiHeadAttention`` (the pass
+that makes it runs only where ONNX Runtime runs the graph)."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
+from flowserve.ir.passes.attention import MULTI_HEAD_ATTENTION
 from flowserve.ir.passes.fuse_add_to_output import FUSED_OP as ADD_TO_OUTPUT
+from flowserve.onnx_backend.lowering.attention import lower_ort_multi_head_attention
 
 
 def lower_add_to_output(b, node, ctx) -> None:
     b.op("Gemm", node.inputs, node.outputs)
 
 
-GRAPH_MODE_LOWERINGS = {ADD_TO_OUTPUT: lower_add_to_output}
+GRAPH_MODE_LOWERINGS = MappingProxyType({
+    ADD_TO_OUTPUT: lower_add_to_output,
+    MULTI_HEAD_ATTENTION: lower_ort_multi_head_attention,
+})
