@@ -259,6 +259,7 @@ HELD_OUT = 512
 # rounded to uint8 steps, where near-tied classes would tie); both stay float32 in ONNX
 # Runtime, which reads the first from the graph input and gives the second's output as the
 # model's (a float layer between two quantized ones it would quantize itself, docs/export.md)
+# Measured (docs/export.md): the same 98.63% held-out agreement as all-int8, 1.62x / 1.47x.
 QAT_FLOAT = MappingProxyType({"mobilenet_v2_224_qat": ("features.0", "classifier")})
 
 
