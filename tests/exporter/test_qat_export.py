@@ -206,12 +206,15 @@ def test_onnx_runtime_fuses_the_qat_mobilenet_into_integer_kernels(mobilenet_int
     assert ops["Reshape"] > 1
 
 
-def test_layers_left_float_export_as_float_beside_integer_kernels(tmp_path):
-    """``qconfig = None`` on the stem: the int8 export keeps its convolution float32 (weight
-    and all), quantizes the block's input after it, and still gives the QAT graph's eval
-    outputs within one quantization step."""
+@pytest.mark.parametrize("float_parts", [("stem",), ("stem", "head")], ids=["stem", "stem-and-head"])
+def test_layers_left_float_export_as_float_beside_integer_kernels(tmp_path, float_parts):
+    """``qconfig = None`` on the stem (and the head): the int8 export keeps their convolution
+    and linear layer float32 (weight and all), quantizes the block's input after the stem,
+    and still gives the QAT graph's eval outputs within one quantization step (of the
+    outputs, or, with the head float, of the block's output carried through the head)."""
     model = TinyNet()
-    model.stem.qconfig = None
+    for name in float_parts:
+        getattr(model, name).qconfig = None
     graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), {})
     for step in range(4):
         graph(images(seed=step), labels(seed=10 + step))
@@ -220,12 +223,20 @@ def test_layers_left_float_export_as_float_beside_integer_kernels(tmp_path):
     result = export_verified(folder, tmp_path / "tiny.int8.onnx", precision="int8")
     assert result.proof.passed
     weights = {t.name: t.data_type for t in result.model.graph.initializer}
-    assert sorted(t for n, t in weights.items() if "_quantized" in n) == [onnx.TensorProto.INT8] * 3  # block, head
-    stem = [n for n in result.model.graph.node if n.op_type == "Conv" and weights.get(n.input[1]) == onnx.TensorProto.FLOAT]
-    assert len(stem) == 1 and stem[0].input[0] == result.model.graph.input[0].name
+    quantized = 2 if "head" in float_parts else 3  # the block's two convolutions (and the head)
+    assert sorted(t for n, t in weights.items() if "_quantized" in n) == [onnx.TensorProto.INT8] * quantized
+    float_weight = [n for n in result.model.graph.node
+                    if n.op_type in ("Conv", "Gemm", "MatMul") and weights.get(n.input[1]) == onnx.TensorProto.FLOAT]
+    assert [n.op_type for n in float_weight][0] == "Conv" and len(float_weight) == len(float_parts)
+    assert float_weight[0].input[0] == result.model.graph.input[0].name
     session = create_session(result.model, device="cpu")
+    ops = onnx_runtime_optimised_ops(result.model, tmp_path / "optimised.onnx")
+    assert ops["QLinearConv"] == 2 and ops["QGemm"] == (0 if "head" in float_parts else 1)
     model.eval()
     x = images(batch=16, seed=200)
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
-    step = float(model.head.output_fake_quant.scale[0])
+    if "head" in float_parts:  # one step of the pooled block output, through the float head
+        step = float(model.block.activation_post_process.scale[0]) * float(np.abs(model.head.weight.numpy()).sum(1).max())
+    else:
+        step = float(model.head.output_fake_quant.scale[0])
     np.testing.assert_allclose(got, EvalGraph(model)(x).numpy(), rtol=0, atol=step * (1 + 1e-3))
