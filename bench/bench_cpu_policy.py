@@ -25,12 +25,13 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from bench_peers import flowserve_command, pytriton_command
+from bench_peers import LONG_WINDOW_MS, flowserve_command, pytriton_command
 from bench_perf_analyzer import perf_analyzer
 from bench_serving import free_port, mobilenet_v2_model, start, stop
 from flowserve.clients import HTTPClient
@@ -57,10 +58,16 @@ def layouts(cores: int, pytriton_python: str) -> dict:
 
 
 def check_answer(http_url: str, model_path: pathlib.Path, name: str) -> None:
+    """Wait for the model (PyTriton's server is ready before its models), then compare one
+    answer with onnxruntime's in process."""
+    client, deadline = HTTPClient(http_url), time.monotonic() + 120
+    while not client.is_model_ready("mobilenet"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: model mobilenet not ready after 120 s")
+        time.sleep(0.5)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     expected = session.run(None, {session.get_inputs()[0].name: x})[0]
-    client = HTTPClient(http_url)
     (answer,) = client.infer("mobilenet", {session.get_inputs()[0].name: x}).values()
     np.testing.assert_allclose(answer, expected, rtol=1e-4, atol=1e-4, err_msg=name)
     sessions = client.model_metadata("mobilenet").get("parameters", {}).get("sessions")
@@ -80,8 +87,10 @@ def measure(name, spec, models, workdir, env, interval_ms) -> dict:
         for protocol in PROTOCOLS:
             url = f"127.0.0.1:{http if protocol == 'http' else grpc}"
             for concurrency in CONCURRENCIES:
+                # at concurrency 32 an answer takes about as long as a short window (bench_peers.py)
+                window_ms = max(interval_ms, LONG_WINDOW_MS) if concurrency == 32 else interval_ms
                 try:
-                    result = perf_analyzer(url, protocol, concurrency, interval_ms, env, model="mobilenet")
+                    result = perf_analyzer(url, protocol, concurrency, window_ms, env, model="mobilenet")
                 except RuntimeError as exc:
                     print(f"{name} {protocol} c={concurrency}: {str(exc)[-300:]}", flush=True)
                     continue
