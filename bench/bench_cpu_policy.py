@@ -75,7 +75,7 @@ def check_answer(http_url: str, model_path: pathlib.Path, name: str) -> None:
         print(f"{name}: sessions {sessions}", flush=True)
 
 
-def measure(name, spec, models, workdir, env, interval_ms) -> dict:
+def measure(name, spec, models, workdir, env, interval_ms, protocols=PROTOCOLS) -> dict:
     """(protocol, concurrency) -> images/s of one server, started and stopped here."""
     python, command, extra = spec
     http, grpc = free_port(), free_port()
@@ -84,7 +84,7 @@ def measure(name, spec, models, workdir, env, interval_ms) -> dict:
     figures = {}
     try:
         check_answer(f"http://127.0.0.1:{http}", models["mobilenet"], name)
-        for protocol in PROTOCOLS:
+        for protocol in protocols:
             url = f"127.0.0.1:{http if protocol == 'http' else grpc}"
             for concurrency in CONCURRENCIES:
                 # at concurrency 32 an answer takes about as long as a short window (bench_peers.py)
@@ -106,6 +106,7 @@ def main() -> None:
     parser.add_argument("--pytriton-python", default="/tmp/venv-pytriton/bin/python")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--interval-ms", type=int, default=3000)
+    parser.add_argument("--protocols", default=",".join(PROTOCOLS), help="comma-separated: http, grpc")
     args = parser.parse_args()
     if shutil.which("perf_analyzer") is None:
         sys.exit("perf_analyzer not found: pip install 'tritonclient[all]'")
@@ -125,7 +126,8 @@ def main() -> None:
                 before = os.getloadavg()[0]
                 run_dir = workdir / f"round{round_}-server{list(servers).index(name)}"
                 run_dir.mkdir()
-                figures = measure(name, servers[name], models, run_dir, env, args.interval_ms)
+                figures = measure(name, servers[name], models, run_dir, env, args.interval_ms,
+                                  tuple(args.protocols.split(",")))
                 for key, value in figures.items():
                     results[name].setdefault(key, []).append(value)
                 row = ", ".join(f"{p} c={c} {v:.1f}" for (p, c), v in figures.items())
