@@ -29,7 +29,15 @@ other request in the last ``direct_after_idle_s``) while the batcher would not
 wait for company anyway (no queue delay, or already the preferred size) runs at
 once on the event loop, without the queue and worker hand-off: it would have
 formed a batch of its own. Under load requests arrive closer together than that
-and go through the queue, where they merge::
+and go through the queue, where they merge.
+
+With ``wide_narrow`` (the CPU policy of the same name), ``runners[0]`` is one session
+using every core and each later runner a single-threaded session, one per core. Runs
+hold core tokens, one per narrow runner: a wide run takes them all, a narrow run one, and
+a run starts only on free tokens, so the sessions never ask for more cores than there
+are. A lone request on idle cores runs wide (fastest alone); when more is queued or a run
+is in flight, batches run narrow, the queued rows shared among the free cores (one
+single-threaded session per core does more per second under load)::
 
     batcher = DynamicBatcher([runner.run], max_batch_size=64, max_queue_delay_s=0.0005)
     await batcher.start()
@@ -69,6 +77,17 @@ class BatchRecord:
     input_s: float = 0.0  # merging the requests' inputs into one batch
     infer_s: float = 0.0  # the runner itself
     output_s: float = 0.0  # splitting the outputs back into the requests
+    instance: int = 0  # index of the runner that ran it
+
+
+@dataclasses.dataclass
+class _Instance:
+    """One runner, the worker thread it runs on, and the core tokens a run holds."""
+
+    index: int
+    run: RunBatch
+    executor: concurrent.futures.ThreadPoolExecutor
+    cores: int
 
 
 @dataclasses.dataclass
@@ -82,13 +101,21 @@ class _Pending:
 
 
 class DynamicBatcher:
-    """Bounded request queue plus one worker per ``run_batch`` callable (instance)."""
+    """Bounded request queue plus one worker per ``run_batch`` callable (instance);
+    with ``wide_narrow``, ``runners[0]`` uses every core and the others one each."""
 
     def __init__(self, runners: list[RunBatch], *, max_batch_size: int,
                  max_queue_delay_s: float = 0.0, preferred_batch_sizes: tuple = (),
                  max_queue_size: int = 1024, on_batch: Callable[[BatchRecord], None] = None,
-                 inline_below_s: float = 0.0005, direct_after_idle_s: float = 0.0001):
+                 inline_below_s: float = 0.0005, direct_after_idle_s: float = 0.0001,
+                 wide_narrow: bool = False):
         self._runners = list(runners)
+        if wide_narrow and len(self._runners) < 3:
+            raise ValueError(f"wide_narrow needs a wide runner and at least two narrow ones, "
+                             f"got {len(self._runners)} runners")
+        self.wide_narrow = wide_narrow
+        self._cores = len(self._runners) - 1 if wide_narrow else len(self._runners)
+        self._cores_busy = 0  # core tokens the running batches hold
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
         self._target = max(preferred_batch_sizes, default=self.max_batch_size)
@@ -97,7 +124,7 @@ class DynamicBatcher:
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wakeup: Optional[asyncio.Event] = None
         self._workers: list[asyncio.Task] = []
-        self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
+        self._instances: list[_Instance] = []
         self._closing = False
         self._inline_below_s = inline_below_s if len(self._runners) == 1 else 0.0
         self._compute_ema_s = float("inf")
@@ -128,8 +155,10 @@ class DynamicBatcher:
         for index, runner in enumerate(self._runners):
             executor = concurrent.futures.ThreadPoolExecutor(1, f"flowserve-instance-{index}")
             executor.submit(int)  # start its thread now, not in the first batch's time
-            self._executors.append(executor)
-            self._workers.append(asyncio.create_task(self._work(runner, executor)))
+            cores = self._cores if self.wide_narrow and index == 0 else 1
+            instance = _Instance(index, runner, executor, cores)
+            self._instances.append(instance)
+            self._workers.append(asyncio.create_task(self._work(instance)))
 
     async def stop(self) -> None:
         """Finish queued requests, then stop the workers and their threads."""
@@ -137,9 +166,9 @@ class DynamicBatcher:
         if self._wakeup is not None:
             self._wakeup.set()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        for executor in self._executors:
-            executor.shutdown(wait=True)
-        self._workers, self._executors = [], []
+        for instance in self._instances:
+            instance.executor.shutdown(wait=True)
+        self._workers, self._instances = [], []
 
     async def submit(self, inputs: dict, rows: int, timeout_s: Optional[float] = None) -> dict:
         """Queue one request of ``rows`` rows; its outputs once its batch ran."""
@@ -199,23 +228,31 @@ class DynamicBatcher:
             raise error
         return outputs
 
-    async def _work(self, runner: RunBatch, executor) -> None:
+    async def _work(self, instance: _Instance) -> None:
         while True:
-            batch = await self._next_batch()
+            batch = await self._next_batch(instance)
             if batch is None:
                 return
-            await self._execute(runner, executor, batch)
+            try:
+                await self._execute(instance, batch)
+            finally:
+                self._cores_busy -= instance.cores
+                if self.wide_narrow:  # freed tokens: an instance that had to wait may run now
+                    self._wakeup.set()
 
-    async def _next_batch(self) -> Optional[list[_Pending]]:
+    async def _next_batch(self, instance: _Instance) -> Optional[list[_Pending]]:
+        """The next batch ``instance`` runs (its core tokens taken), or None once stopping
+        with nothing queued."""
         while True:
             self._drop_expired()
-            if self._queue:
+            if self._queue and self._may_run(instance):
                 if not self._closing and self._should_wait():
                     await self._wait(self._queue[0].enqueued + self.max_queue_delay_s)
                     continue
                 self._probe = None
-                return self._take_batch()
-            if self._closing:
+                self._cores_busy += instance.cores
+                return self._take_batch(self._rows_for(instance))
+            if self._closing and not self._queue:
                 return None
             self._wakeup.clear()
             self._idle_workers += 1
@@ -223,6 +260,27 @@ class DynamicBatcher:
                 await self._wakeup.wait()
             finally:
                 self._idle_workers -= 1
+
+    def _may_run(self, instance: _Instance) -> bool:
+        """Whether ``instance`` takes the queue's next batch now: always, unless
+        ``wide_narrow``; then only on free core tokens, the wide instance for a lone request
+        on idle cores, a narrow one for anything else."""
+        if not self.wide_narrow:
+            return True
+        if instance.cores > self._cores - self._cores_busy:
+            return False
+        lone = self._cores_busy == 0 and len(self._queue) == 1
+        return (instance.index == 0) == lone
+
+    def _rows_for(self, instance: _Instance) -> int:
+        """The most rows a batch of ``instance`` takes: ``max_batch_size``, or for a narrow
+        run of ``wide_narrow`` the queued rows shared among the free cores (its own
+        included), so one core does not take what the others could run beside it."""
+        if not self.wide_narrow or instance.index == 0:
+            return self.max_batch_size
+        free = self._cores - self._cores_busy + instance.cores  # its token is taken already
+        queued = sum(p.rows for p in self._queue)
+        return max(1, min(self.max_batch_size, -(-queued // free)))
 
     def _should_wait(self) -> bool:
         if self.max_queue_delay_s <= 0:
@@ -266,12 +324,14 @@ class DynamicBatcher:
                 kept.append(pending)
         self._queue = kept
 
-    def _take_batch(self) -> list[_Pending]:
+    def _take_batch(self, max_rows: int) -> list[_Pending]:
+        """The oldest request and every later one of its signature, up to ``max_rows`` rows
+        (the oldest alone when it has more)."""
         head = self._queue.popleft()
         batch, rows, skipped = [head], head.rows, collections.deque()
-        while self._queue and rows < self.max_batch_size:
+        while self._queue and rows < max_rows:
             pending = self._queue.popleft()
-            if pending.signature == head.signature and rows + pending.rows <= self.max_batch_size:
+            if pending.signature == head.signature and rows + pending.rows <= max_rows:
                 batch.append(pending)
                 rows += pending.rows
             else:
@@ -280,17 +340,17 @@ class DynamicBatcher:
         self._queue = skipped
         return batch
 
-    async def _execute(self, runner: RunBatch, executor, batch: list[_Pending]) -> None:
+    async def _execute(self, instance: _Instance, batch: list[_Pending]) -> None:
         started = time.monotonic()
         queue_s = [started - p.enqueued for p in batch]
         requests = [p.inputs for p in batch]
         nbytes = sum(_nbytes(inputs) for inputs in requests)
         if self._runs_inline(nbytes):
-            outputs, error, timings = _run_guarded(runner, requests)
+            outputs, error, timings = _run_guarded(instance.run, requests)
         else:
             loop = asyncio.get_running_loop()
             outputs, error, timings = await loop.run_in_executor(
-                executor, _run_guarded, runner, requests)
+                instance.executor, _run_guarded, instance.run, requests)
         if error is None:
             split_started = time.monotonic()
             try:
@@ -305,10 +365,10 @@ class DynamicBatcher:
             for pending, part in zip(batch, parts):
                 _settle(pending.future, result=part)
         self._record(sum(p.rows for p in batch), len(batch), queue_s, started, error is not None,
-                     nbytes, timings)
+                     nbytes, timings, instance.index)
 
     def _record(self, rows: int, requests: int, queue_s: list, started: float,
-                failed: bool, nbytes: int, timings: tuple) -> None:
+                failed: bool, nbytes: int, timings: tuple, instance: int = 0) -> None:
         compute_s = time.monotonic() - started
         # what decides inline runs is the batch's own work, timed where it ran: a thread
         # hop (or a busy loop) in compute_s would keep small batches off the loop for good
@@ -317,7 +377,7 @@ class DynamicBatcher:
         self._compute_ema_s = work_s if first else 0.9 * self._compute_ema_s + 0.1 * work_s
         nbytes = max(1.0, float(nbytes))
         self._input_ema_bytes = nbytes if first else 0.9 * self._input_ema_bytes + 0.1 * nbytes
-        self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed, *timings))
+        self._on_batch(BatchRecord(rows, requests, queue_s, compute_s, failed, *timings, instance))
 
 
 def _nbytes(inputs: dict) -> int:

@@ -33,10 +33,19 @@ def serve(
     max_queue_size: int = typer.Option(
         1024, help="Queued requests per model before 503 / UNAVAILABLE."
     ),
-    instances: int = typer.Option(1, help="ONNX Runtime sessions per model, run in parallel."),
+    instances: Optional[int] = typer.Option(
+        None, help="ONNX Runtime sessions per model, run in parallel (unset: one, or those of "
+                   "--cpu-policy; setting it fixes the sessions)."
+    ),
     intra_op_threads: int = typer.Option(
         0, help="ONNX Runtime threads per session (0: cores divided by instances, or one for "
                 "a model whose runs are short, measured at load)."
+    ),
+    cpu_policy: str = typer.Option(
+        "auto", help="How a CPU model's sessions share the cores: wide-narrow (one session on "
+                     "every core for a lone request, one single-threaded session per core under "
+                     "load), fixed (--instances x --intra-op-threads), or auto (wide-narrow for "
+                     "a model whose runs are long, unless --instances or --intra-op-threads is set)."
     ),
     skip_verify: bool = typer.Option(
         False, "--skip-verify",
@@ -138,7 +147,7 @@ def serve(
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
             require_verified=require_verified, worker_restarts_per_minute=worker_restarts_per_minute,
-            intra_op_threads=intra_op_threads,
+            intra_op_threads=intra_op_threads, cpu_policy=cpu_policy,
             allow_model_control=allow_model_control,
             model_control_sync_timeout_s=model_control_sync_timeout, auth_token=auth_token,
             max_request_bytes=max_request_bytes, max_header_bytes=max_header_bytes,

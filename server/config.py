@@ -7,7 +7,7 @@ errors that name the key::
     {"max_batch_size": 32,
      "dynamic_batching": {"max_queue_delay_us": 200, "preferred_batch_size": [8, 16],
                           "max_queue_size": 512, "default_timeout_us": 1000000},
-     "instance_count": 2, "device": "cpu", "intra_op_threads": 1,
+     "instance_count": 2, "device": "cpu", "intra_op_threads": 1, "cpu_policy": "fixed",
      "version_policy": {"policy": "specific", "versions": [1, 3]},
      "warmup": {"batch_sizes": [1, 8]}}
 """
@@ -18,10 +18,10 @@ import json
 import pathlib
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ModelLoadError
-from .settings import ServerSettings
+from .settings import CpuPolicy, ServerSettings
 
 CONFIG_FILE = "config.json"
 
@@ -71,8 +71,21 @@ class ModelConfigFile(_Strict):
     instance_count: Optional[int] = Field(None, ge=1)
     device: Optional[Literal["auto", "cpu", "cuda"]] = None
     intra_op_threads: Optional[int] = Field(None, ge=0)
+    cpu_policy: Optional[CpuPolicy] = None
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     warmup: Warmup = Field(default_factory=Warmup)
+
+    @model_validator(mode="after")
+    def _sessions_not_fixed(self) -> "ModelConfigFile":
+        if self.cpu_policy == "wide-narrow" and self.fixes_sessions:
+            raise ValueError("wide-narrow chooses the sessions and their threads itself; leave "
+                             "instance_count and intra_op_threads unset, or use fixed")
+        return self
+
+    @property
+    def fixes_sessions(self) -> bool:
+        """Whether this file sets the instances or their threads."""
+        return self.instance_count is not None or bool(self.intra_op_threads)
 
 
 class ResolvedModelConfig(_Strict):
@@ -87,6 +100,7 @@ class ResolvedModelConfig(_Strict):
     device: str
     provider: str
     intra_op_threads: int = 0  # 0: chosen at load (one thread for a model whose runs are short)
+    cpu_policy: CpuPolicy = "auto"  # "auto": wide-narrow for a CPU model whose runs are long
     version_policy: VersionPolicy
     warmup_batch_sizes: list[int]
     warmup_from_examples: bool = True  # no warmup in config.json: the verification runs are the warmup
@@ -106,7 +120,8 @@ def read_config(model_dir: pathlib.Path) -> ModelConfigFile:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise ModelLoadError(f"{path}: {field}: {first['msg']}") from None
+        where = f"{field}: " if field else ""  # a check across fields names none
+        raise ModelLoadError(f"{path}: {where}{first['msg']}") from None
 
 
 def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelConfig:
@@ -122,11 +137,25 @@ def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelC
         preferred_batch_size=sorted(batching.preferred_batch_size),
         max_queue_size=pick(batching.max_queue_size, settings.max_queue_size),
         default_timeout_us=pick(batching.default_timeout_us, settings.default_timeout_us),
-        instance_count=pick(config.instance_count, settings.instances),
+        instance_count=pick(config.instance_count, pick(settings.instances, 1)),
         device=pick(config.device, settings.device),
         provider=settings.provider,
         intra_op_threads=pick(config.intra_op_threads, settings.intra_op_threads),
+        cpu_policy=_cpu_policy(config, settings),
         version_policy=config.version_policy,
         warmup_batch_sizes=config.warmup.batch_sizes,
         warmup_from_examples="warmup" not in config.model_fields_set,
     )
+
+
+def _cpu_policy(config: ModelConfigFile, settings: ServerSettings) -> str:
+    """The policy ``config.json`` names, else ``fixed`` where it sets the instances or their
+    threads; then the same from the server's settings; else ``auto``."""
+    fixes_server = settings.instances is not None or bool(settings.intra_op_threads)
+    for policy, fixes in ((config.cpu_policy, config.fixes_sessions),
+                          (settings.cpu_policy, fixes_server)):
+        if policy not in (None, "auto"):
+            return policy
+        if fixes:
+            return "fixed"
+    return "auto"

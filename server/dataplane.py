@@ -308,8 +308,7 @@ def triton_config(model: ServedModel) -> dict:
         "max_batch_size": model.max_batch_size,
         "input": tensors(model.inputs),
         "output": tensors(model.outputs),
-        "instance_group": [{"name": f"{model.name}_0", "count": config.instance_count,
-                            "kind": "KIND_GPU" if model.device == "cuda" else "KIND_CPU"}],
+        "instance_group": _instance_groups(model),
         "default_model_filename": "model.onnx",
     }
     if model.parameters:
@@ -322,6 +321,15 @@ def triton_config(model: ServedModel) -> dict:
                                      "default_timeout_microseconds": config.default_timeout_us},
         }
     return result
+
+
+def _instance_groups(model: ServedModel) -> list:
+    """Triton's instance groups of ``model``: its sessions; under the wide-narrow policy the
+    wide session and the narrow ones as two groups."""
+    kind = "KIND_GPU" if model.device == "cuda" else "KIND_CPU"
+    counts = [1, len(model.runners) - 1] if model.cpu_policy == "wide-narrow" else [len(model.runners)]
+    return [{"name": f"{model.name}_{index}", "count": count, "kind": kind}
+            for index, count in enumerate(counts)]
 
 
 def config_parameters(parameters: dict) -> dict:

@@ -2,7 +2,8 @@
 
 ``ServedModel`` turns an ``onnx.ModelProto`` into what the data plane needs:
 tensor metadata in protocol terms, checks of a request's inputs against it,
-``instance_count`` ONNX Runtime sessions behind one ``DynamicBatcher``, and the
+ONNX Runtime sessions behind one ``DynamicBatcher`` (``instance_count`` of them, or
+under the ``wide-narrow`` CPU policy one on every core plus one per core), and the
 statistics that ``/stats`` and ``/metrics`` report::
 
     model = ServedModel("mlp", "1", proto, resolved_config)
@@ -200,7 +201,7 @@ class ServedModel:
         self.parameters: dict = {}  # shown in model metadata: verification result and figures
         self._stats_lock = threading.Lock()
         self._on_batch_metrics = on_batch or (lambda model, record: None)
-        self.runners = self._make_runners(proto, config)
+        self.runners, self.cpu_policy = self._make_runners(proto, config)
         self.device = self.runners[0].device
         self._input_by_name = {spec.name: spec for spec in self.inputs}
         self._output_names = [spec.name for spec in self.outputs]
@@ -212,26 +213,42 @@ class ServedModel:
             preferred_batch_sizes=tuple(config.preferred_batch_size),
             max_queue_size=config.max_queue_size,
             on_batch=self._record_batch,
+            wide_narrow=self.cpu_policy == "wide-narrow",
         )
 
-    def _make_runners(self, proto: onnx.ModelProto, config: ResolvedModelConfig) -> list:
-        """One session per instance, with ``config.intra_op_threads`` threads; when that is
-        0 (auto) and a CPU session got several, a model whose run at its largest batch
-        takes under ``SINGLE_THREAD_BELOW_S`` gets one: waking a second thread that does
-        not spin costs more than it saves there (measured: MLP 64-256-10 at batch 64 runs
-        in 27 µs on one thread, 57 µs on two)."""
-        def make(threads: int) -> OrtRunner:
-            return OrtRunner(proto, config.device, config.instance_count, threads, provider=config.provider)
+    def _make_runners(self, proto: onnx.ModelProto, config: ResolvedModelConfig) -> tuple[list, str]:
+        """The sessions and the CPU policy they follow. ``fixed``: one session per instance,
+        with ``config.intra_op_threads`` threads; when that is 0 (auto) and a CPU session got
+        several, a model whose run at its largest batch takes under ``SINGLE_THREAD_BELOW_S``
+        gets one: waking a second thread that does not spin costs more than it saves there
+        (measured: MLP 64-256-10 at batch 64 runs in 27 µs on one thread, 57 µs on two).
+        ``wide-narrow`` (a CPU ONNX Runtime model of longer runs, under ``auto``): one session
+        on every core, then one single-threaded session per core (``DynamicBatcher``)."""
+        def make(instances: int, threads: int) -> OrtRunner:
+            return OrtRunner(proto, config.device, instances, threads, provider=config.provider)
 
-        first = make(config.intra_op_threads)
-        threads = config.intra_op_threads
-        if not (threads or first.device != "cpu" or first.intra_op_threads <= 1
-                or config.provider != "onnxruntime"):
-            batches = (1, self.max_batch_size) if self.max_batch_size else (None,)
-            # the largest batch only when batch 1 was short
-            if all(_fastest_run_s(first, self.inputs, rows) < SINGLE_THREAD_BELOW_S for rows in batches):
-                threads, first = 1, make(1)
-        return [first] + [make(threads) for _ in range(config.instance_count - 1)]
+        policy, instances, threads = config.cpu_policy, config.instance_count, config.intra_op_threads
+        if policy == "wide-narrow":  # the other level's instances and threads do not apply
+            instances, threads = 1, 0
+        first = make(instances, threads)
+        cores_shared = (not threads and first.device == "cpu" and first.intra_op_threads > 1
+                        and config.provider == "onnxruntime")
+        if cores_shared and policy != "wide-narrow" and self._runs_short(first):
+            return [make(instances, 1) for _ in range(instances)], "fixed"
+        if cores_shared and policy != "fixed":
+            return [first] + [make(1, 1) for _ in range(first.intra_op_threads)], "wide-narrow"
+        return [first] + [make(instances, threads) for _ in range(instances - 1)], "fixed"
+
+    def _runs_short(self, runner: OrtRunner) -> bool:
+        """Whether ``runner``'s runs at batch 1 and at the largest batch take under
+        ``SINGLE_THREAD_BELOW_S`` (the largest batch timed only when batch 1 was short)."""
+        batches = (1, self.max_batch_size) if self.max_batch_size else (None,)
+        return all(_fastest_run_s(runner, self.inputs, rows) < SINGLE_THREAD_BELOW_S for rows in batches)
+
+    @property
+    def sessions(self) -> dict:
+        """The CPU policy and each session's threads, as model metadata shows them."""
+        return {"policy": self.cpu_policy, "threads": [r.intra_op_threads for r in self.runners]}
 
     def _batchable(self) -> bool:
         """Dim 0 of every input and output is free, and is no named dim (the node count of a

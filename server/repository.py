@@ -124,7 +124,8 @@ class ModelRepository:
             self._models[name] = versions
             self._index[name] = [IndexEntry(name, v, READY) for v in versions]
             await self._retire(old)
-            log.info("model %s loaded: versions %s", name, list(versions))
+            sessions = {v: model.sessions for v, model in versions.items()}
+            log.info("model %s loaded: versions %s, sessions %s", name, list(versions), sessions)
 
     async def unload(self, name: str) -> None:
         """Stop serving ``name`` (queued requests finish first)."""
@@ -162,8 +163,9 @@ class ModelRepository:
         for version, source in sources.items():
             proto = load_model_proto(source, root)
             model = ServedModel(name, version, proto, config, self._on_batch)
-            model.parameters = verify_before_ready(model, source, self.settings.skip_verify,
-                                                   self.settings.require_verified)
+            verified = verify_before_ready(model, source, self.settings.skip_verify,
+                                           self.settings.require_verified)
+            model.parameters = {**verified, "sessions": model.sessions}
             versions[version] = model
         return versions
 

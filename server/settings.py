@@ -16,6 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CompressionLevel = Literal["none", "low", "medium", "high"]  # compression.LEVELS' names
+CpuPolicy = Literal["auto", "fixed", "wide-narrow"]  # how a model's CPU sessions share the cores
 
 
 class ServerSettings(BaseSettings):
@@ -53,7 +54,10 @@ class ServerSettings(BaseSettings):
     default_timeout_us: int = Field(
         0, ge=0, description="Queue timeout of a request without its own, in µs (0: none)."
     )
-    instances: int = Field(1, ge=1, description="Sessions per model run in parallel.")
+    instances: Optional[int] = Field(
+        None, ge=1, description="Sessions per model run in parallel (unset: one, or the sessions "
+        "of --cpu-policy; setting it fixes the sessions)."
+    )
     skip_verify: bool = Field(
         False, description="Serve models without verifying them on their reference examples (unsafe)."
     )
@@ -63,6 +67,13 @@ class ServerSettings(BaseSettings):
     intra_op_threads: int = Field(
         0, ge=0, description="ONNX Runtime threads per session (0: cores divided by instances, "
         "or one for a model whose runs are short, measured at load; config.json can override)."
+    )
+    cpu_policy: CpuPolicy = Field(
+        "auto", description="How a CPU ONNX Runtime model's sessions share the cores: wide-narrow "
+        "(one session on every core for a lone request, one single-threaded session per core "
+        "under load), fixed (--instances sessions of --intra-op-threads threads), or auto "
+        "(wide-narrow for a model whose runs are long, unless --instances or --intra-op-threads "
+        "is set; config.json can override)."
     )
     allow_model_control: bool = Field(
         False, description="Allow repository load/unload requests (never outside the repo)."
@@ -154,6 +165,15 @@ class ServerSettings(BaseSettings):
     def _with_certificate(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         if value is not None and not info.data.get("ssl_certfile"):
             raise ValueError("needs --ssl-certfile (the server's certificate)")
+        return value
+
+    @field_validator("cpu_policy")
+    @classmethod
+    def _sessions_not_fixed(cls, value: str, info: ValidationInfo) -> str:
+        if value == "wide-narrow" and (info.data.get("instances") is not None
+                                       or info.data.get("intra_op_threads")):
+            raise ValueError("wide-narrow chooses the sessions and their threads itself; "
+                             "leave --instances and --intra-op-threads unset, or use fixed")
         return value
 
     @field_validator("require_verified")

@@ -90,7 +90,8 @@ def test_serve_help_documents_every_option():
                    "--allow-model-control", "--auth-token", "--max-request-bytes",
                    "--max-header-bytes", "--header-timeout", "--max-bytes-elements",
                    "--max-json-elements", "--log-level", "--workers", "--grpc-workers",
-                   "--worker-restarts-per-minute", "--require-verified", "--grpc-message-timeout"):
+                   "--worker-restarts-per-minute", "--require-verified", "--grpc-message-timeout",
+                   "--cpu-policy"):
         assert option in done.stdout, option
 
 

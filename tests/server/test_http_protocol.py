@@ -50,6 +50,8 @@ def test_ready_is_false_while_a_model_failed_to_load(http, mlp_server):
 def test_model_metadata_follows_the_spec(http):
     for path in ("/v2/models/mlp", "/v2/models/mlp/versions/2"):
         body = http.get(path).json()
+        # which CPU policy a model gets depends on how long its runs take here
+        assert body["parameters"].pop("sessions")["policy"] in ("fixed", "wide-narrow")
         assert body == {
             "name": "mlp", "versions": ["1", "2"], "platform": "onnxruntime_onnx",
             "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],

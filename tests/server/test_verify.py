@@ -122,11 +122,12 @@ def test_skip_verify_serves_an_unverified_model_flagged(deployments, tmp_path):
     path = tmp_path / "model.onnx"
     _tampered(exports["fp32"].path, path)
     shutil.copytree(sidecar_path(exports["fp32"].path), sidecar_path(path))
-    with running_server(path, skip_verify=True) as server:
+    with running_server(path, skip_verify=True, cpu_policy="fixed") as server:
         http = HTTPClient(server.http_url)
         assert http.is_ready()
-        assert http.model_metadata("model")["parameters"] == {"verified": False,
-                                                               "verification": "skipped (--skip-verify)"}
+        parameters = http.model_metadata("model")["parameters"]
+        assert parameters.pop("sessions")["policy"] == "fixed"
+        assert parameters == {"verified": False, "verification": "skipped (--skip-verify)"}
         config = GRPCClient(server.grpc_address).model_config("model")
         assert config["parameters"]["verified"] == {"string_value": "false"}
         assert config["parameters"]["verification"] == {
@@ -279,7 +280,9 @@ def test_a_stored_tolerance_above_the_loosest_export_writes_is_refused(tampered_
             assert HTTPClient(server.http_url).model_metadata(name)["parameters"]["verified"] is True
         # without --require-verified a model without examples still loads, flagged
         assert index["stripped"]["state"] == "READY"
-        assert HTTPClient(server.http_url).model_metadata("stripped")["parameters"] == {
+        parameters = HTTPClient(server.http_url).model_metadata("stripped")["parameters"]
+        assert parameters.pop("sessions")["policy"] in ("fixed", "wide-narrow")
+        assert parameters == {
             "verified": False, "verification": "no reference examples stored with the model"}
 
 
