@@ -32,12 +32,13 @@ formed a batch of its own. Under load requests arrive closer together than that
 and go through the queue, where they merge.
 
 With ``wide_narrow`` (the CPU policy of the same name), ``runners[0]`` is one session
-using every core and each later runner a single-threaded session, one per core. Runs
-hold core tokens, one per narrow runner: a wide run takes them all, a narrow run one, and
-a run starts only on free tokens, so the sessions never ask for more cores than there
-are. A lone request on idle cores runs wide (fastest alone); when more is queued or a run
-is in flight, batches run narrow, the queued rows shared among the free cores (one
-single-threaded session per core does more per second under load)::
+using every core and each later runner a narrow session: single-threaded, one per core
+(on many cores, fewer sessions of several threads each). Runs hold tokens, one per narrow
+runner: a wide run takes them all, a narrow run one, and a run starts only on free
+tokens, so the sessions never ask for more cores than there are. A lone request on idle
+cores runs wide (fastest alone); when more is queued or a run is in flight, batches run
+narrow, the queued rows shared among the free narrow sessions (single-threaded sessions
+do more per second under load)::
 
     batcher = DynamicBatcher([runner.run], max_batch_size=64, max_queue_delay_s=0.0005)
     await batcher.start()

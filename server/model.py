@@ -223,7 +223,7 @@ class ServedModel:
         gets one: waking a second thread that does not spin costs more than it saves there
         (measured: MLP 64-256-10 at batch 64 runs in 27 µs on one thread, 57 µs on two).
         ``wide-narrow`` (a CPU ONNX Runtime model of longer runs, under ``auto``): one session
-        on every core, then one single-threaded session per core (``DynamicBatcher``)."""
+        on every core, then the narrow sessions of ``narrow_sessions`` (``DynamicBatcher``)."""
         def make(instances: int, threads: int) -> OrtRunner:
             return OrtRunner(proto, config.device, instances, threads, provider=config.provider)
 
@@ -236,7 +236,8 @@ class ServedModel:
         if cores_shared and policy != "wide-narrow" and self._runs_short(first):
             return [make(instances, 1) for _ in range(instances)], "fixed"
         if cores_shared and policy != "fixed":
-            return [first] + [make(1, 1) for _ in range(first.intra_op_threads)], "wide-narrow"
+            narrow, threads = narrow_sessions(first.intra_op_threads)
+            return [first] + [make(1, threads) for _ in range(narrow)], "wide-narrow"
         return [first] + [make(instances, threads) for _ in range(instances - 1)], "fixed"
 
     def _runs_short(self, runner: OrtRunner) -> bool:
@@ -342,6 +343,15 @@ class ServedModel:
 
 
 SINGLE_THREAD_BELOW_S = 0.0002
+NARROW_SESSIONS_AT_MOST = 8  # wide-narrow's weight copies stay at most 9 on a many-core machine
+
+
+def narrow_sessions(cores: int) -> tuple[int, int]:
+    """``(sessions, threads each)`` of wide-narrow's narrow sessions on ``cores`` cores: one
+    single-threaded session per core up to ``NARROW_SESSIONS_AT_MOST`` cores, beyond that as
+    many sessions of equal threads as fit (64 cores: 8 x 8; 12: 6 x 2)."""
+    threads = -(-cores // NARROW_SESSIONS_AT_MOST)
+    return cores // threads, threads
 
 
 def _fastest_run_s(runner: OrtRunner, specs: list, rows: Optional[int], runs: int = 4) -> float:

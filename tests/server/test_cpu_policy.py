@@ -104,6 +104,12 @@ def test_concurrent_requests_share_the_cores_on_narrow_sessions():
     assert cores.peak == NARROW
 
 
+@pytest.mark.parametrize("machine, sessions", [(1, (1, 1)), (2, (2, 1)), (8, (8, 1)), (12, (6, 2)),
+                                              (64, (8, 8)), (65, (7, 9))])
+def test_many_cores_get_at_most_eight_narrow_sessions_of_equal_threads(machine, sessions):
+    assert served_model.narrow_sessions(machine) == sessions
+
+
 def test_never_more_core_tokens_in_use_than_cores():
     cores = FakeCores(delay_s=0.005)
 
