@@ -222,8 +222,11 @@ class ServedModel:
         several, a model whose run at its largest batch takes under ``SINGLE_THREAD_BELOW_S``
         gets one: waking a second thread that does not spin costs more than it saves there
         (measured: MLP 64-256-10 at batch 64 runs in 27 µs on one thread, 57 µs on two).
-        ``wide-narrow`` (a CPU ONNX Runtime model of longer runs, under ``auto``): one session
-        on every core, then the narrow sessions of ``narrow_sessions`` (``DynamicBatcher``)."""
+        ``wide-narrow`` (under ``auto``, a CPU ONNX Runtime model whose batch-1 run takes
+        ``WIDE_NARROW_FROM_S`` or more): one session on every core, then the narrow sessions
+        of ``narrow_sessions`` (``DynamicBatcher``). Shorter runs keep the fixed layout: with
+        one session the batcher runs a small batch on the event loop, without the thread hop
+        that would cost such a run more than the narrow sessions gain."""
         def make(instances: int, threads: int) -> OrtRunner:
             return OrtRunner(proto, config.device, instances, threads, provider=config.provider)
 
@@ -235,7 +238,7 @@ class ServedModel:
                         and config.provider == "onnxruntime")
         if cores_shared and policy != "wide-narrow" and self._runs_short(first):
             return [make(instances, 1) for _ in range(instances)], "fixed"
-        if cores_shared and policy != "fixed":
+        if cores_shared and (policy == "wide-narrow" or policy == "auto" and self._runs_long(first)):
             narrow, threads = narrow_sessions(first.intra_op_threads)
             return [first] + [make(1, threads) for _ in range(narrow)], "wide-narrow"
         return [first] + [make(instances, threads) for _ in range(instances - 1)], "fixed"
@@ -245,6 +248,10 @@ class ServedModel:
         ``SINGLE_THREAD_BELOW_S`` (the largest batch timed only when batch 1 was short)."""
         batches = (1, self.max_batch_size) if self.max_batch_size else (None,)
         return all(_fastest_run_s(runner, self.inputs, rows) < SINGLE_THREAD_BELOW_S for rows in batches)
+
+    def _runs_long(self, runner: OrtRunner) -> bool:
+        """Whether ``runner``'s run at batch 1 takes ``WIDE_NARROW_FROM_S`` or more."""
+        return _fastest_run_s(runner, self.inputs, 1 if self.max_batch_size else None) >= WIDE_NARROW_FROM_S
 
     @property
     def sessions(self) -> dict:
@@ -343,6 +350,7 @@ class ServedModel:
 
 
 SINGLE_THREAD_BELOW_S = 0.0002
+WIDE_NARROW_FROM_S = 0.001  # auto's wide-narrow: MobileNetV2-224 (~10 ms) yes, an MLP (~0.1 ms) no
 NARROW_SESSIONS_AT_MOST = 8  # wide-narrow's weight copies stay at most 9 on a many-core machine
 
 

@@ -189,7 +189,8 @@ def _answers(server, x) -> list:
 
 @pytest.mark.skipif(CORES < 2, reason="one core: no narrow sessions to share it")
 def test_a_server_answers_the_same_under_either_policy(tmp_path, monkeypatch):
-    monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)  # every run is long: auto picks wide-narrow
+    monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)
+    monkeypatch.setattr(served_model, "WIDE_NARROW_FROM_S", 0.0)  # every run is long: auto picks wide-narrow
     x = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
     with running_server(_repo(tmp_path), cpu_policy="fixed") as server:
         expected = _answers(server, x)
@@ -221,6 +222,7 @@ def _concurrent_answers(url: str, x: np.ndarray) -> list:
 @pytest.mark.skipif(CORES < 2, reason="one core: no narrow sessions to share it")
 def test_instances_or_threads_set_keep_the_fixed_sessions(tmp_path, monkeypatch):
     monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)
+    monkeypatch.setattr(served_model, "WIDE_NARROW_FROM_S", 0.0)
     with running_server(_repo(tmp_path), instances=2, intra_op_threads=1) as server:
         sessions = HTTPClient(server.http_url).model_metadata("m")["parameters"]["sessions"]
         assert sessions == {"policy": "fixed", "threads": [1, 1]}

@@ -55,12 +55,21 @@ def test_a_model_with_short_runs_gets_one_thread(tmp_path):
 
 @pytest.mark.skipif(CORES < 2, reason="one core: every session has one thread anyway")
 def test_a_model_whose_runs_are_long_keeps_every_core(tmp_path, monkeypatch):
-    monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)  # every run is long
+    monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)
+    monkeypatch.setattr(served_model, "WIDE_NARROW_FROM_S", 0.0)  # every run is long
     threads, _, _ = _loaded(_repo(tmp_path), cpu_policy="fixed")
     assert threads == [CORES]
     # the default policy adds one single-threaded session per core (wide-narrow)
     threads, _, _ = _loaded(_repo(tmp_path / "auto"))
     assert threads == [CORES] + [1] * CORES
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: every session has one thread anyway")
+def test_a_model_of_runs_neither_short_nor_long_keeps_one_session_on_every_core(tmp_path, monkeypatch):
+    monkeypatch.setattr(served_model, "SINGLE_THREAD_BELOW_S", 0.0)
+    monkeypatch.setattr(served_model, "WIDE_NARROW_FROM_S", float("inf"))  # runs as short as the MLP's
+    threads, _, _ = _loaded(_repo(tmp_path))
+    assert threads == [CORES]
 
 
 def test_the_setting_and_config_json_choose_the_threads(tmp_path):
