@@ -236,22 +236,22 @@ class ServedModel:
         first = make(instances, threads)
         cores_shared = (not threads and first.device == "cpu" and first.intra_op_threads > 1
                         and config.provider == "onnxruntime")
-        if cores_shared and policy != "wide-narrow" and self._runs_short(first):
-            return [make(instances, 1) for _ in range(instances)], "fixed"
-        if cores_shared and (policy == "wide-narrow" or policy == "auto" and self._runs_long(first)):
+        wide = cores_shared and policy == "wide-narrow"
+        if cores_shared and policy != "wide-narrow":
+            alone_s = _fastest_run_s(first, self.inputs, 1 if self.max_batch_size else None)  # one request
+            if alone_s < SINGLE_THREAD_BELOW_S and self._largest_batch_runs_short(first):
+                return [make(instances, 1) for _ in range(instances)], "fixed"
+            wide = policy == "auto" and alone_s >= WIDE_NARROW_FROM_S
+        if wide:
             narrow, threads = narrow_sessions(first.intra_op_threads)
             return [first] + [make(1, threads) for _ in range(narrow)], "wide-narrow"
         return [first] + [make(instances, threads) for _ in range(instances - 1)], "fixed"
 
-    def _runs_short(self, runner: OrtRunner) -> bool:
-        """Whether ``runner``'s runs at batch 1 and at the largest batch take under
-        ``SINGLE_THREAD_BELOW_S`` (the largest batch timed only when batch 1 was short)."""
-        batches = (1, self.max_batch_size) if self.max_batch_size else (None,)
-        return all(_fastest_run_s(runner, self.inputs, rows) < SINGLE_THREAD_BELOW_S for rows in batches)
-
-    def _runs_long(self, runner: OrtRunner) -> bool:
-        """Whether ``runner``'s run at batch 1 takes ``WIDE_NARROW_FROM_S`` or more."""
-        return _fastest_run_s(runner, self.inputs, 1 if self.max_batch_size else None) >= WIDE_NARROW_FROM_S
+    def _largest_batch_runs_short(self, runner: OrtRunner) -> bool:
+        """Whether ``runner``'s run at the largest batch takes under ``SINGLE_THREAD_BELOW_S``
+        (timed only once batch 1 was short; true for a model without batching)."""
+        return not self.max_batch_size or \
+            _fastest_run_s(runner, self.inputs, self.max_batch_size) < SINGLE_THREAD_BELOW_S
 
     @property
     def sessions(self) -> dict:
