@@ -57,7 +57,7 @@ from .http2_wire import (
 
 RECEIVE_WINDOW = 1 << 30  # granted to the server up front, per stream and connection
 MAX_ANSWER_BYTES = 1 << 30  # the largest answer a call takes (grpcio's clients: 2 GiB)
-MAX_UNSENT_BYTES = 1 << 20  # our unsent output (pings acknowledged) when the server stops reading
+MAX_UNREAD_ANSWERS = 1 << 20  # bytes of answers to its frames (ping acks, ...) a server leaves unread
 MAX_HEADER_BLOCKS = 2  # an answer's headers and trailers
 
 
@@ -79,12 +79,28 @@ class _Connection(asyncio.Protocol):
         self.send_window, self.peer_window = DEFAULT_WINDOW, DEFAULT_WINDOW
         self.peer_frame_bytes, self.unacked, self.closed = DEFAULT_FRAME_BYTES, 0, False
         self.window_grew = asyncio.Event()
+        # answers written while the transport holds more than its high-water mark; requests
+        # waiting there are not counted: a busy server may read them late
+        self.writing_paused, self.unread_answers = False, 0
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.write(PREFACE + settings_frame({SETTINGS_INITIAL_WINDOW_SIZE: RECEIVE_WINDOW})
                         + window_update(0, RECEIVE_WINDOW - DEFAULT_WINDOW))
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused, self.unread_answers = False, 0
+
+    def _answer(self, data: bytes) -> None:
+        """Write a frame the server's frames call for, counting it while the server reads
+        nothing."""
+        self.transport.write(data)
+        if self.writing_paused:
+            self.unread_answers += len(data)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -106,7 +122,7 @@ class _Connection(asyncio.Protocol):
                     break
                 kind, flags, stream_id, start, position = got
                 self._on_frame(kind, flags, stream_id, buffer[start:position])
-            if self.transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+            if self.unread_answers > MAX_UNREAD_ANSWERS:
                 raise ProtocolError(f"{self.authority} sends frames to answer but reads none")
         except ProtocolError as exc:
             self._fail(exc)
@@ -126,7 +142,7 @@ class _Connection(asyncio.Protocol):
         if kind == DATA:
             self.unacked += len(payload)
             if self.unacked > RECEIVE_WINDOW // 2:
-                self.transport.write(window_update(0, self.unacked))
+                self._answer(window_update(0, self.unacked))
                 self.unacked = 0
             if call is not None:
                 call.data += payload
@@ -144,7 +160,7 @@ class _Connection(asyncio.Protocol):
         elif kind == SETTINGS and not flags & ACK:
             self._apply_settings(payload)
         elif kind == PING and not flags & ACK:
-            self.transport.write(frame(PING, ACK, 0, payload))
+            self._answer(frame(PING, ACK, 0, payload))
         elif kind == WINDOW_UPDATE:
             self._grow_window(stream_id, U32.unpack(payload)[0])
         elif kind == GOAWAY:
@@ -161,7 +177,7 @@ class _Connection(asyncio.Protocol):
                 self.peer_window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 self.peer_frame_bytes = value
-        self.transport.write(frame(SETTINGS, ACK, 0))
+        self._answer(frame(SETTINGS, ACK, 0))
         self.window_grew.set()
 
     def _grow_window(self, stream_id: int, increment: int) -> None:
