@@ -148,3 +148,21 @@ def test_a_copied_module_is_followed_like_the_original():
     graph(x)
     model.temperature = 3.0
     np.testing.assert_allclose(graph(x).numpy(), model(x).numpy(), rtol=1e-5)
+
+
+def test_a_value_held_in_a_buffer_is_read_at_run_time_without_a_new_trace():
+    class Buffered(_Scaled):
+        def __init__(self):
+            super().__init__()
+            del self.temperature
+            self.register_buffer("temperature", flow.tensor(0.5))
+
+    model = Buffered().eval()
+    graph = _Forward(model)
+    x, _ = data()
+    graph(x)
+    form = graph.parts.last
+    for value in (0.25, 4.0):
+        model.temperature.fill_(value)
+        assert_close(graph(x).numpy(), model(x).numpy(), what=f"temperature {value}")
+    assert graph.parts.last is form
