@@ -40,7 +40,7 @@ class Module:
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
         object.__setattr__(self, "_structure_version", 0)  # counts replaced parameters, buffers, children
-        object.__setattr__(self, "_version", 0)  # counts those and every other attribute set or deleted
+        object.__setattr__(self, "_assignments", 0)  # counts those and every other attribute set or deleted
 
     # -- attribute registration -----------------------------------------------------------
 
@@ -107,7 +107,7 @@ class Module:
         """An attribute is set or deleted: an nn.Graph holding this module checks, at its
         next call, whether a value its trace read changed (``nn/graph/modes.py``)."""
         d = self.__dict__
-        d["_version"] = d.get("_version", 0) + 1
+        d["_assignments"] = d.get("_assignments", 0) + 1
 
     def __getattr__(self, name: str):
         d = self.__dict__

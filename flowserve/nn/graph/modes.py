@@ -11,7 +11,7 @@ value the trace read from a module (``self.temperature = 0.5``, ``self.stride = 
 the trace wrote it into the graph as a constant.
 
 Checking costs one counter per module per call: every attribute set on a module counts
-(``Module._version``), and only when a count moved are the values the traces read compared.
+(``Module._assignments``), and only when a count moved are the values the traces read compared.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from flowserve.nn.module import Module
 _TRAINING = operator.attrgetter("training")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _STRUCTURE = operator.attrgetter("_structure_version")
-_VERSION = operator.attrgetter("_version")
+_ASSIGNMENTS = operator.attrgetter("_assignments")
 _SCALARS = frozenset({bool, int, float, complex, str, type(None)})
-_FOLLOWED_ELSEWHERE = frozenset({"training", "_version", "_structure_version"})
+_FOLLOWED_ELSEWHERE = frozenset({"training", "_assignments", "_structure_version"})
 _MISSING = object()
 
 
@@ -105,7 +105,7 @@ class Modes:
         self._modules = [m for _, m in modules]
         self._params = [p for _, p in params]
         self._structure = tuple(map(_STRUCTURE, self._modules))
-        self._versions = tuple(map(_VERSION, self._modules))
+        self._versions = tuple(map(_ASSIGNMENTS, self._modules))
         self._index = {id(m): i for i, m in enumerate(self._modules)}
         self._read: dict[int, dict] = {}  # module index -> {attribute: value after the trace}
 
@@ -134,13 +134,13 @@ class Modes:
                 read = self._read.setdefault(index, {})
                 for name in names:
                     read[name] = getattr(module, name, _MISSING)
-        self._versions = tuple(map(_VERSION, self._modules))
+        self._versions = tuple(map(_ASSIGNMENTS, self._modules))
 
     def stale(self) -> tuple[str, list]:
         """Why the compiled forms no longer hold, and the attributes read by a trace that
         changed: a parameter, buffer or child module set, replaced or removed, or a value a
         trace read changed since; ("", []) while they hold."""
-        versions = tuple(map(_VERSION, self._modules))
+        versions = tuple(map(_ASSIGNMENTS, self._modules))
         if versions == self._versions:
             return "", []
         if tuple(map(_STRUCTURE, self._modules)) != self._structure:
