@@ -40,6 +40,7 @@ class Module:
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
         object.__setattr__(self, "_structure_version", 0)  # counts replaced parameters, buffers, children
+        object.__setattr__(self, "_assignments", 0)  # counts those and every other attribute set or deleted
 
     # -- attribute registration -----------------------------------------------------------
 
@@ -76,6 +77,7 @@ class Module:
             self._set_buffer(name, value)
         else:
             object.__setattr__(self, name, value)
+            self._touched()
 
     def _set_buffer(self, name: str, value) -> None:
         current = self._buffers.get(name)
@@ -99,6 +101,13 @@ class Module:
         """A parameter, buffer or child module is set, replaced or removed: an nn.Graph
         holding this module traces again at its next call (it reads tensors by identity)."""
         self.__dict__["_structure_version"] += 1
+        self._touched()
+
+    def _touched(self) -> None:
+        """An attribute is set or deleted: an nn.Graph holding this module checks, at its
+        next call, whether a value its trace read changed (``nn/graph/modes.py``)."""
+        d = self.__dict__
+        d["_assignments"] = d.get("_assignments", 0) + 1
 
     def __getattr__(self, name: str):
         d = self.__dict__
@@ -112,6 +121,7 @@ class Module:
             self._drop(name)
         else:
             object.__delattr__(self, name)
+            self._touched()
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))

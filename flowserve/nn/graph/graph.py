@@ -19,7 +19,7 @@ from flowserve.nn.graph.debug import DebugPrinter
 from flowserve.nn.graph.executor import ExecutorSpec, make_executor
 from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
-from flowserve.nn.graph.modes import Modes
+from flowserve.nn.graph.modes import Modes, noting_module_reads
 from flowserve.nn.graph.optimizer_reads import check_options_unchanged
 from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.pipeline import trace_and_rewrite
@@ -32,6 +32,8 @@ from flowserve.ops import creation
 from flowserve.optim.optimizer import Optimizer
 from flowserve.tensor import Tensor
 from flowserve.utils.tree import flatten, unflatten
+
+RETRACE_WARNING = 8  # traces caused by one attribute before the graph says it costs compiles
 
 
 class Graph:
@@ -60,7 +62,7 @@ class Graph:
         for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_parts", parts),
                             ("_forms", {}), ("_modes", None), ("_cache", None),
                             ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
-                            ("_warned_modules", set())]:
+                            ("_warned_modules", set()), ("_retraces", {})]:
             object.__setattr__(self, name, value)
 
     # -- attributes (OneFlow's rules) ------------------------------------------------------
@@ -272,10 +274,12 @@ class Graph:
         """The compiled form for these inputs and the modules' modes (``modes.py``): one per
         set of modes, and with ``with_dynamic_input_shape``, per input signature."""
         key = sig.signature(leaves, spec)
-        if self._modes is not None and self._modes.restructured():
-            self._log(0, "a parameter, buffer or submodule of the graph was replaced since the last call: "
-                         "tracing the graph again")
-            self._forget_forms()
+        if self._modes is not None:
+            reason, attributes = self._modes.stale()
+            if reason:
+                self._log(0, f"{reason}: tracing the graph again")
+                self._forget_forms()
+                self._count_retraces(attributes)
         modes = self._modes.current() if self._modes is not None else None
         if self._cache is not None:
             compiled = self._cache.get((key, modes))
@@ -307,11 +311,26 @@ class Graph:
         if modes is not None and last is not None and modes != last.modes:
             self._log(0, f"module modes changed since the last call ({self._modes.changes(last.modes, modes)}): "
                          "compiling the graph for them")
-        compiled = self._compile(args, kwargs, leaves)
+        with noting_module_reads() as reads:
+            compiled = self._compile(args, kwargs, leaves)
         if self._modes is None:
             object.__setattr__(self, "_modes", Modes.of(self))
+        self._modes.note_reads(reads)
         compiled.modes = self._modes.current()
         return compiled
+
+    def _count_retraces(self, attributes: list) -> None:
+        """Warn once when module attributes changing between calls have made the graph trace
+        again ``RETRACE_WARNING`` times: each costs a compile."""
+        counts = self._retraces
+        for name in attributes:
+            counts[name] = counts.get(name, 0) + 1
+            if counts[name] == RETRACE_WARNING:
+                warnings.warn(
+                    f"nn.Graph {self.name}: {name} changed between calls {RETRACE_WARNING} times, and "
+                    "each change traced and compiled the graph again (the trace wrote its value in as "
+                    "a constant); hold a value that changes between calls in a tensor "
+                    "(register_buffer) or pass it as an input", stacklevel=4)
 
     def _batch_compatible(self, compiled, key, args, kwargs, leaves) -> bool:
         """Same signature up to dim 0, and the graph is batch-polymorphic (checked once
