@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from flowserve.onnx_backend.runtime import session_options
 from flowserve.utils import cpus
 from flowserve.utils.cpus import usable_cpus
 
@@ -70,3 +71,10 @@ def test_the_environment_overrides_and_is_checked(monkeypatch, tmp_path, eight_c
 def test_this_process_gets_at_least_one_and_no_more_than_its_affinity(monkeypatch):
     monkeypatch.delenv(cpus.CPUS_ENV, raising=False)
     assert 1 <= usable_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_onnx_runtime_sessions_are_sized_by_the_usable_cpus(monkeypatch):
+    monkeypatch.setenv(cpus.CPUS_ENV, "6")
+    assert session_options().intra_op_num_threads == 6
+    assert session_options(instances=4).intra_op_num_threads == 1
+    assert session_options(instances=2, threads=5).intra_op_num_threads == 5
