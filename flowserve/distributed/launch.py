@@ -19,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from flowserve.utils.cpus import usable_cpus
+
 PREFIX = "flowserve.distributed.launch"
 
 
@@ -61,7 +63,7 @@ def _child_env(args, local_rank: int) -> dict:
         env["FLOWSERVE_DIST_TIMEOUT"] = str(args.timeout)
     if "OMP_NUM_THREADS" not in os.environ and args.nproc_per_node > 1:
         # the node's cores are shared by its processes (as torchrun does); numpy's BLAS reads this
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.nproc_per_node))
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // args.nproc_per_node))
     return env
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 
 import numpy as np
@@ -26,6 +25,7 @@ import onnxruntime as ort
 from flowserve.backends import engine_flags
 from flowserve.errors import DeviceError
 from flowserve.onnx_backend import openvino
+from flowserve.utils.cpus import usable_cpus
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 NCHWC_DOMAIN = "com.microsoft.nchwc"
@@ -103,7 +103,7 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     so = ort.SessionOptions()
     so.log_severity_level = _QUIET  # errors only: no provider fallback noise
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads or max(1, (os.cpu_count() or 1) // max(1, instances))
+    so.intra_op_num_threads = threads or max(1, usable_cpus() // max(1, instances))
     so.inter_op_num_threads = 1
     so.use_deterministic_compute = engine_flags()["deterministic"]  # flow.use_deterministic_algorithms
     options = options or {}

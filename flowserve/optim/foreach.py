@@ -31,10 +31,11 @@ import numpy as np
 
 from flowserve.dispatch import current_trace
 from flowserve.tensor import Tensor
+from flowserve.utils.cpus import usable_cpus
 
 CHUNK = 1 << 16  # elements per ufunc call (256 KB of float32): the scratch chunks stay in cache
 TASK = 1 << 20  # elements per task of the thread pool (numpy's ufuncs release the GIL)
-THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+THREADS = min(usable_cpus(), 8)
 _POOL: dict = {}  # pid -> the ThreadPoolExecutor of that process (a forked child makes its own)
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

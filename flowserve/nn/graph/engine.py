@@ -39,6 +39,7 @@ import numpy as np
 
 from flowserve.errors import GraphError
 from flowserve.onnx_backend import openvino, runtime
+from flowserve.utils.cpus import usable_cpus
 
 LOG = logging.getLogger("flowserve.graph")
 BUDGET_S = 10.0  # all candidates' compiling and timed runs together
@@ -110,7 +111,7 @@ def machine_key(threads: int) -> dict:
         cpu["model name"] = platform.processor()
     return {"machine": platform.machine(), "cpu": cpu.get("model name", ""),
             "flags": hashlib.sha256(cpu.get("flags", "").encode()).hexdigest()[:16],
-            "cores": os.cpu_count(), "threads": threads, **runtime.engine_versions()}
+            "cores": usable_cpus(), "threads": threads, **runtime.engine_versions()}
 
 
 def cache_path(model) -> Path:
@@ -121,7 +122,7 @@ def cache_path(model) -> Path:
         digest = hashlib.sha256(model.SerializeToString())
     finally:
         model.graph.name = name
-    digest.update(json.dumps(machine_key(os.cpu_count() or 1), sort_keys=True).encode())
+    digest.update(json.dumps(machine_key(usable_cpus()), sort_keys=True).encode())
     return cache_dir() / f"{digest.hexdigest()}.json"
 
 
