@@ -5,7 +5,9 @@ starts N worker processes that each load the models from the same files and bind
 the same ports, and the kernel spreads incoming connections over them. The first
 ``grpc_workers`` workers also serve gRPC. Metrics and Triton's statistics add up
 across workers (see ``ServerMetrics.publish``), and a model load or unload that one
-worker serves reaches every worker (``server/control.py``). SIGINT/SIGTERM is passed on
+worker serves reaches every worker (``server/control.py``). Each worker sizes its ONNX
+Runtime sessions for its share of the CPUs (``flowserve.utils.cpus``: 4 CPUs, 2 workers:
+2 each), so the workers together never ask for more cores than there are. SIGINT/SIGTERM is passed on
 to every worker, which finishes its in-flight requests. A worker that dies (killed, out
 of memory) is replaced by a new one on the same ports, while the others go on serving;
 more than ``worker_restarts_per_minute`` restarts within a minute means the workers cannot
@@ -23,12 +25,15 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import shutil
 import signal
 import tempfile
 import threading
 import time
 from typing import Iterator, Optional
+
+from flowserve.utils.cpus import CPUS_ENV, usable_cpus
 
 from .app import InferenceServer, Listening, reserve_port
 from .control import acknowledgement
@@ -41,8 +46,10 @@ log = logging.getLogger("flowserve.server")
 RESTART_WINDOW_S = 60.0  # worker_restarts_per_minute counts restarts within this window
 
 
-def _serve_worker(fields: dict, ready) -> None:
-    """A worker process: one ``InferenceServer`` on the shared ports until SIGTERM."""
+def _serve_worker(fields: dict, ready, cpus: int) -> None:
+    """A worker process: one ``InferenceServer`` on the shared ports until SIGTERM, its
+    sessions sized for its share of the CPUs."""
+    os.environ[CPUS_ENV] = str(cpus)
     settings = ServerSettings(**fields)
     configure_logging(settings.log_level)
     server = InferenceServer(settings)
@@ -163,7 +170,8 @@ class WorkerPool(Listening):
             "grpc_workers": None, "shared_metrics_dir": self.metrics_dir,
             "grpc_port": self.grpc_port if index < self.grpc_workers else None}
         ready = context.Event()
-        process = context.Process(target=_serve_worker, args=(fields, ready),
+        cpus = max(1, usable_cpus() // self.settings.workers)  # the workers' shares add up to the CPUs
+        process = context.Process(target=_serve_worker, args=(fields, ready, cpus),
                                   name=f"flowserve-worker-{index}", daemon=False)
         process.start()
         self._readiness[process] = ready

@@ -33,7 +33,8 @@ from flowserve.server.batcher import BatchRecord
 from flowserve.server.metrics import ServerMetrics
 from flowserve.server.model import ComputeStatistics, ModelStatistics
 
-from .models import mlp_reference, write_repository
+from .conftest import running_server
+from .models import IR_VERSION, OPSET, mlp_reference, write_repository
 
 MODEL = "tiny"
 
@@ -480,3 +481,32 @@ def test_an_oversized_snapshot_is_skipped_unread(tmp_path, caplog):
         merged = own.peer_statistics()
     assert merged["m", "1"].inference_count == 2
     assert any("over the size limit" in r.getMessage() for r in caplog.records)
+
+
+def _wide_matmul_repository(root: pathlib.Path) -> pathlib.Path:
+    """A model whose runs are long enough (a 1024 x 2048 product) to get every CPU's thread."""
+    weight = np.random.default_rng(0).standard_normal((1024, 2048)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"])], "wide",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 1024])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 2048])],
+        [onnx.numpy_helper.from_array(weight, "w")])
+    (root / "wide" / "1").mkdir(parents=True)
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
+                                     ir_version=IR_VERSION), root / "wide" / "1" / "model.onnx")
+    (root / "wide" / "config.json").write_text(json.dumps({"max_batch_size": 4, "instance_count": 1}))
+    return root
+
+
+def test_each_worker_sizes_its_sessions_for_its_share_of_the_cpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLOWSERVE_CPUS", "4")
+    repository = _wide_matmul_repository(tmp_path)
+    with running_server(repository) as server:
+        alone = httpx.get(f"{server.http_url}/v2/models/wide", timeout=30).json()
+    settings = ServerSettings(model_path=str(repository), http_port=0, grpc_port=None,
+                              log_level="warning", workers=2)
+    with WorkerPool(settings).background() as pool:
+        shared = [httpx.get(f"{pool.http_url}/v2/models/wide", timeout=30,
+                            headers={"connection": "close"}).json() for _ in range(4)]
+    assert alone["parameters"]["sessions"] == {"policy": "fixed", "threads": [4]}
+    assert all(m["parameters"]["sessions"] == {"policy": "fixed", "threads": [2]} for m in shared)
