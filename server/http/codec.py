@@ -94,18 +94,33 @@ def header_length_of(value: Optional[str], body_size: int) -> Optional[int]:
 
 def split_body(body: bytes | memoryview, header_length: Optional[str],
                limits: DecodeLimits = DecodeLimits()) -> tuple[dict, memoryview, LiftedArrays]:
-    """The JSON header of ``body``, the binary part after it, and the large numeric
-    ``data`` arrays of the header, parsed by numpy (``json_arrays``)."""
+    """The JSON header of ``body``, the binary part after it, and the long numeric
+    ``data`` arrays of the header, parsed by simdjson into numpy (``json_arrays``)."""
     view = memoryview(body)
     length = header_length_of(header_length, len(body))
     if length is None:
         json_part, binary = body, view[len(view):]
     else:
         json_part, binary = bytes(view[:length]), view[length:]
-    json_part, lifted = lift_numeric_arrays(json_part)
-    _check_json_size(json_part, limits)
+    json_part, lifted = _lift_within_limits(json_part, limits)
     header, lifted = _parse_header(json_part, lifted)
     return _as_dict(header, "body"), binary, lifted
+
+
+COUNTED_BODY_BYTES = 1 << 20  # every value of a shorter body counts for --max-json-elements
+
+
+def _lift_within_limits(json_part: bytes, limits: DecodeLimits) -> tuple[bytes, LiftedArrays]:
+    """``json_part`` with its long numeric arrays lifted, once it is known to hold no more
+    values than the limits allow: every value of a body under ``COUNTED_BODY_BYTES``
+    (counted before lifting), the values left to the JSON parser in a larger one (its
+    lifted numbers cost 8 bytes each, not a Python object)."""
+    if len(json_part) < COUNTED_BODY_BYTES:
+        _check_json_size(json_part, limits)
+        return lift_numeric_arrays(json_part)
+    json_part, lifted = lift_numeric_arrays(json_part)
+    _check_json_size(json_part, limits)
+    return json_part, lifted
 
 
 def _parse_header(json_part: bytes, lifted: LiftedArrays):
