@@ -370,7 +370,10 @@ def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:
             raise InvalidRequestError(f"{where}: data must hold integers for {datatype}")
     if kind in "iuf" and datatype[0] in "UI":  # floats too: 1e30 or an integer beyond 64 bits
         info = np.iinfo(numpy_dtype(datatype, where))
-        if loose.min() < info.min or loose.max() > info.max:
+        # a float is compared with max + 1, a power of two, exact as a float: 2.0**63 is
+        # not <= int64's max, though the max rounds to it
+        beyond = loose.max() >= info.max + 1 if kind == "f" else loose.max() > info.max
+        if loose.min() < info.min or beyond:
             raise InvalidRequestError(f"{where}: data outside the range of {datatype}")
 
 
