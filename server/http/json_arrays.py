@@ -2,8 +2,8 @@
 
 ``json.loads`` makes one Python object per number (32 bytes for a float, plus a list
 slot), so a 60 MB body of numbers costs close to 1 GB, and the parse holds the GIL for
-seconds. Before a large body is parsed, each long ``"data": [...]`` array made only of
-numbers is cut out, parsed in chunks by simdjson straight into one numpy array (its
+seconds. Before a body of 12 KiB or more is parsed, each long ``"data": [...]`` array
+made only of numbers is cut out, parsed in chunks by simdjson straight into one numpy array (its
 ``as_buffer`` export: 8 bytes per value, no Python object per number; the GIL is free
 between chunks) and replaced by a placeholder string that ``take`` resolves::
 
@@ -36,7 +36,6 @@ LIFT_ARRAY_BYTES = 8 << 10  # arrays below this stay in the JSON
 CHUNK_BYTES = 1 << 20  # bytes scanned or parsed per C call (a few ms; the GIL is free between)
 _PLACEHOLDER = "\0flowserve-array-"
 _DATA_KEY = re.compile(rb'"data"\s*:\s*\[')
-_OPENING = re.compile(rb"\[(?:\s*\[)*")  # the brackets an array of arrays starts with
 _NUMERIC_CHARS = b"0123456789eE+-.,[] \t\r\nNaInfity"  # and the letters of NaN, Infinity
 # what simdjson reads in place of the literals it refuses (any value would do: a marker
 # also written as a number fails the count check below and the array stays in the JSON)
