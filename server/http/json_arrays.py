@@ -81,7 +81,7 @@ def lift_numeric_arrays(body: bytes, body_bytes: int = LIFT_BODY_BYTES,
         if end - start < array_bytes or body[start:min(end, start + 4096)].translate(
                 None, _NUMERIC_CHARS):
             continue  # short, or strings, true, null: not a numeric array
-        array = _parse_numbers(memoryview(body)[start:end], parser)
+        array = _parse_numbers(body, start, end, parser)
         if array is not None:
             pieces += [body[kept:start], lifted.add(array)]
             kept = position = end
@@ -112,25 +112,28 @@ def _numeric_extent(body: bytes, start: int) -> int:
     return body.rfind(b"]", start, position) + 1
 
 
-def _parse_numbers(view: memoryview, parser: simdjson.Parser) -> Optional[np.ndarray]:
-    """The numbers of a (possibly nested) JSON array, or None when they are not exactly
-    what ``json`` would read (malformed, or beyond what int64 or float64 hold).
+def _parse_numbers(body: bytes, start: int, end: int,
+                   parser: simdjson.Parser) -> Optional[np.ndarray]:
+    """The numbers of the (possibly nested) JSON array ``body[start:end]``, or None when
+    they are not exactly what ``json`` would read (malformed, or beyond what int64 or
+    float64 hold).
 
-    ``view`` is parsed in chunks split at commas (each chunk holds whole numbers), one
+    The array is parsed in chunks split at commas (each chunk holds whole numbers), one
     array per chunk, joined at the end; nothing larger than a chunk is copied as text.
     A chunk of integers only is read as int64, any other as float64 (an array of both
     becomes float64, as numpy makes it from ``json``'s list). The brackets of a nested
     array become spaces, so that only commas separate numbers, and must balance."""
-    tail = bytes(view[-64:]).rstrip(b"] \t\r\n")
+    tail = body[max(start, end - 64):end].rstrip(b"] \t\r\n")
     if tail.endswith(b",") or tail.endswith(b"["):
         return None  # a trailing comma a chunk's cut would drop
-    parts, depth, inner = [], 0, view[1:len(view) - 1]  # within the outer brackets
-    for a, b in _chunk_spans(inner):
-        chunk = bytes(inner[a:b])
-        if chunk.find(b"[") >= 0 or chunk.find(b"]") >= 0:  # nested (find is memchr: fast)
-            depth += chunk.count(b"[") - chunk.count(b"]")
-            chunk = chunk.translate(_BRACKETS_TO_SPACES)
-        values = _parse_chunk(chunk, parser)
+    parts, depth, view = [], 0, memoryview(body)
+    for a, b in _chunk_spans(body, start + 1, end - 1):  # within the outer brackets
+        text = b"[%b]" % view[a:b]
+        if text.find(b"[", 1) >= 0 or text.find(b"]", 0, -1) >= 0:  # nested (memchr: fast)
+            inner = text[1:-1]
+            depth += inner.count(b"[") - inner.count(b"]")
+            text = b"[%b]" % inner.translate(_BRACKETS_TO_SPACES)
+        values = _parse_chunk(text, parser)
         if values is None:
             return None  # let json read it, or say where it is malformed
         parts.append(values)
@@ -139,32 +142,26 @@ def _parse_numbers(view: memoryview, parser: simdjson.Parser) -> Optional[np.nda
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def _chunk_spans(view: memoryview):
-    """``(start, end)`` of the chunks of ``view``, cut at the first comma past each
-    ``CHUNK_BYTES``."""
-    start = 0
-    while start < len(view):
-        end = bytes(view[start + CHUNK_BYTES:start + 2 * CHUNK_BYTES]).find(b",")
-        end = len(view) if end < 0 else start + CHUNK_BYTES + end
-        yield start, end
-        start = end + 1
+def _chunk_spans(body: bytes, start: int, end: int):
+    """``(start, end)`` of the chunks of ``body[start:end]``, cut at the first comma past
+    each ``CHUNK_BYTES``."""
+    while start < end:
+        comma = body.find(b",", start + CHUNK_BYTES, end)
+        cut = end if comma < 0 else comma
+        yield start, cut
+        start = cut + 1
 
 
-def _parse_chunk(chunk: bytes, parser: simdjson.Parser) -> Optional[np.ndarray]:
-    """The numbers of ``chunk`` (whole numbers separated by commas), as int64 or float64.
+def _parse_chunk(text: bytes, parser: simdjson.Parser) -> Optional[np.ndarray]:
+    """The numbers of the flat JSON array ``text``, as int64 or float64.
 
     ``NaN`` and ``Infinity`` are parsed as marker values, then set back: the count of
     each marker found must be the count of literals replaced, so a marker value also
     written as a number (or a literal glued to a number) leaves the chunk to ``json``."""
-    text = b"[%b]" % chunk
-    if chunk.find(b"N") < 0 and chunk.find(b"I") < 0:
+    if text.find(b"N") < 0 and text.find(b"I") < 0:
         return _exported(text, parser)
-    length = len(text)
-    text = text.replace(b"NaN", _NAN_MARK)
-    nans = (len(text) - length) // (len(_NAN_MARK) - len(b"NaN"))
-    length = len(text)
-    text = text.replace(b"Infinity", _INFINITY_MARK)  # -Infinity: minus the marker
-    infinities = (len(text) - length) // (len(_INFINITY_MARK) - len(b"Infinity"))
+    text, nans = _replaced(text, b"NaN", _NAN_MARK)
+    text, infinities = _replaced(text, b"Infinity", _INFINITY_MARK)  # -Infinity: -marker
     values = _exported(text, parser)
     if values is None or values.dtype != np.float64:
         return None
@@ -174,6 +171,24 @@ def _parse_chunk(chunk: bytes, parser: simdjson.Parser) -> Optional[np.ndarray]:
         return None
     values[nan_at], values[plus_at], values[minus_at] = np.nan, np.inf, -np.inf
     return values
+
+
+def _replaced(text: bytes, literal: bytes, mark: bytes) -> tuple[bytes, int]:
+    """``text`` with each ``literal`` replaced by ``mark``, and how many were. Found by
+    their first letter (memchr), which numbers do not hold: ~50x faster than
+    ``bytes.replace`` on a chunk of floats. Other words with that letter stay (and make
+    the parse fail)."""
+    pieces, kept, letter = [], 0, literal[:1]
+    at = text.find(letter)
+    while at >= 0:
+        if text.startswith(literal, at):
+            pieces += [text[kept:at], mark]
+            kept = at + len(literal)
+        at = text.find(letter, at + 1)
+    if not pieces:
+        return text, 0
+    pieces.append(text[kept:])
+    return b"".join(pieces), len(pieces) // 2
 
 
 def _exported(text: bytes, parser: simdjson.Parser) -> Optional[np.ndarray]:
