@@ -3,9 +3,9 @@
 ``json.loads`` makes one Python object per number (32 bytes for a float, plus a list
 slot), so a 60 MB body of numbers costs close to 1 GB, and the parse holds the GIL for
 seconds. Before a body of 12 KiB or more is parsed, each long ``"data": [...]`` array
-made only of numbers is cut out, parsed in chunks by simdjson straight into one numpy array (its
-``as_buffer`` export: 8 bytes per value, no Python object per number; the GIL is free
-between chunks) and replaced by a placeholder string that ``take`` resolves::
+made only of numbers is cut out, parsed in chunks by simdjson straight into one numpy
+array (its ``as_buffer`` export: 8 bytes per value, no Python object per number; the GIL
+is free between chunks) and replaced by a placeholder string that ``take`` resolves::
 
     body, arrays = lift_numeric_arrays(body)
     header = json.loads(body)
@@ -162,8 +162,8 @@ def _parse_chunk(text: bytes, parser: simdjson.Parser) -> Optional[np.ndarray]:
         return _exported(text, parser)
     text, nans = _replaced(text, b"NaN", _NAN_MARK)
     text, infinities = _replaced(text, b"Infinity", _INFINITY_MARK)  # -Infinity: -marker
-    values = _exported(text, parser)
-    if values is None or values.dtype != np.float64:
+    values = _exported(text, parser)  # float64: the markers have exponents
+    if values is None:
         return None
     nan_at = values == _NAN_VALUE
     plus_at, minus_at = values == _INFINITY_VALUE, values == -_INFINITY_VALUE
@@ -211,7 +211,5 @@ def _buffer_of(document, floats: bool) -> Optional[np.ndarray]:
         if floats:
             return np.frombuffer(document.as_buffer(of_type="d"), np.float64)
         return np.frombuffer(document.as_buffer(of_type="i"), np.int64)
-    except TypeError:  # true, null, a string
-        return None
-    except ValueError:  # an integer beyond int64: json's exact integers decide
-        return None
+    except (TypeError, ValueError):  # true, null, a string; an integer beyond int64,
+        return None                    # which json's exact integers decide
