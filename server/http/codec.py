@@ -340,10 +340,7 @@ def array_from_json(data, datatype: str, shape: list, count: int, where: str) ->
     if datatype == "BYTES":
         flat = _flatten_bytes(data, where)
     else:
-        try:
-            loose = np.asarray(data)
-        except (ValueError, TypeError):
-            raise InvalidRequestError(f"{where}: data is not a rectangular list") from None
+        loose = _numbers_of(data, datatype, where)
         _check_json_kind(loose, datatype, where)
         try:
             flat = loose.astype(dtype).reshape(-1)
@@ -354,6 +351,21 @@ def array_from_json(data, datatype: str, shape: list, count: int, where: str) ->
             f"{where}: data has {flat.size} elements, shape {shape} needs {count}"
         )
     return flat.reshape(shape)
+
+
+def _numbers_of(data, datatype: str, where: str) -> np.ndarray:
+    """``data`` as numpy reads it. For a float tensor, integers beyond 64 bits (exact in
+    ``json``'s lists, objects to numpy) become floats, as orjson and simdjson read them."""
+    try:
+        loose = np.asarray(data)
+        if loose.dtype == object and datatype[:2] in ("FP", "BF") and all(
+                type(value) in (int, float) for value in loose.flat):
+            loose = np.asarray(data, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise InvalidRequestError(f"{where}: data is not a rectangular list") from None
+    except OverflowError as exc:  # beyond float64, which json's floats cannot be
+        raise InvalidRequestError(f"{where}: data does not fit {datatype} ({exc})") from None
+    return loose
 
 
 def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:

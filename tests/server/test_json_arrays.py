@@ -184,12 +184,14 @@ def test_hard_decimals_round_as_python_rounds_them(dtype, datatype):
 
 
 @pytest.mark.parametrize("beyond", ["1.7976931348623159e308", "1e400", str(2**70)])
-def test_numbers_simdjson_refuses_are_read_by_json(beyond):
-    """A float beyond float64 (json: infinity) or an integer beyond 64 bits (json: exact)
-    leaves its array in the JSON, which reads it as before."""
-    text = "[" + ", ".join(["0.5"] * ROWS + [beyond]) + "]"
+@pytest.mark.parametrize("rows", [ROWS, 1000])  # lifted or not, orjson reads the body or not
+@pytest.mark.parametrize("nan", ["", ", NaN"])
+def test_numbers_simdjson_refuses_are_read_by_json(beyond, rows, nan):
+    """A float beyond float64 (json: infinity) or an integer beyond 64 bits (json: exact,
+    a float to a float tensor) leaves its array in the JSON, which reads it as before."""
+    text = "[" + ", ".join(["0.5"] * rows + [beyond]) + nan + "]"
     body = ('{"inputs":[{"name":"x","datatype":"FP64","shape":[%d],"data":%s}]}'
-            % (ROWS + 1, text)).encode()
+            % (rows + 1 + bool(nan), text)).encode()
     assert _lifted_count(body) == 0
     decoded = decode_infer_request(body, None, "m")[0].inputs["x"]
     np.testing.assert_array_equal(decoded, _as_json_reads_it(body, np.float64))
