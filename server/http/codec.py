@@ -94,18 +94,33 @@ def header_length_of(value: Optional[str], body_size: int) -> Optional[int]:
 
 def split_body(body: bytes | memoryview, header_length: Optional[str],
                limits: DecodeLimits = DecodeLimits()) -> tuple[dict, memoryview, LiftedArrays]:
-    """The JSON header of ``body``, the binary part after it, and the large numeric
-    ``data`` arrays of the header, parsed by numpy (``json_arrays``)."""
+    """The JSON header of ``body``, the binary part after it, and the long numeric
+    ``data`` arrays of the header, parsed by simdjson into numpy (``json_arrays``)."""
     view = memoryview(body)
     length = header_length_of(header_length, len(body))
     if length is None:
         json_part, binary = body, view[len(view):]
     else:
         json_part, binary = bytes(view[:length]), view[length:]
-    json_part, lifted = lift_numeric_arrays(json_part)
-    _check_json_size(json_part, limits)
+    json_part, lifted = _lift_within_limits(json_part, limits)
     header, lifted = _parse_header(json_part, lifted)
     return _as_dict(header, "body"), binary, lifted
+
+
+COUNTED_BODY_BYTES = 1 << 20  # every value of a shorter body counts for --max-json-elements
+
+
+def _lift_within_limits(json_part: bytes, limits: DecodeLimits) -> tuple[bytes, LiftedArrays]:
+    """``json_part`` with its long numeric arrays lifted, once it is known to hold no more
+    values than the limits allow: every value of a body under ``COUNTED_BODY_BYTES``
+    (counted before lifting), the values left to the JSON parser in a larger one (its
+    lifted numbers cost 8 bytes each, not a Python object)."""
+    if len(json_part) < COUNTED_BODY_BYTES:
+        _check_json_size(json_part, limits)
+        return lift_numeric_arrays(json_part)
+    json_part, lifted = lift_numeric_arrays(json_part)
+    _check_json_size(json_part, limits)
+    return json_part, lifted
 
 
 def _parse_header(json_part: bytes, lifted: LiftedArrays):
@@ -325,10 +340,7 @@ def array_from_json(data, datatype: str, shape: list, count: int, where: str) ->
     if datatype == "BYTES":
         flat = _flatten_bytes(data, where)
     else:
-        try:
-            loose = np.asarray(data)
-        except (ValueError, TypeError):
-            raise InvalidRequestError(f"{where}: data is not a rectangular list") from None
+        loose = _numbers_of(data, datatype, where)
         _check_json_kind(loose, datatype, where)
         try:
             flat = loose.astype(dtype).reshape(-1)
@@ -339,6 +351,21 @@ def array_from_json(data, datatype: str, shape: list, count: int, where: str) ->
             f"{where}: data has {flat.size} elements, shape {shape} needs {count}"
         )
     return flat.reshape(shape)
+
+
+def _numbers_of(data, datatype: str, where: str) -> np.ndarray:
+    """``data`` as numpy reads it. For a float tensor, integers beyond 64 bits (exact in
+    ``json``'s lists, objects to numpy) become floats, as orjson and simdjson read them."""
+    try:
+        loose = np.asarray(data)
+        if loose.dtype == object and datatype[:2] in ("FP", "BF") and all(
+                type(value) in (int, float) for value in loose.flat):
+            loose = np.asarray(data, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise InvalidRequestError(f"{where}: data is not a rectangular list") from None
+    except OverflowError as exc:  # beyond float64, which json's floats cannot be
+        raise InvalidRequestError(f"{where}: data does not fit {datatype} ({exc})") from None
+    return loose
 
 
 def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:
@@ -355,7 +382,10 @@ def _check_json_kind(loose: np.ndarray, datatype: str, where: str) -> None:
             raise InvalidRequestError(f"{where}: data must hold integers for {datatype}")
     if kind in "iuf" and datatype[0] in "UI":  # floats too: 1e30 or an integer beyond 64 bits
         info = np.iinfo(numpy_dtype(datatype, where))
-        if loose.min() < info.min or loose.max() > info.max:
+        # a float is compared with max + 1, a power of two, exact as a float: 2.0**63 is
+        # not <= int64's max, though the max rounds to it
+        beyond = loose.max() >= info.max + 1 if kind == "f" else loose.max() > info.max
+        if loose.min() < info.min or beyond:
             raise InvalidRequestError(f"{where}: data outside the range of {datatype}")
 
 

@@ -241,3 +241,26 @@ def test_the_clients_send_large_tensors_from_the_arrays_memory(server):
                 return await client.infer("doubler", inputs)
 
         check(asyncio.run(infer()), x)
+
+
+def test_a_large_json_body_with_nan_and_infinity_is_served_exactly(server):
+    """A JSON body as Triton's clients write it (random FP32 bit patterns, ``NaN`` and
+    ``Infinity`` literals): its long data arrays are parsed by simdjson, and the answer is
+    what the model gives on the values ``json`` reads."""
+    bits = np.random.default_rng(12).integers(0, 2**32, 2 * WIDTH, dtype=np.uint64)
+    x = bits.astype(np.uint32).view(np.float32).reshape(2, WIDTH)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    body = json.dumps({
+        "inputs": [{"name": "tag", "datatype": "UINT8", "shape": [2, 3], "data": tags(2).tolist()},
+                   {"name": "x", "datatype": "FP32", "shape": [2, WIDTH], "data": x.tolist()}],
+        "parameters": {"binary_data_output": True}}).encode()
+    assert b"NaN" in body and b"-Infinity" in body and len(body) > 1 << 20
+    head = (f"POST /v2/models/doubler/infer HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(head + body)
+        status, outputs = read_answer(sock.makefile("rb"))
+    assert status == 200, outputs
+    expected = np.array(json.loads(body)["inputs"][1]["data"], np.float32)
+    np.testing.assert_array_equal(outputs["y"].view(np.uint32), (2 * expected).view(np.uint32))
+    np.testing.assert_array_equal(outputs["t"], tags(2))
