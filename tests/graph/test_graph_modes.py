@@ -127,3 +127,30 @@ def test_a_replaced_parameter_buffer_or_submodule_is_traced_again(replace, graph
     else:
         model[1].running_mean = flow.ones(8)
     assert_close(graph(x).numpy(), model(x).numpy(), what=replace)
+
+
+@pytest.mark.parametrize("graph_cls", [_Forward, _Dynamic])
+def test_hooks_added_or_removed_after_the_first_call_are_traced_again(graph_cls):
+    model = _bn_net().eval()
+    graph = graph_cls(model)
+    x, _ = data()
+    graph(x)
+    doubled = model[0].register_forward_hook(lambda module, args, out: out * 2)
+    assert_close(graph(x).numpy(), model(x).numpy(), what="forward hook")
+    shifted = model[3].register_forward_pre_hook(lambda module, args: (args[0] + 1,))
+    assert_close(graph(x).numpy(), model(x).numpy(), what="pre-hook")
+    doubled.remove()
+    shifted.remove()
+    shifted.remove()  # a second remove changes nothing
+    assert_close(graph(x).numpy(), model(x).numpy(), what="removed")
+
+
+def test_a_model_converted_to_float64_after_the_first_call_computes_as_eagerly():
+    model = _bn_net().eval()
+    graph = _Forward(model)
+    x, _ = data()
+    graph(x)
+    model.double()
+    got = graph(x)
+    assert got.dtype == model(x).dtype == flow.float64
+    np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-12, atol=1e-12)
