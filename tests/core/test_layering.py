@@ -31,9 +31,9 @@ ALLOWED = {
     "flowserve.format": {"flowserve.dtypes", "flowserve.errors"},
     "flowserve.clients": {"flowserve.protocol"},
     "flowserve.server": {"flowserve.errors", "flowserve.exporter", "flowserve.format", "flowserve.onnx_backend",
-                         "flowserve.protocol"},
+                         "flowserve.protocol", "flowserve.utils"},
     "flowserve.onnx_backend": {"flowserve.backends", "flowserve.dispatch", "flowserve.dtypes", "flowserve.errors",
-                               "flowserve.ir", "flowserve.ops"},
+                               "flowserve.ir", "flowserve.ops", "flowserve.utils"},
     "flowserve.exporter": {"flowserve.dtypes", "flowserve.errors", "flowserve.format", "flowserve.ir",
                            "flowserve.onnx_backend", "flowserve.ops", "flowserve.serialization"},
 }
