@@ -154,3 +154,30 @@ def test_a_model_converted_to_float64_after_the_first_call_computes_as_eagerly()
     got = graph(x)
     assert got.dtype == model(x).dtype == flow.float64
     np.testing.assert_allclose(got.numpy(), model(x).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_parameter_group_added_after_the_first_step_is_trained_as_eagerly():
+    graph_model = _bn_net()
+    eager_model = copy.deepcopy(graph_model)
+    graph_opt = flow.optim.SGD(graph_model[0].parameters(), lr=0.1, momentum=0.9)
+    eager_opt = flow.optim.SGD(eager_model[0].parameters(), lr=0.1, momentum=0.9)
+    graph = TrainGraph(graph_model, graph_opt)
+    x, y = data()
+    for step in range(4):
+        if step == 1:
+            graph_opt.add_param_group({"params": list(graph_model[3].parameters()), "lr": 0.5})
+            eager_opt.add_param_group({"params": list(eager_model[3].parameters()), "lr": 0.5})
+        assert_close(graph(x, y).numpy(), _eager_step(eager_model, eager_opt, x, y), what=f"step {step}")
+        assert_same_params(graph_model, eager_model)
+
+
+def test_a_config_option_set_after_the_first_call_takes_effect():
+    model = _bn_net().eval()
+    x, _ = data()
+    late = _Forward(model)
+    late(x)
+    late.config.enable_amp(True)
+    early = _Forward(model)
+    early.config.enable_amp(True)
+    np.testing.assert_array_equal(late(x).numpy(), early(x).numpy())
+    assert late.parts.last.traced.ir.attrs.get("passes") == early.parts.last.traced.ir.attrs.get("passes")
