@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from typing import Iterator
 
@@ -98,7 +99,7 @@ class Module:
             self._non_persistent_buffers.discard(name)
 
     def _restructured(self) -> None:
-        """A parameter, buffer or child module is set, replaced or removed: an nn.Graph
+        """A parameter, buffer, child module or hook is set, replaced or removed: an nn.Graph
         holding this module traces again at its next call (it reads tensors by identity)."""
         self.__dict__["_structure_version"] += 1
         self._touched()
@@ -183,10 +184,10 @@ class Module:
         return out
 
     def register_forward_pre_hook(self, hook):
-        return _HookHandle(self._forward_pre_hooks, hook)
+        return _HookHandle(self, self._forward_pre_hooks, hook)
 
     def register_forward_hook(self, hook):
-        return _HookHandle(self._forward_hooks, hook)
+        return _HookHandle(self, self._forward_hooks, hook)
 
     # -- traversal ------------------------------------------------------------------------
 
@@ -291,6 +292,8 @@ class Module:
                     if t is not None:
                         new = fn(t)
                         if new is not t:
+                            if new.dtype != t.dtype or new.device != t.device:
+                                m._restructured()  # a graph's inputs for it change kind
                             t.data = new
         return self
 
@@ -387,12 +390,17 @@ def _is_dtype(a) -> bool:
 
 
 class _HookHandle:
+    """A registered hook; adding or removing one changes what the module computes, so an
+    nn.Graph holding the module traces again (``Module._restructured``)."""
+
     _next_id = 0
 
-    def __init__(self, store: dict, hook):
+    def __init__(self, module: Module, store: dict, hook):
         _HookHandle._next_id += 1
-        self.id, self.store = _HookHandle._next_id, store
+        self.id, self.store, self.module = _HookHandle._next_id, store, weakref.ref(module)
         store[self.id] = hook
+        module._restructured()
 
     def remove(self) -> None:
-        self.store.pop(self.id, None)
+        if self.store.pop(self.id, None) is not None and (module := self.module()) is not None:
+            module._restructured()

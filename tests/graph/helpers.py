@@ -79,6 +79,25 @@ def eager_steps(model, opt, sched, x, y, steps: int, micro: int = 1) -> list:
     return losses
 
 
+class ForwardGraph(nn.Graph):
+    """An inference graph of ``model``."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+class DynamicForwardGraph(ForwardGraph):
+    """``ForwardGraph`` compiled for each input signature it meets."""
+
+    @nn.Graph.with_dynamic_input_shape()
+    def __init__(self, model):
+        super().__init__(model)
+
+
 class TrainGraph(nn.Graph):
     def __init__(self, model, opt, sched=None, accumulation: int = 1, provider: str | None = None):
         super().__init__()

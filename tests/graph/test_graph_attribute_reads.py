@@ -14,7 +14,8 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 
-from tests.graph.helpers import TrainGraph, assert_close, assert_same_params, data
+from tests.graph.helpers import (DynamicForwardGraph, ForwardGraph, TrainGraph, assert_close,
+                                 assert_same_params, data)
 
 
 class _Scaled(nn.Module):
@@ -35,22 +36,7 @@ class _Scaled(nn.Module):
         return y.sum(dim=1) if self.reduce == "sum" else y
 
 
-class _Forward(nn.Graph):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def build(self, x):
-        return self.model(x)
-
-
-class _Dynamic(_Forward):
-    @nn.Graph.with_dynamic_input_shape()
-    def __init__(self, model):
-        super().__init__(model)
-
-
-@pytest.mark.parametrize("graph_cls", [_Forward, _Dynamic])
+@pytest.mark.parametrize("graph_cls", [ForwardGraph, DynamicForwardGraph])
 def test_an_inference_graph_follows_numbers_strings_and_flags_its_trace_read(graph_cls):
     model = _Scaled().eval()
     graph = graph_cls(model)
@@ -65,7 +51,7 @@ def test_an_inference_graph_follows_numbers_strings_and_flags_its_trace_read(gra
 def test_a_changed_stride_gives_the_eager_shape():
     flow.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU()).eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x = flow.randn(2, 3, 8, 8)
     assert graph(x).shape == (2, 4, 8, 8)
     model[0].stride = (2, 2)
@@ -75,7 +61,7 @@ def test_a_changed_stride_gives_the_eager_shape():
 
 def test_attributes_no_trace_read_do_not_trace_again():
     model = _Scaled().eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     graph(x)
     form = graph.parts.last
@@ -92,7 +78,7 @@ def test_a_forward_that_counts_its_calls_is_traced_once():
             return super().forward(x)
 
     model = Counting().eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     graph(x)
     form = graph.parts.last
@@ -119,7 +105,7 @@ def test_a_training_graph_follows_a_loss_scale_changed_between_steps():
 
 def test_a_saved_graph_holds_the_value_of_its_last_call(tmp_path):
     model = _Scaled().eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     graph(x)
     model.temperature = 4.0
@@ -130,7 +116,7 @@ def test_a_saved_graph_holds_the_value_of_its_last_call(tmp_path):
 
 def test_an_attribute_changed_before_every_call_says_so_once():
     model = _Scaled().eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -143,7 +129,7 @@ def test_an_attribute_changed_before_every_call_says_so_once():
 
 def test_a_copied_module_is_followed_like_the_original():
     model = copy.deepcopy(_Scaled()).eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     graph(x)
     model.temperature = 3.0
@@ -158,7 +144,7 @@ def test_a_value_held_in_a_buffer_is_read_at_run_time_without_a_new_trace():
             self.register_buffer("temperature", flow.tensor(0.5))
 
     model = Buffered().eval()
-    graph = _Forward(model)
+    graph = ForwardGraph(model)
     x, _ = data()
     graph(x)
     form = graph.parts.last

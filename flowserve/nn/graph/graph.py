@@ -62,7 +62,7 @@ class Graph:
         for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_parts", parts),
                             ("_forms", {}), ("_modes", None), ("_cache", None),
                             ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
-                            ("_warned_modules", set()), ("_retraces", {})]:
+                            ("_warned_modules", set()), ("_retraces", {}), ("_traced_setup", None)]:
             object.__setattr__(self, name, value)
 
     # -- attributes (OneFlow's rules) ------------------------------------------------------
@@ -276,6 +276,7 @@ class Graph:
         key = sig.signature(leaves, spec)
         if self._modes is not None:
             reason, attributes = self._modes.stale()
+            reason = reason or self._setup_changes()
             if reason:
                 self._log(0, f"{reason}: tracing the graph again")
                 self._forget_forms()
@@ -315,9 +316,27 @@ class Graph:
             compiled = self._compile(args, kwargs, leaves)
         if self._modes is None:
             object.__setattr__(self, "_modes", Modes.of(self))
+            object.__setattr__(self, "_traced_setup", self._setup())
         self._modes.note_reads(reads)
         compiled.modes = self._modes.current()
         return compiled
+
+    def _setup(self) -> tuple:
+        """What a trace reads of the graph itself: its config options and which parameters
+        each of its optimizers' groups holds."""
+        return dict(self.config.options), tuple(
+            tuple(map(id, group["params"])) for opt, _ in self._parts.optimizers for group in opt.param_groups)
+
+    def _setup_changes(self) -> str:
+        """Why the compiled forms no longer match the graph's config or optimizers ("" if they do)."""
+        options, groups = self._traced_setup
+        if self.config.options != options:
+            changed = sorted(k for k in options.keys() | self.config.options.keys()
+                             if options.get(k) != self.config.options.get(k))
+            return f"the graph's config changed since the last call ({', '.join(changed)})"
+        if self._setup()[1] != groups:
+            return "an optimizer's parameter groups changed since the last call (add_param_group, add_optimizer)"
+        return ""
 
     def _count_retraces(self, attributes: list) -> None:
         """Warn once when module attributes changing between calls have made the graph trace

@@ -144,7 +144,7 @@ class Modes:
         if versions == self._versions:
             return "", []
         if tuple(map(_STRUCTURE, self._modules)) != self._structure:
-            return "a parameter, buffer or submodule of the graph was replaced since the last call", []
+            return "a parameter, buffer, submodule or hook of the graph was set, replaced or removed since the last call", []
         changed = []
         for index, (before, now) in enumerate(zip(self._versions, versions)):
             if before != now:
