@@ -68,7 +68,8 @@ def pad_input_channels(model: onnx.ModelProto) -> onnx.ModelProto:
 def _paddable(node: onnx.NodeProto, producers: dict, initializers: dict) -> Optional[tuple]:
     """(activation DequantizeLinear, weight DequantizeLinear) of a Conv the rewrite pads, or None."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or attrs.get("group", 1) != 1 or len(node.input) < 2:
+    if (node.op_type != "Conv" or node.domain not in ("", "ai.onnx") or attrs.get("group", 1) != 1
+            or len(node.input) < 2):
         return None
     x_dq, w_dq = producers.get(node.input[0]), producers.get(node.input[1])
     if not (_is_dequantize(x_dq) and _is_dequantize(w_dq)) or x_dq.input[0] in initializers:
