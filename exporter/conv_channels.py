@@ -82,9 +82,10 @@ def _paddable(node: onnx.NodeProto, producers: dict, initializers: dict) -> Opti
         zero_point = initializers.get(w_dq.input[2])
         if zero_point is None or numpy_helper.to_array(zero_point).any():
             return None
+    if len(weight.dims) < 3:
+        return None
     outputs, channels = weight.dims[0], weight.dims[1]
-    if (len(weight.dims) < 3 or channels % INPUT_CHANNEL_MULTIPLE == 0 or outputs < MIN_OUTPUT_CHANNELS
-            or outputs % OUTPUT_CHANNEL_MULTIPLE):
+    if channels % INPUT_CHANNEL_MULTIPLE == 0 or outputs < MIN_OUTPUT_CHANNELS or outputs % OUTPUT_CHANNEL_MULTIPLE:
         return None
     return x_dq, w_dq
 
