@@ -7,10 +7,13 @@
   ``quant_pre_process`` (shape inference and graph optimisation), with the batch laid out
   as one image around the pointwise convolutions (``exporter/batch_rows.py``: ONNX
   Runtime's ``QLinearConv`` runs the images of a batch one after another, so 1x1
-  convolutions on small feature maps would otherwise be one tiny GEMM per image);
+  convolutions on small feature maps would otherwise be one tiny GEMM per image), and
+  each convolution on an image's 3 colour channels given a fourth, of zeros, after
+  quantization (``exporter/conv_channels.py``: ONNX Runtime's symmetric int8 kernels take
+  input channels in multiples of 4);
   A graph trained with quantization-aware training (``flowserve.ao.quantization``) exports
   as QDQ with the scales it learned: no calibration (``exporter/qat.py``), the batch folded
-  the same way where it is quantized;
+  and the channels padded the same way where it is quantized;
 * ``int8-dynamic``: ``quantize_dynamic``: int8 weights (7 bits, as above), activations quantized per call
   (MatMul-heavy models such as transformers; needs no calibration), self-attention's Q, K
   and V projections packed into one ``Attention`` first, which it makes ``QAttention``
@@ -41,6 +44,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from flowserve.errors import ExportError
 from flowserve.exporter.batch_rows import fold_batch_into_rows
+from flowserve.exporter.conv_channels import pad_input_channels
 from flowserve.exporter.packed_attention import drop_unused_initializers, pack_self_attention
 from flowserve.exporter.qat import is_quantized, quantize_biases
 from flowserve.onnx_backend.runtime import cuda_usable
@@ -149,7 +153,7 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
         raise ExportError("precision bf16: this flowserve build converts to bfloat16 only where a CUDA GPU "
                           "has been validated; use fp16")
     if precision == "int8" and is_quantized(model):  # quantization-aware trained: scales learned
-        return fold_batch_into_rows(quantize_biases(model))
+        return pad_input_channels(fold_batch_into_rows(quantize_biases(model)))
     if precision == "int8" and (calibration is None or not calibration.batches):
         raise ExportError("precision int8 calibrates on the saved directory's examples and it has none: "
                           "save the graph with flow.save(graph, dir, examples=...) (a DataLoader of real "
@@ -172,7 +176,8 @@ def reduce_precision(model: onnx.ModelProto, precision: str, calibration: Exampl
                                  extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
         finally:
             root.removeFilter(_drop_preprocessing_advice)
-        return onnx.load_model(str(output))
+        quantized = onnx.load_model(str(output))
+        return pad_input_channels(quantized) if precision == "int8" else quantized
 
 
 def _drop_preprocessing_advice(record: logging.LogRecord) -> bool:
