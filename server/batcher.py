@@ -37,8 +37,11 @@ using every core and each later runner a narrow session: single-threaded, one pe
 runner: a wide run takes them all, a narrow run one, and a run starts only on free
 tokens, so the sessions never ask for more cores than there are. A lone request on idle
 cores runs wide (fastest alone); when more is queued or a run is in flight, batches run
-narrow, the queued rows shared among the free narrow sessions (single-threaded sessions
-do more per second under load)::
+narrow (single-threaded sessions do more per second under load). A narrow batch takes its
+share of the rows queued or running on the narrow sessions: a session that frees up while
+the others run small batches does not take every queued row, which would put the oldest
+requests behind the compute of later ones that another session, soon free, could run
+beside them::
 
     batcher = DynamicBatcher([runner.run], max_batch_size=64, max_queue_delay_s=0.0005)
     await batcher.start()
@@ -117,6 +120,7 @@ class DynamicBatcher:
         self.wide_narrow = wide_narrow
         self._cores = len(self._runners) - 1 if wide_narrow else len(self._runners)
         self._cores_busy = 0  # core tokens the running batches hold
+        self._rows_running = 0  # rows of the batches running
         self.max_batch_size = max(1, max_batch_size)
         self.max_queue_delay_s = max_queue_delay_s
         self._target = max(preferred_batch_sizes, default=self.max_batch_size)
@@ -238,6 +242,7 @@ class DynamicBatcher:
                 await self._execute(instance, batch)
             finally:
                 self._cores_busy -= instance.cores
+                self._rows_running -= sum(p.rows for p in batch)
                 if self.wide_narrow:  # freed tokens: an instance that had to wait may run now
                     self._wakeup.set()
 
@@ -252,7 +257,9 @@ class DynamicBatcher:
                     continue
                 self._probe = None
                 self._cores_busy += instance.cores
-                return self._take_batch(self._rows_for(instance))
+                batch = self._take_batch(self._rows_for(instance))
+                self._rows_running += sum(p.rows for p in batch)
+                return batch
             if self._closing and not self._queue:
                 return None
             self._wakeup.clear()
@@ -275,13 +282,17 @@ class DynamicBatcher:
 
     def _rows_for(self, instance: _Instance) -> int:
         """The most rows a batch of ``instance`` takes: ``max_batch_size``, or for a narrow
-        run of ``wide_narrow`` the queued rows shared among the free cores (its own
-        included), so one core does not take what the others could run beside it."""
+        run of ``wide_narrow`` its share of the rows queued and running (on the others:
+        a wide run never overlaps a narrow one) among all the narrow sessions. Taking every
+        queued row while the others run short batches would put the oldest request in a
+        batch as long as the whole queue, and the next session to free up, finding the
+        queue empty, would run later arrivals first; with a share, the session back first
+        takes the next oldest rows (FIFO across batches). On idle sessions the queue is
+        shared evenly, as the rows each takes count as running for the next."""
         if not self.wide_narrow or instance.index == 0:
             return self.max_batch_size
-        free = self._cores - self._cores_busy + instance.cores  # its token is taken already
-        queued = sum(p.rows for p in self._queue)
-        return max(1, min(self.max_batch_size, -(-queued // free)))
+        rows = sum(p.rows for p in self._queue) + self._rows_running
+        return max(1, min(self.max_batch_size, -(-rows // (len(self._runners) - 1))))
 
     def _should_wait(self) -> bool:
         if self.max_queue_delay_s <= 0:

@@ -33,7 +33,7 @@ from flowserve.protocol.protos import health
 from ..dataplane import DataPlane
 from ..datatypes import OFFLOAD_BYTES, DecodeLimits
 from ..errors import ServerConfigError, ServerError, UnauthorizedError
-from .codec import decode_infer_request, encode_infer_response, plain_parameters
+from .codec import decode_infer_request, encode_infer_response, plain_parameters, split_raw_inputs
 
 log = logging.getLogger("flowserve.server")
 
@@ -154,8 +154,15 @@ class InferenceServicer:
         return serialize(response)
 
     def _decode(self, raw: bytes):
-        return decode_infer_request(_parse(protos.ModelInferRequest, raw, "ModelInfer"),
-                                    self.limits)
+        """The request in ``raw``, its ``raw_input_contents`` as views of ``raw`` (no copy)
+        where the wire format allows, else as protobuf parses them."""
+        split = split_raw_inputs(raw)
+        if split is None:
+            return decode_infer_request(_parse(protos.ModelInferRequest, raw, "ModelInfer"),
+                                        self.limits)
+        rest, blobs = split
+        return decode_infer_request(_parse(protos.ModelInferRequest, rest, "ModelInfer"),
+                                    self.limits, blobs)
 
     async def stream_answer(self, raw: bytes) -> bytes:
         """One message of a ``ModelStreamInfer`` stream answered: its outputs, or its error

@@ -132,6 +132,67 @@ def test_never_more_core_tokens_in_use_than_cores():
     assert max(rows for _, rows in cores.ran) <= 4
 
 
+class HeldCores:
+    """Narrow sessions that record the rows of each batch they run (``(session, [x])``);
+    a batch holding a row of ``HOLD`` or more waits until that row's gate is opened."""
+
+    HOLD = 100
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ran: list[tuple[int, list]] = []
+        self.gates = {self.HOLD + i: threading.Event() for i in range(NARROW)}
+
+    def runners(self) -> list:
+        return [self._session(index) for index in range(NARROW + 1)]
+
+    def _session(self, index: int):
+        def run(inputs):
+            rows = [int(v) for v in inputs["x"][:, 0]]
+            with self.lock:
+                self.ran.append((index, rows))
+            for row in rows:
+                if row >= self.HOLD:
+                    self.gates[row].wait(30)
+            return {"y": inputs["x"] * 2}
+        return run
+
+
+def test_a_session_freed_while_others_run_takes_its_share_oldest_first():
+    """Every narrow session busy with one row, six requests queue; one session frees up: it
+    takes the oldest rows a share at a time (six queued and two running among three
+    sessions: three, then two, then one), not the whole queue, so the oldest are not run
+    behind the compute of the later ones, and batches follow the queue's order."""
+    cores = HeldCores()
+
+    async def submit(value):
+        return await batcher.submit({"x": np.full((1, 2), value, np.float32)}, 1)
+
+    async def main():
+        nonlocal batcher
+        batcher = await started(cores)
+        held = [asyncio.create_task(submit(HeldCores.HOLD + i)) for i in range(NARROW)]
+        while len(cores.ran) < NARROW:  # one held request on each narrow session
+            await asyncio.sleep(0.001)
+        queued = [asyncio.create_task(submit(i)) for i in range(6)]
+        while batcher.queued < 6:
+            await asyncio.sleep(0)
+        cores.gates[HeldCores.HOLD].set()  # one session frees up, the others still run
+        results = await asyncio.gather(*queued)
+        for gate in cores.gates.values():
+            gate.set()
+        await asyncio.gather(*held)
+        await batcher.stop()
+        return results
+
+    batcher = None
+    results = run(main())
+    assert [int(r["y"][0, 0]) for r in results] == [2 * i for i in range(6)]
+    assert sorted(index for index, _ in cores.ran[:NARROW]) == list(range(1, NARROW + 1))
+    freed = next(index for index, rows in cores.ran if rows == [HeldCores.HOLD])
+    assert cores.ran[NARROW:] == [(freed, [0, 1, 2]), (freed, [3, 4]), (freed, [5])]
+
+
 def test_a_failed_run_fails_only_its_own_requests():
     cores = FakeCores()
 
