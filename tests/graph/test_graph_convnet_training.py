@@ -16,6 +16,7 @@ from onnx import numpy_helper
 import flowserve as flow
 import flowserve.nn as nn
 from flowserve.onnx_backend import openvino, runtime
+from flowserve.onnx_backend.lowering import scalars
 
 from tests.graph.helpers import TrainGraph
 
@@ -181,6 +182,35 @@ def test_relu6_lowers_to_one_clip():
     onnx_graph = graph._compiled.model.graph
     ops = [n.op_type for n in onnx_graph.node]
     assert ops.count("Clip") == 1 and "Max" not in ops and "Min" not in ops, ops
+    read = {name for n in onnx_graph.node for name in n.input}
+    assert all(init.name in read for init in onnx_graph.initializer)
+
+
+def test_one_element_operands_take_the_result_rank():
+    """Where a broadcasting operator's result ends in a dim of 1 (the pointwise weight's
+    momentum updates, the pooled map), no one-element operand has a lower rank: ONNX
+    Runtime's CPU kernels step through such broadcasts one element at a time. The
+    numbers are PyTorch's (``test_graph_and_eager_training_match_pytorch``)."""
+    x, y = _data()
+    graph_model, _ = _models()
+    graph = _train_graph(graph_model)
+    graph(flow.tensor(x), flow.tensor(y))
+    onnx_graph = graph._compiled.model.graph
+    metas = graph._compiled.traced.ir.values
+    constants = {init.name: numpy_helper.to_array(init) for init in onnx_graph.initializer}
+    reshaped = {n.output[0]: constants[n.input[1]].tolist() for n in onnx_graph.node
+                if n.op_type == "Reshape" and n.input[1] in constants}
+
+    def shape(name):
+        if name in constants:
+            return constants[name].shape
+        return tuple(metas[name].shape) if name in metas else reshaped.get(name)
+
+    operands = [(n, shape(name)) for n in onnx_graph.node if n.op_type in scalars.BROADCASTING
+                and shape(n.output[0]) and shape(n.output[0])[-1] == 1 for name in n.input]
+    scalar_operands = [(n.name, s) for n, s in operands if s is not None and all(d == 1 for d in s)]
+    assert scalar_operands  # the momentum's factor and the learning rate, at least
+    assert all(len(s) == len(shape(n.output[0])) for n, s in operands if s is not None and all(d == 1 for d in s))
     read = {name for n in onnx_graph.node for name in n.input}
     assert all(init.name in read for init in onnx_graph.initializer)
 
