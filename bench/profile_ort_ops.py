@@ -27,6 +27,7 @@ import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
 from flowserve.onnx_backend import lower, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import conv as conv_lowering  # noqa: E402
+from flowserve.onnx_backend.lowering import reduce as reduce_lowering  # noqa: E402
 
 
 # variant name -> the graph config calls (method, argument) its graph is compiled with
@@ -48,6 +49,14 @@ def _no_full_rank_scalars(b, metas, keep) -> int:
     return 0
 
 
+def _no_scale_shift(b, metas, keep) -> int:
+    return 0
+
+
+def _no_channel_sums(x, axes) -> bool:
+    return False
+
+
 def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
     return _plain_flipped_kernel(b, w, shape, groups)
 
@@ -55,13 +64,19 @@ def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
 _AFFINE_OFF = (lower, "fold_channel_affine", _no_channel_affine)
 _FLIP_OFF = (conv_lowering, "_flipped_kernel", _flip_by_slice)
 _SCALARS_OFF = (lower, "full_rank_scalars", _no_full_rank_scalars)
+_SCALE_SHIFT_OFF = (lower, "fold_channel_scale_shift", _no_scale_shift)
+_SUMS_OFF = (reduce_lowering, "_but_channels", _no_channel_sums)
 # variant name -> (config calls, (module, function name, replacement) while its graph is
 # lowered): lowering rewrites that have no config switch, turned off
 LOWERING_VARIANTS = MappingProxyType({
     "no channel affine": (VARIANTS["both"], (_AFFINE_OFF,)),
     "flip by slice": (VARIANTS["both"], (_FLIP_OFF,)),
     "neither": (VARIANTS["both"], (_AFFINE_OFF, _FLIP_OFF)),
-    "scalars below rank": (VARIANTS["both"], (_SCALARS_OFF,)),
+    "no full-rank scalars": (VARIANTS["both"], (_SCALARS_OFF,)),
+    "no channel ops": (VARIANTS["both"], (_SCALE_SHIFT_OFF,)),
+    "no channel sums": (VARIANTS["both"], (_SUMS_OFF,)),
+    "no channel ops/sums": (VARIANTS["both"], (_SCALE_SHIFT_OFF, _SUMS_OFF)),
+    "none of the three": (VARIANTS["both"], (_SCALARS_OFF, _SCALE_SHIFT_OFF, _SUMS_OFF)),
 })
 
 
@@ -127,23 +142,23 @@ def _by_op(path: str, skip_runs: int) -> tuple:
 
 def _origins(graph) -> dict:
     """ONNX node name -> the traced op it lowers, as ``op @ scope``; a backward op (no
-    scope) is named by the scope of the nearest forward value it reads (``d:`` prefix).
+    scope) is named by the scope of the nearest forward value it reads (``d:`` prefix), an
+    optimizer's op by the first state it reads.
     The lowering emits each op's helper nodes before the node writing its output."""
     ir = graph._compiled.traced.ir
     producers = {out: node for node in ir.nodes for out in node.outputs}
 
     def scope_of(node) -> str:
-        frontier, seen = [node], set()
+        frontier, seen, state = [node], set(), None
         for _ in range(6):  # breadth-first over inputs, a few hops
             scoped = next((n.scope for n in frontier if n.scope), None)
             if scoped:
                 return scoped if frontier[0] is node else f"d:{scoped}"
-            state = next((i for n in frontier for i in n.inputs if ir.state_kinds.get(i, "constant") != "constant"), None)
-            if state is not None:
-                return f"update of {state}"
+            state = state or next((i for n in frontier for i in n.inputs
+                                   if ir.state_kinds.get(i, "constant") != "constant"), None)
             frontier = [producers[i] for n in frontier for i in n.inputs if i in producers and i not in seen]
             seen.update(i for n in frontier for i in n.outputs)
-        return "?"
+        return f"update of {state}" if state else "?"
 
     origins, pending = {}, []
     for onnx_node in graph._compiled.model.graph.node:

@@ -135,8 +135,9 @@ def test_training_graph_lowering():
     assert "ReduceMean" not in ops, ops
     modes = [{a.name: a.i for a in n.attribute if a.name == "training_mode"}
              for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
-    # the statistics, and the backward pass's per-channel ``d * A + B`` (inference mode)
-    assert sorted(modes, key=len) == [{}, {"training_mode": 1}], modes
+    # the statistics, and the backward pass's per-channel ``x - mean``, ``g * k`` and
+    # ``d * A + B`` (inference mode)
+    assert sorted(modes, key=len) == [{}, {}, {}, {"training_mode": 1}], modes
 
 
 class _Grads(nn.Graph):

@@ -80,3 +80,48 @@ def fold_channel_affine(b, metas: dict, keep: set) -> int:
     b.nodes[:] = [node for node in b.nodes  # the per-channel factors' reshapes that only the products read
                   if node.output[0] not in bypassed or node.output[0] in still_read]
     return len(dropped)
+
+
+def _lone_channel_op(b, node, producers: dict, metas: dict) -> tuple | None:
+    """``(x, c)`` where ``node`` is ``x * c`` or ``x - c`` with ``c`` (the ``(C,)`` tensor
+    returned) spread over the channels of ``x`` (rank 3 or more), else None."""
+    out = metas.get(node.output[0])
+    if node.op_type not in ("Mul", "Sub") or out is None:
+        return None
+    for x, factor in (node.input, node.input[::-1]) if node.op_type == "Mul" else (node.input,):
+        m = metas.get(x)
+        if m is None or m.dtype not in FLOATS or len(m.shape) < 3 or tuple(m.shape) != tuple(out.shape):
+            continue
+        c = _per_channel(b, producers, factor, len(m.shape), int(m.shape[1]), metas)
+        if c is not None and metas[c].dtype == m.dtype:
+            return x, c
+    return None
+
+
+def fold_channel_scale_shift(b, metas: dict, keep: set) -> int:
+    """The per-channel products and differences ``fold_channel_affine`` left (``x * s``,
+    ``x - m``: batch norm's backward ``g * k`` and ``x - mean``) as inference-mode
+    ``BatchNormalization`` too: ``x * s`` with ``scale=s``, ``B=0``, ``mean=0``, ``var=1``;
+    ``x - m`` with ``scale=1``, ``B=0``, ``mean=m``, ``var=1`` (ONNX Runtime's kernel then
+    adds ``-m * 1``: the same value). Its per-channel loop runs faster than the broadcasting
+    operators', most on small maps: a ``(64, 384, 2, 2)`` map times ``(1, 384, 1, 1)``
+    0.21 against 0.65 ms, ``(64, 144, 8, 8)`` 0.39 against 0.52, ``(64, 64, 32, 32)`` 2.9
+    against 3.1 (CPU time medians, two threads). Arguments as ``fold_channel_affine``'s;
+    returns how many nodes it rewrote."""
+    producers = {out: node for node in b.nodes for out in node.output}
+    factors, folded = set(), 0
+    for i, node in enumerate(b.nodes):
+        found = _lone_channel_op(b, node, producers, metas)
+        if found is None:
+            continue
+        x, c = found
+        dtype, channels = np.dtype(metas[x].dtype), int(metas[x].shape[1])
+        zeros, ones = b.const(np.zeros(channels), dtype), b.const(np.ones(channels), dtype)
+        inputs = [x, c, zeros, zeros, ones] if node.op_type == "Mul" else [x, ones, zeros, c, ones]
+        factors.update(name for name in node.input if name != x)
+        b.nodes[i] = helper.make_node("BatchNormalization", inputs, list(node.output), name=node.name, epsilon=0.0)
+        folded += 1
+    still_read = {name for node in b.nodes for name in node.input} | keep
+    b.nodes[:] = [node for node in b.nodes  # the per-channel factors' reshapes nothing reads now
+                  if node.output[0] not in factors or node.output[0] in still_read]
+    return folded
