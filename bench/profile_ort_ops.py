@@ -150,7 +150,7 @@ def _origins(graph) -> dict:
 
     def scope_of(node) -> str:
         frontier, seen, state = [node], set(), None
-        for _ in range(6):  # breadth-first over inputs, a few hops
+        for _ in range(10):  # breadth-first over inputs, a few hops
             scoped = next((n.scope for n in frontier if n.scope), None)
             if scoped:
                 return scoped if frontier[0] is node else f"d:{scoped}"

@@ -135,9 +135,38 @@ def test_training_graph_lowering():
     assert "ReduceMean" not in ops, ops
     modes = [{a.name: a.i for a in n.attribute if a.name == "training_mode"}
              for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization"]
-    # the statistics, and the backward pass's per-channel ``x - mean``, ``g * k`` and
-    # ``d * A + B`` (inference mode)
-    assert sorted(modes, key=len) == [{}, {}, {}, {"training_mode": 1}], modes
+    # the statistics, and the backward pass's per-channel ``d * A + B`` (inference mode)
+    assert sorted(modes, key=len) == [{}, {"training_mode": 1}], modes
+
+
+def _small_map_layers(lib):
+    return [lib.Conv2d(3, 8, 3, 1, 1, bias=False), lib.BatchNorm2d(8), lib.ReLU(),  # 4x4 maps
+            lib.Conv2d(8, 8, 3, 2, 1), lib.BatchNorm2d(8), lib.ReLU(),              # 2x2 maps
+            lib.Flatten(), lib.Linear(32, 5)]
+
+
+def test_small_map_batch_norm_backward_trains_as_pytorch():
+    """On maps of at most 16 positions batch norm's backward ``x - mean`` and ``g * k`` are
+    inference-mode ``BatchNormalization``s, and with a batch of 16 or more its sums over
+    the batch and positions are products with a row of ones: same numbers as PyTorch."""
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((16, 3, 4, 4)).astype(np.float32), rng.integers(0, 5, 16)
+    flow.manual_seed(0)
+    ours, theirs = nn.Sequential(*_small_map_layers(nn)), torch.nn.Sequential(*_small_map_layers(torch.nn))
+    theirs.load_state_dict({k: torch.tensor(v.numpy().copy()) for k, v in ours.state_dict().items()})
+    graph = _train_graph(ours)
+    losses = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
+    np.testing.assert_allclose(losses, _torch_losses(theirs, x, y), rtol=1e-5)
+    _assert_state_close(ours, theirs)
+    nodes = graph._compiled.model.graph.node
+    modes = [any(a.name == "training_mode" and a.i for a in n.attribute) for n in nodes
+             if n.op_type == "BatchNormalization"]
+    assert modes.count(True) == 2 and modes.count(False) == 6, modes  # d * A + B, x - mean, g * k per layer
+    constants = {t.name: numpy_helper.to_array(t) for t in graph._compiled.model.graph.initializer}
+    ones = {name for name, a in constants.items() if a.shape == (1, 16) and (a == 1).all()}
+    ones |= {n.output[0] for n in nodes if n.op_type == "ConstantOfShape"}
+    sums = [n for n in nodes if n.op_type == "MatMul" and n.input[0] in ones]
+    assert len(sums) == 6, [n.op_type for n in nodes]  # two per batch norm, the conv's and linear's biases
 
 
 class _Grads(nn.Graph):
