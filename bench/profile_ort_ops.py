@@ -6,6 +6,7 @@ load falls on every variant alike).
     python bench/profile_ort_ops.py --only resnet --rounds 5 --top 15
     python bench/profile_ort_ops.py --torch --no-profile   # step times with torch.compile's
     python bench/profile_ort_ops.py --variants "both,no channel affine" --no-profile --rounds 12
+    python bench/profile_ort_ops.py --only resnet --variants both --nodes 15   # the costliest nodes
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import bench_graph as bg  # noqa: E402
 import flowserve as flow  # noqa: E402
 from flowserve.onnx_backend import lower, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import conv as conv_lowering  # noqa: E402
+from flowserve.onnx_backend.lowering import reduce as reduce_lowering  # noqa: E402
 
 
 # variant name -> the graph config calls (method, argument) its graph is compiled with
@@ -43,18 +45,38 @@ def _no_channel_affine(b, metas, keep) -> int:
     return 0
 
 
+def _no_full_rank_scalars(b, metas, keep) -> int:
+    return 0
+
+
+def _no_scale_shift(b, metas, keep) -> int:
+    return 0
+
+
+def _no_channel_sums(x, axes) -> bool:
+    return False
+
+
 def _flip_by_slice(b, w, shape, groups, by_product=False) -> str:
     return _plain_flipped_kernel(b, w, shape, groups)
 
 
 _AFFINE_OFF = (lower, "fold_channel_affine", _no_channel_affine)
 _FLIP_OFF = (conv_lowering, "_flipped_kernel", _flip_by_slice)
+_SCALARS_OFF = (lower, "full_rank_scalars", _no_full_rank_scalars)
+_SCALE_SHIFT_OFF = (lower, "fold_channel_scale_shift", _no_scale_shift)
+_SUMS_OFF = (reduce_lowering, "_but_channels", _no_channel_sums)
 # variant name -> (config calls, (module, function name, replacement) while its graph is
 # lowered): lowering rewrites that have no config switch, turned off
 LOWERING_VARIANTS = MappingProxyType({
     "no channel affine": (VARIANTS["both"], (_AFFINE_OFF,)),
     "flip by slice": (VARIANTS["both"], (_FLIP_OFF,)),
     "neither": (VARIANTS["both"], (_AFFINE_OFF, _FLIP_OFF)),
+    "no full-rank scalars": (VARIANTS["both"], (_SCALARS_OFF,)),
+    "no channel ops": (VARIANTS["both"], (_SCALE_SHIFT_OFF,)),
+    "no channel sums": (VARIANTS["both"], (_SUMS_OFF,)),
+    "no channel ops/sums": (VARIANTS["both"], (_SCALE_SHIFT_OFF, _SUMS_OFF)),
+    "none of the three": (VARIANTS["both"], (_SCALARS_OFF, _SCALE_SHIFT_OFF, _SUMS_OFF)),
 })
 
 
@@ -94,12 +116,14 @@ def _compile(name: str, settings, patches=None) -> tuple:
 
 def _by_op(path: str, skip_runs: int) -> tuple:
     """Per-op-type milliseconds of the fastest run (each op type's own fastest: a shared
-    machine's load comes and goes within a run), node counts and the fastest session run,
-    from a profile file, leaving out the first ``skip_runs`` runs (compilation, warm-up)."""
+    machine's load comes and goes within a run), node counts, the fastest session run and
+    per node ``(op type, milliseconds of its fastest run)``, from a profile file, leaving out
+    the first ``skip_runs`` runs (compilation, warm-up)."""
     events = json.load(open(path))
     runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])[skip_runs:]
     per_run = [collections.Counter() for _ in runs]
     counts = collections.Counter()
+    nodes: dict = {}
     for e in events:
         if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
             continue
@@ -108,9 +132,43 @@ def _by_op(path: str, skip_runs: int) -> tuple:
                 op = e["args"].get("op_name", "?")
                 per_run[i][op] += e["dur"]
                 counts[op] += i == 0
+                node = e["name"][:-len("_kernel_time")]
+                nodes[node] = (op, min(nodes.get(node, (op, e["dur"]))[1], e["dur"]))
                 break
     ops = {op: min(r[op] for r in per_run) / 1e3 for op in counts}
-    return ops, counts, min(r["dur"] for r in runs) / 1e3
+    nodes = {name: (op, us / 1e3) for name, (op, us) in nodes.items()}
+    return ops, counts, min(r["dur"] for r in runs) / 1e3, nodes
+
+
+def _origins(graph) -> dict:
+    """ONNX node name -> the traced op it lowers, as ``op @ scope``; a backward op (no
+    scope) is named by the scope of the nearest forward value it reads (``d:`` prefix), an
+    optimizer's op by the first state it reads.
+    The lowering emits each op's helper nodes before the node writing its output."""
+    ir = graph._compiled.traced.ir
+    producers = {out: node for node in ir.nodes for out in node.outputs}
+
+    def scope_of(node) -> str:
+        frontier, seen, state = [node], set(), None
+        for _ in range(10):  # breadth-first over inputs, a few hops
+            scoped = next((n.scope for n in frontier if n.scope), None)
+            if scoped:
+                return scoped if frontier[0] is node else f"d:{scoped}"
+            state = state or next((i for n in frontier for i in n.inputs
+                                   if ir.state_kinds.get(i, "constant") != "constant"), None)
+            frontier = [producers[i] for n in frontier for i in n.inputs if i in producers and i not in seen]
+            seen.update(i for n in frontier for i in n.outputs)
+        return f"update of {state}" if state else "?"
+
+    origins, pending = {}, []
+    for onnx_node in graph._compiled.model.graph.node:
+        pending.append(onnx_node.name)
+        node = next((producers[o] for o in onnx_node.output if o in producers), None)
+        if node is not None or any(o.endswith(":new") for o in onnx_node.output):
+            origin = f"{node.op} @ {scope_of(node)}" if node is not None else "state update"
+            origins.update((name, origin) for name in pending)
+            pending = []
+    return origins
 
 
 def main() -> None:
@@ -122,6 +180,7 @@ def main() -> None:
     parser.add_argument("--variants", default=None,
                         help="comma-separated names from VARIANTS and LOWERING_VARIANTS (default: VARIANTS)")
     parser.add_argument("--no-profile", action="store_true", help="step times only (the profiler costs time)")
+    parser.add_argument("--nodes", type=int, default=0, help="also list each variant's N costliest nodes")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     for name in ("resnet18 cifar", "mobilenet_v2 cifar"):
@@ -153,7 +212,7 @@ def main() -> None:
             table = {}
             for variant, (graph, _, loss, sub) in ({} if args.no_profile else built).items():
                 path = graph._compiled.session.end_profiling()
-                table[variant] = (*_by_op(path, 1), loss, len(graph._compiled.model.graph.node))
+                table[variant] = (*_by_op(path, 1), loss, len(graph._compiled.model.graph.node), _origins(graph))
         print(f"\n{name}: ms per step (op types: fastest run), {args.rounds} interleaved rounds; "
               f"load {os.getloadavg()[0]:.1f}")
         first = next(iter(wall))
@@ -167,7 +226,7 @@ def main() -> None:
             print(f"  {variant:<20} losses {' '.join(f'{v:.6f}' for v in losses)}")
         if not table:
             continue
-        for variant, (ops, counts, run, _, nodes) in table.items():
+        for variant, (ops, counts, run, _, _, nodes, _) in table.items():
             print(f"  {variant:<20} fastest session run {run:7.1f}  nodes {nodes}  "
                   f"kernels (sum of each op type's fastest) {sum(ops.values()):7.1f}")
         keys = sorted(set().union(*(t[0] for t in table.values())),
@@ -175,6 +234,10 @@ def main() -> None:
         print(f"  {'op':<26}" + "".join(f"{v[:18]:>22}" for v in table))
         for k in keys[:args.top]:
             print(f"  {k:<26}" + "".join(f"{t[0].get(k, 0):>14.1f} ({t[1].get(k, 0):>4})" for t in table.values()))
+        for variant, (_, _, _, per_node, _, _, origins) in table.items() if args.nodes else ():
+            print(f"  {variant}: the {args.nodes} costliest nodes (ms, fastest run; the traced op each lowers)")
+            for name, (op, ms) in sorted(per_node.items(), key=lambda kv: -kv[1][1])[:args.nodes]:
+                print(f"    {ms:7.1f}  {op:<18} {name[:40]:<40} {origins.get(name, 'added by ONNX Runtime')}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.onnx_backend import versions
 from flowserve.onnx_backend.builder import Builder, onnx_dtype
 from flowserve.onnx_backend.lowering import LOWERINGS, LoweringContext, training
-from flowserve.onnx_backend.lowering.affine import fold_channel_affine
+from flowserve.onnx_backend.lowering.affine import fold_channel_affine, fold_channel_scale_shift
 from flowserve.onnx_backend.lowering.clip import fold_clip
 from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
+from flowserve.onnx_backend.lowering.scalars import full_rank_scalars
 
 UPDATE_SUFFIX = ":new"
 
@@ -125,11 +126,14 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     fold_clip(b, keep=user_outputs | set(updates.values()))
     if cpu_provider:
         fold_channel_affine(b, ir.values, keep=user_outputs | set(updates.values()))
+        fold_channel_scale_shift(b, ir.values, keep=user_outputs | set(updates.values()))
     if updates and training.fuse_weight_gradient_gemms(b, keep=user_outputs | set(updates.values())):
         still_read = {n for node in b.nodes for n in node.input} | user_outputs | set(updates.values())
         b.drop_initializers([n for n in b.initializers if n not in still_read])  # the momenta's factors
     if updates:
         training.subtract_negated_steps(b, keep=user_outputs | set(updates.values()))
+    if cpu_provider:
+        full_rank_scalars(b, ir.values, keep=user_outputs | set(updates.values()))
     for name, out in zip(updates, training.write_state_outputs(b, updates, user_outputs, UPDATE_SUFFIX)):
         v = ir.state[name]
         b.output(out, v.dtype, v.shape)

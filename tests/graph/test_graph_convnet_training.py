@@ -16,6 +16,7 @@ from onnx import numpy_helper
 import flowserve as flow
 import flowserve.nn as nn
 from flowserve.onnx_backend import openvino, runtime
+from flowserve.onnx_backend.lowering import scalars
 
 from tests.graph.helpers import TrainGraph
 
@@ -138,6 +139,36 @@ def test_training_graph_lowering():
     assert sorted(modes, key=len) == [{}, {"training_mode": 1}], modes
 
 
+def _small_map_layers(lib):
+    return [lib.Conv2d(3, 8, 3, 1, 1, bias=False), lib.BatchNorm2d(8), lib.ReLU(),  # 4x4 maps
+            lib.Conv2d(8, 8, 3, 2, 1), lib.BatchNorm2d(8), lib.ReLU(),              # 2x2 maps
+            lib.Flatten(), lib.Linear(32, 5)]
+
+
+def test_small_map_batch_norm_backward_trains_as_pytorch():
+    """On maps of at most 16 positions batch norm's backward ``x - mean`` and ``g * k`` are
+    inference-mode ``BatchNormalization``s, and with a batch of 16 or more its sums over
+    the batch and positions are products with a row of ones: same numbers as PyTorch."""
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((16, 3, 4, 4)).astype(np.float32), rng.integers(0, 5, 16)
+    flow.manual_seed(0)
+    ours, theirs = nn.Sequential(*_small_map_layers(nn)), torch.nn.Sequential(*_small_map_layers(torch.nn))
+    theirs.load_state_dict({k: torch.tensor(v.numpy().copy()) for k, v in ours.state_dict().items()})
+    graph = _train_graph(ours)
+    losses = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for _ in range(STEPS)]
+    np.testing.assert_allclose(losses, _torch_losses(theirs, x, y), rtol=1e-5)
+    _assert_state_close(ours, theirs)
+    nodes = graph._compiled.model.graph.node
+    modes = [any(a.name == "training_mode" and a.i for a in n.attribute) for n in nodes
+             if n.op_type == "BatchNormalization"]
+    assert modes.count(True) == 2 and modes.count(False) == 6, modes  # d * A + B, x - mean, g * k per layer
+    constants = {t.name: numpy_helper.to_array(t) for t in graph._compiled.model.graph.initializer}
+    ones = {name for name, a in constants.items() if a.shape == (1, 16) and (a == 1).all()}
+    ones |= {n.output[0] for n in nodes if n.op_type == "ConstantOfShape"}
+    sums = [n for n in nodes if n.op_type == "MatMul" and n.input[0] in ones]
+    assert len(sums) == 6, [n.op_type for n in nodes]  # two per batch norm, the conv's and linear's biases
+
+
 class _Grads(nn.Graph):
     """A training graph whose SGD step (lr 1, no momentum) exposes the gradient."""
 
@@ -181,6 +212,35 @@ def test_relu6_lowers_to_one_clip():
     onnx_graph = graph._compiled.model.graph
     ops = [n.op_type for n in onnx_graph.node]
     assert ops.count("Clip") == 1 and "Max" not in ops and "Min" not in ops, ops
+    read = {name for n in onnx_graph.node for name in n.input}
+    assert all(init.name in read for init in onnx_graph.initializer)
+
+
+def test_one_element_operands_take_the_result_rank():
+    """Where a broadcasting operator's result ends in a dim of 1 (the pointwise weight's
+    momentum updates, the pooled map), no one-element operand has a lower rank: ONNX
+    Runtime's CPU kernels step through such broadcasts one element at a time. The
+    numbers are PyTorch's (``test_graph_and_eager_training_match_pytorch``)."""
+    x, y = _data()
+    graph_model, _ = _models()
+    graph = _train_graph(graph_model)
+    graph(flow.tensor(x), flow.tensor(y))
+    onnx_graph = graph._compiled.model.graph
+    metas = graph._compiled.traced.ir.values
+    constants = {init.name: numpy_helper.to_array(init) for init in onnx_graph.initializer}
+    reshaped = {n.output[0]: constants[n.input[1]].tolist() for n in onnx_graph.node
+                if n.op_type == "Reshape" and n.input[1] in constants}
+
+    def shape(name):
+        if name in constants:
+            return constants[name].shape
+        return tuple(metas[name].shape) if name in metas else reshaped.get(name)
+
+    operands = [(n, shape(name)) for n in onnx_graph.node if n.op_type in scalars.BROADCASTING
+                and shape(n.output[0]) and shape(n.output[0])[-1] == 1 for name in n.input]
+    scalar_operands = [(n.name, s) for n, s in operands if s is not None and all(d == 1 for d in s)]
+    assert scalar_operands  # the momentum's factor and the learning rate, at least
+    assert all(len(s) == len(shape(n.output[0])) for n, s in operands if s is not None and all(d == 1 for d in s))
     read = {name for n in onnx_graph.node for name in n.input}
     assert all(init.name in read for init in onnx_graph.initializer)
 

@@ -15,6 +15,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 FLOATS = ("float32", "float64")
+MAX_POSITIONS = 16  # lone per-channel ops on larger maps stay Mul and Sub (see fold_channel_scale_shift)
 
 
 def _per_channel(b, producers: dict, name: str, rank: int, channels: int, metas: dict) -> str | None:
@@ -80,3 +81,51 @@ def fold_channel_affine(b, metas: dict, keep: set) -> int:
     b.nodes[:] = [node for node in b.nodes  # the per-channel factors' reshapes that only the products read
                   if node.output[0] not in bypassed or node.output[0] in still_read]
     return len(dropped)
+
+
+def _lone_channel_op(b, node, producers: dict, metas: dict) -> tuple | None:
+    """``(x, c)`` where ``node`` is ``x * c`` or ``x - c`` with ``c`` (the ``(C,)`` tensor
+    returned) spread over the channels of ``x`` (rank 3 or more), else None."""
+    out = metas.get(node.output[0])
+    if node.op_type not in ("Mul", "Sub") or out is None:
+        return None
+    for x, factor in (node.input, node.input[::-1]) if node.op_type == "Mul" else (node.input,):
+        m = metas.get(x)
+        if m is None or m.dtype not in FLOATS or len(m.shape) < 3 or tuple(m.shape) != tuple(out.shape) \
+                or int(np.prod(m.shape[2:])) > MAX_POSITIONS:
+            continue
+        c = _per_channel(b, producers, factor, len(m.shape), int(m.shape[1]), metas)
+        if c is not None and metas[c].dtype == m.dtype:
+            return x, c
+    return None
+
+
+def fold_channel_scale_shift(b, metas: dict, keep: set) -> int:
+    """The per-channel products and differences ``fold_channel_affine`` left (``x * s``,
+    ``x - m``: batch norm's backward ``g * k`` and ``x - mean``) on maps of at most
+    ``MAX_POSITIONS`` positions as inference-mode ``BatchNormalization`` too: ``x * s`` with
+    ``scale=s``, ``B=0``, ``mean=0``, ``var=1``; ``x - m`` with ``scale=1``, ``B=0``,
+    ``mean=m``, ``var=1`` (ONNX Runtime's kernel then adds ``-m * 1``: the same value). The
+    broadcasting operators step through such small maps a few values at a time: a
+    ``(64, 384, 2, 2)`` map times ``(1, 384, 1, 1)`` 0.21 against 0.65 ms, ``(64, 192, 4, 4)``
+    0.13 against 0.32 (CPU time medians, two threads). On larger maps the kernel is no faster
+    inside a step (ResNet-18's 32x32 to 8x8 maps: 92 ms more ``BatchNormalization`` for 43 ms
+    less ``Sub`` and ``Mul``). Arguments as ``fold_channel_affine``'s; returns how many nodes
+    it rewrote."""
+    producers = {out: node for node in b.nodes for out in node.output}
+    factors, folded = set(), 0
+    for i, node in enumerate(b.nodes):
+        found = _lone_channel_op(b, node, producers, metas)
+        if found is None:
+            continue
+        x, c = found
+        dtype, channels = np.dtype(metas[x].dtype), int(metas[x].shape[1])
+        zeros, ones = b.const(np.zeros(channels), dtype), b.const(np.ones(channels), dtype)
+        inputs = [x, c, zeros, zeros, ones] if node.op_type == "Mul" else [x, ones, zeros, c, ones]
+        factors.update(name for name in node.input if name != x)
+        b.nodes[i] = helper.make_node("BatchNormalization", inputs, list(node.output), name=node.name, epsilon=0.0)
+        folded += 1
+    still_read = {name for node in b.nodes for name in node.input} | keep
+    b.nodes[:] = [node for node in b.nodes  # the per-channel factors' reshapes nothing reads now
+                  if node.output[0] not in factors or node.output[0] in still_read]
+    return folded
