@@ -324,8 +324,11 @@ class Graph:
     def _setup(self) -> tuple:
         """What a trace reads of the graph itself: its config options and which parameters
         each of its optimizers' groups holds."""
-        return dict(self.config.options), tuple(
-            tuple(map(id, group["params"])) for opt, _ in self._parts.optimizers for group in opt.param_groups)
+        return dict(self.config.options), self._optimizer_groups()
+
+    def _optimizer_groups(self) -> tuple:
+        return tuple(tuple(map(id, group["params"])) for opt, _ in self._parts.optimizers
+                     for group in opt.param_groups)
 
     def _setup_changes(self) -> str:
         """Why the compiled forms no longer match the graph's config or optimizers ("" if they do)."""
@@ -334,7 +337,7 @@ class Graph:
             changed = sorted(k for k in options.keys() | self.config.options.keys()
                              if options.get(k) != self.config.options.get(k))
             return f"the graph's config changed since the last call ({', '.join(changed)})"
-        if self._setup()[1] != groups:
+        if self._optimizer_groups() != groups:  # no copy of the config on every call
             return "an optimizer's parameter groups changed since the last call (add_param_group, add_optimizer)"
         return ""
 
