@@ -21,6 +21,10 @@ def serve(
         None, help="Serve a single saved directory or .onnx file under this name."
     ),
     device: str = typer.Option("auto", help="auto (CUDA when usable), cpu, or cuda."),
+    cudnn_benchmark: bool = typer.Option(
+        False, "--cudnn-benchmark", help="On CUDA, time cuDNN's convolution algorithms per input shape "
+                                         "and keep the fastest (as torch.backends.cudnn.benchmark)."
+    ),
     provider: str = typer.Option(
         "onnxruntime", help='onnxruntime, or openvino (CPU; pip install "flowserve[openvino]").'
     ),
@@ -143,7 +147,7 @@ def serve(
         settings = ServerSettings(
             model_path=path, host=host, http_port=http_port,
             grpc_port=None if no_grpc else grpc_port, model_name=model_name, device=device,
-            provider=provider,
+            cudnn_benchmark=cudnn_benchmark, provider=provider,
             max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
             max_queue_size=max_queue_size, instances=instances, skip_verify=skip_verify,
             require_verified=require_verified, worker_restarts_per_minute=worker_restarts_per_minute,

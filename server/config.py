@@ -99,6 +99,7 @@ class ResolvedModelConfig(_Strict):
     instance_count: int
     device: str
     provider: str
+    cudnn_benchmark: bool = False
     intra_op_threads: int = 0  # 0: chosen at load (one thread for a model whose runs are short)
     cpu_policy: CpuPolicy = "auto"  # "auto": wide-narrow for a CPU model whose runs are long
     version_policy: VersionPolicy
@@ -140,6 +141,7 @@ def resolve(config: ModelConfigFile, settings: ServerSettings) -> ResolvedModelC
         instance_count=pick(config.instance_count, pick(settings.instances, 1)),
         device=pick(config.device, settings.device),
         provider=settings.provider,
+        cudnn_benchmark=settings.cudnn_benchmark,
         intra_op_threads=pick(config.intra_op_threads, settings.intra_op_threads),
         cpu_policy=_cpu_policy(config, settings),
         version_policy=config.version_policy,

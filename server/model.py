@@ -228,7 +228,8 @@ class ServedModel:
         one session the batcher runs a small batch on the event loop, without the thread hop
         that would cost such a run more than the narrow sessions gain."""
         def make(instances: int, threads: int) -> OrtRunner:
-            return OrtRunner(proto, config.device, instances, threads, provider=config.provider)
+            return OrtRunner(proto, config.device, instances, threads, provider=config.provider,
+                             cudnn_benchmark=config.cudnn_benchmark)
 
         policy, instances, threads = config.cpu_policy, config.instance_count, config.intra_op_threads
         if policy == "wide-narrow":  # the other level's instances and threads do not apply

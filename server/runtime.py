@@ -13,6 +13,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from flowserve.errors import DeviceError, GraphError
@@ -73,7 +74,7 @@ class OrtRunner:
     """One ONNX Runtime session of a model: an instance the batcher runs batches on."""
 
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
-                 intra_op_threads: int = 0, provider: str = "onnxruntime"):
+                 intra_op_threads: int = 0, provider: str = "onnxruntime", cudnn_benchmark: bool = False):
         external = external_tensor_names(model)
         if external:  # onnxruntime would resolve them against the working directory
             raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
@@ -87,8 +88,9 @@ class OrtRunner:
         try:
             self._session = create_session(model, device=device, instances=instances,
                                            threads=intra_op_threads,
-                                           provider="openvino" if openvino else "auto")
-        except GraphError as exc:  # OpenVINO not installed: the message says how to install it
+                                           provider="openvino" if openvino else "auto",
+                                           options={"cudnn_conv_heuristic_search_algo": not cudnn_benchmark})
+        except (GraphError, DeviceError) as exc:  # OpenVINO not installed, CUDA not starting: one line
             raise ModelLoadError(str(exc)) from None
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
@@ -104,6 +106,8 @@ class OrtRunner:
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._converts_inputs = bool(self._bf16_inputs or self._string_inputs)
         self._converts_outputs = bool(self._bf16_outputs or self._string_outputs)
+        self._device_io = DeviceIO(self._session, self.output_names) if self.device == "cuda" \
+            and not (self._string_inputs or self._string_outputs) else None
 
     @property
     def device(self) -> str:
@@ -116,7 +120,8 @@ class OrtRunner:
         if self._converts_inputs:
             feed = {name: self._to_session(name, array) for name, array in inputs.items()}
         try:
-            results = self._session.run(self.output_names, feed)
+            results = self._device_io.run(feed) if self._device_io is not None \
+                else self._session.run(self.output_names, feed)
         except Exception as exc:
             raise InferenceFailedError(f"onnxruntime failed: {exc}") from None
         if not self._converts_outputs:
@@ -139,6 +144,37 @@ class OrtRunner:
         if name in self._string_outputs and array.size:
             return np.vectorize(_as_bytes, otypes=[object])(array)
         return array
+
+
+class DeviceIO:
+    """A CUDA session's batch run through IO binding: each input is copied host->device
+    once into a device buffer that stays bound while its shape and dtype repeat (a
+    server's batches come in few shapes), the outputs are allocated on the device by
+    ONNX Runtime's arena and copied back once each. One per session (instance): a
+    session runs one batch at a time."""
+
+    def __init__(self, session, output_names: list[str], device: str = "cuda"):
+        self._session = session
+        self._device = device  # "cuda" (what the server binds), or "cpu"
+        self._binding = session.io_binding()
+        self._output_names = output_names
+        self._inputs: dict = {}  # name -> (shape, dtype, OrtValue on the device)
+
+    def run(self, feed: dict) -> list:
+        binding = self._binding
+        for name, array in feed.items():
+            array = np.ascontiguousarray(array)
+            held = self._inputs.get(name)
+            if held is None or held[0] != array.shape or held[1] != array.dtype:
+                value = ort.OrtValue.ortvalue_from_shape_and_type(array.shape, array.dtype, self._device, 0)
+                held = self._inputs[name] = (array.shape, array.dtype, value)
+                binding.bind_ortvalue_input(name, value)
+            held[2].update_inplace(array)
+        binding.clear_binding_outputs()
+        for name in self._output_names:
+            binding.bind_output(name, self._device, 0)
+        self._session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
 
 
 # onnxruntime's Python API takes and gives strings as UTF-8 text. Bytes that are not UTF-8

@@ -38,6 +38,11 @@ class ServerSettings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where sessions run: CUDA when usable (auto), cpu, or cuda."
     )
+    cudnn_benchmark: bool = Field(
+        False, description="On CUDA, time cuDNN's convolution algorithms for each new input shape "
+        "and keep the fastest (as torch.backends.cudnn.benchmark; slower first batch of each size) "
+        "instead of cuDNN's heuristic choice."
+    )
     provider: Literal["onnxruntime", "openvino"] = Field(
         "onnxruntime", description="Engine that runs the models: ONNX Runtime (on `device`) or "
         "OpenVINO on the CPU (pip install \"flowserve[openvino]\")."

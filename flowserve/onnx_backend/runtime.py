@@ -14,8 +14,11 @@ device (one quiet probe), so a CPU-only machine never sees provider-fallback err
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import io
+import logging
 import threading
 
 import numpy as np
@@ -33,6 +36,7 @@ CPU_PROVIDER = "CPUExecutionProvider"
 DEVICES = ("auto", "cpu", "cuda")
 EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")  # what a graph runs on (GraphConfig)
 _QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
+LOG = logging.getLogger("flowserve.runtime")
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,7 +54,30 @@ def cuda_device_count() -> int:
 
 def cuda_usable() -> bool:
     """Whether onnxruntime can run on a GPU here (provider built in, a device visible)."""
-    return CUDA_PROVIDER in ort.get_available_providers() and cuda_device_count() > 0
+    if CUDA_PROVIDER not in ort.get_available_providers() or cuda_device_count() == 0:
+        return False
+    _load_cuda_libraries()
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _load_cuda_libraries() -> None:
+    """Load the CUDA and cuDNN libraries that pip's ``nvidia-*`` packages hold (what
+    ``pip install flowserve[cuda]`` brings), once, before the first CUDA session: the CUDA
+    provider finds them only where the loader was told (ONNX Runtime's ``preload_dlls``;
+    libraries a CUDA toolkit or ``import torch`` already loaded stay as they are). What it
+    prints goes to the debug log."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:  # onnxruntime before 1.21: the loader's own search path only
+        return
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            preload()
+    except Exception as exc:  # a library that fails to load: the session then says which
+        printed.write(f"{type(exc).__name__}: {exc}")
+    if printed.getvalue().strip():
+        LOG.debug("onnxruntime.preload_dlls: %s", " ".join(printed.getvalue().split()))
 
 
 def choose_providers(device: str = "auto", options: dict | None = None) -> list:
@@ -117,11 +144,11 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     return so
 
 
-def runs_on_cpu_provider(options: dict | None = None) -> bool:
-    """Whether ``create_session(..., options=options)`` runs on ONNX Runtime's CPU provider
-    (not CUDA, not OpenVINO)."""
+def runs_on_cpu_provider(options: dict | None = None, device: str = "auto") -> bool:
+    """Whether ``create_session(..., device=device, options=options)`` runs on ONNX
+    Runtime's CPU provider (not CUDA, not OpenVINO)."""
     provider = check_execution_provider((options or {}).get("execution_provider", "auto"))
-    return provider == "cpu" or (provider == "auto" and not cuda_usable())
+    return provider == "cpu" or (provider == "auto" and (device == "cpu" or not cuda_usable()))
 
 
 @functools.lru_cache(maxsize=1)
@@ -170,7 +197,38 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto"
         return ort.InferenceSession(data, sess_options=so)
     if provider in ("cpu", "cuda"):
         device = provider
-    return ort.InferenceSession(data, sess_options=so, providers=choose_providers(device, options))
+    providers = choose_providers(device, options)
+    if providers[0] == CPU_PROVIDER:
+        return ort.InferenceSession(data, sess_options=so, providers=providers)
+    return _cuda_session(data, so, providers, required=device == "cuda")
+
+
+def _cuda_session(data, so: ort.SessionOptions, providers: list, *, required: bool):
+    """A session on the CUDA provider. Where the provider does not start (a CUDA or cuDNN
+    library missing, a driver too old) but the model loads on the CPU, ``required``
+    (device "cuda") raises a one-line ``DeviceError``; else ("auto") the session runs on
+    the CPU and one warning says why. ONNX Runtime's own fallback (a printed banner) is
+    off; a model that loads nowhere raises ONNX Runtime's error."""
+    try:
+        session = ort.InferenceSession(data, sess_options=so, providers=providers, enable_fallback=0)
+    except Exception as exc:
+        cuda_error = exc
+        session = None
+    else:
+        if CUDA_PROVIDER in session.get_providers():
+            return session
+        cuda_error = f"onnxruntime left it out (providers taken: {session.get_providers()})"
+    try:
+        session = ort.InferenceSession(data, sess_options=so, providers=[CPU_PROVIDER])
+    except Exception:
+        if isinstance(cuda_error, Exception):
+            raise cuda_error from None  # not the provider: the model itself fails to load
+        raise
+    why = " ".join(str(cuda_error).split())[:300]
+    if required:
+        raise DeviceError(f"device 'cuda': the CUDA execution provider did not start: {why}")
+    LOG.warning("the CUDA execution provider did not start (%s); running on the CPU", why)
+    return session
 
 
 def ort_value(array: np.ndarray) -> ort.OrtValue:

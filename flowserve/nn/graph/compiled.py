@@ -11,6 +11,13 @@ buffer; copy it to keep it beyond the next call). User outputs rotate through
 
 Inference graphs carry parameters as initializers (ONNX Runtime folds and re-lays them
 out) and are rebuilt when a parameter changes in eager mode (version counters).
+
+A graph runs where its tensors are: the device of its state (else of its first call's
+inputs). On "cuda" (``config`` provider "auto") the session is ONNX Runtime's CUDA
+provider and nothing crosses to the host: inputs, state and outputs are CuPy arrays
+bound by address, the ping-pong state buffers are device buffers, and the eager tensors
+hold them, so ``state_dict()`` and eager code see the graph's values where they are.
+An output (the loss) is copied to the host only when it is read.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import warnings
 import numpy as np
 
 from flowserve import dtypes
-from flowserve.device import CPU, to_device_array
+from flowserve.device import CPU, array_module, device as Device, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph import engine
 from flowserve.nn.graph.passes import lowering_ir
@@ -37,8 +44,9 @@ def _versions(state: dict, skip=()) -> tuple:
 class CompiledGraph:
     def __init__(self, traced: Traced, training: bool, options: dict | None = None,
                  dynamic_batch: bool = False, key=None, batch: int | None = None,
-                 dynamic_dims: dict | None = None):
+                 dynamic_dims: dict | None = None, device: str = "cpu"):
         self.traced = traced
+        self.device = _graph_device(traced.state, device)
         self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
         self.training = training
         self.options = options or {}
@@ -73,7 +81,7 @@ class CompiledGraph:
         if fused:  # constants a fusion took as attributes (attention's scale) are no initializers
             read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
             baked = {k: v for k, v in baked.items() if k in read}
-        cpu = runtime.runs_on_cpu_provider(options)
+        cpu = runtime.runs_on_cpu_provider(options, self.device.type)
         # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
         blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)
         return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
@@ -88,12 +96,21 @@ class CompiledGraph:
         options = self.engine_options(engine)
         try:
             model = self._lower(self.fed_state, self._baked, options)
-            return model, runtime.create_session(model, options=options), self.dynamic_batch
+            return model, self._session(model, options), self.dynamic_batch
         except Exception:
             if not self.dynamic_batch:
                 raise
         model = self._lower(self.fed_state, self._baked, options, dynamic_batch=False)
-        return model, runtime.create_session(model, options=options), False
+        return model, self._session(model, options), False
+
+    def _session(self, model, options: dict):
+        """A session of ``model`` on the graph's device ("auto" provider) or the configured provider."""
+        if self.device.type == "cuda" and options.get("execution_provider", "auto") == "auto" \
+                and not runtime.cuda_usable():
+            raise GraphError(f"nn.Graph {self.traced.ir.name}: its tensors are on {self.device}, but onnxruntime "
+                             "has no usable CUDA provider (install onnxruntime-gpu: pip install "
+                             "\"flowserve[cuda]\"), or move the module and inputs to the CPU")
+        return runtime.create_session(model, device=self.device.type, options=options)
 
     def _build_session(self) -> None:
         state = self.traced.state
@@ -108,7 +125,7 @@ class CompiledGraph:
         self.fed_state, self._baked = fed, baked
         try:
             self.model = self._lower(fed, baked)
-            self.session = runtime.create_session(self.model, options=self.engine_options())
+            self.session = self._session(self.model, self.engine_options())
         except Exception as exc:
             missing = _missing_kernel(exc, self.traced.ir)
             if missing is not None:
@@ -117,7 +134,7 @@ class CompiledGraph:
                 raise
             self.dynamic_batch = False  # some lowering needs the static batch size
             self.model = self._lower(fed, baked)
-            self.session = runtime.create_session(self.model, options=self.engine_options())
+            self.session = self._session(self.model, self.engine_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
         if self.options.get("execution_provider", "auto") == "auto" and self.engine is None:
@@ -126,7 +143,7 @@ class CompiledGraph:
     # -- the engine ("auto": measured; an explicit one: checked against ONNX Runtime) ----------
 
     def _ort_engine(self) -> str:
-        return "cuda" if runtime.cuda_usable() else "cpu"
+        return "cuda" if self.device.type == "cuda" else "cpu"
 
     def _take_cached_choice(self) -> None:
         """"auto" at the first compile: the engine of an earlier measurement of this graph
@@ -198,6 +215,8 @@ class CompiledGraph:
     # -- running ------------------------------------------------------------------------------
 
     def run(self, inputs: list) -> list[Tensor]:
+        if self.device.type == "cuda" and self.engine == "cuda":
+            return self._run_on_device(inputs)
         state = self.traced.state
         if not self.training and _versions(state, self.update_names) != self.versions:
             self._build_session()  # a parameter changed in eager mode since compilation
@@ -223,6 +242,53 @@ class CompiledGraph:
             target._set_value(to_device_array(array, target.device))
         device = inputs[0].device if inputs else CPU
         return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype), device), device)
+                for out, v in zip(outs, self.traced.ir.outputs)]
+
+    def _run_on_device(self, inputs: list) -> list[Tensor]:
+        """The run on the CUDA provider: every array stays on the GPU (bound by address)."""
+        state, device = self.traced.state, self.device
+        if not self.training and _versions(state, self.update_names) != self.versions:
+            self._build_session()
+        cupy = array_module(device)
+        binding = self.session.io_binding()
+        fed = [(v.name, _on_device(t._eager_data("nn.Graph input"), device)) for v, t in zip(self.traced.ir.inputs, inputs)]
+        for name in self.fed_state:
+            feed = self.traced.system_feeds.get(name)
+            fed.append((name, _on_device(feed() if feed is not None else state[name]._data, device)))
+        self._runs += 1
+        for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
+            binding.bind_input(name, "cuda", device.index, array.dtype, list(array.shape), array.data.ptr)
+        new_state = {}
+        for name in self.update_names:
+            current = state[name]._data
+            pair = self._buffers.get(name)
+            if pair is None or not any(current is b for b in pair):
+                current = _on_device(current, device)
+                pair = self._buffers[name] = [current, cupy.empty_like(current)]
+            target = new_state[name] = pair[1] if current is pair[0] else pair[0]
+            binding.bind_output(name + ":new", "cuda", device.index, target.dtype, list(target.shape), target.data.ptr)
+        outs = []
+        for v, shape in zip(self.traced.ir.outputs, self._output_shapes(inputs)):
+            if shape is None:  # a size the run decides: ONNX Runtime allocates it
+                binding.bind_output(v.name, "cuda", device.index)
+                outs.append(None)
+                continue
+            out = cupy.empty(shape, dtype=_np_dtype(dtypes.session_dtype(v.dtype)))
+            binding.bind_output(v.name, "cuda", device.index, out.dtype, list(out.shape), out.data.ptr)
+            outs.append(out)
+        # eager work queued on CuPy's stream must be done before ONNX Runtime's stream reads
+        cupy.cuda.get_current_stream().synchronize()
+        self.session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        del fed
+        if any(out is None for out in outs):
+            values = binding.get_outputs()
+            outs = [out if out is not None else _from_ort_value(values[i], cupy) for i, out in enumerate(outs)]
+        for name, array in new_state.items():
+            target = state[name]
+            target._set_value(array if target.device == device else to_device_array(array, target.device))
+        out_device = inputs[0].device if inputs else device
+        return [Tensor._wrap(to_device_array(_device_ir_dtype(out, v.dtype), out_device), out_device)
                 for out, v in zip(outs, self.traced.ir.outputs)]
 
     def _bind_state_outputs(self, binding) -> dict:
@@ -318,6 +384,45 @@ def _as_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
     """A copy of the session's output in the IR's dtype (bfloat16 outputs come as float32)."""
     want = _np_dtype(name)
     return out.astype(want) if out.dtype != want else out.copy()
+
+
+def _graph_device(state: dict, inputs_device: str) -> Device:
+    """Where a graph runs: the GPU where any of its state tensors (parameters, buffers,
+    optimizer state) is, else the CPU; a graph without state runs where its inputs are.
+    (A CPU tensor among a GPU graph's state, such as a step counter, is copied each call.)"""
+    devices = {t.device for t in state.values()}
+    gpus = sorted((d for d in devices if d.type == "cuda"), key=lambda d: d.index)
+    if gpus:
+        return gpus[0]
+    return Device("cpu") if devices else Device(inputs_device)
+
+
+def _on_device(array, device: Device):
+    """``array`` as a C-contiguous array on ``device`` (copied only where it is not)."""
+    array = to_device_array(array, device)
+    xp = array_module(device)
+    return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+
+
+def _from_ort_value(value, cupy):
+    """A CuPy copy of an OrtValue ONNX Runtime allocated on the GPU."""
+    dtype = np.dtype(_ORT_TYPES[value.data_type()])
+    shape = tuple(value.shape())
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    memory = cupy.cuda.UnownedMemory(value.data_ptr(), size, value)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0)).copy()
+
+
+_ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+              "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
+              "tensor(uint8)": "uint8", "tensor(bool)": "bool", "tensor(int16)": "int16"}
+
+
+def _device_ir_dtype(out, name: str):
+    """A session output on the GPU in the IR's dtype (CuPy has no bfloat16: such an output
+    stays float32, which holds it exactly, until it reaches the host)."""
+    want = _np_dtype(name)
+    return out.astype(want) if out.dtype != want and name != "bfloat16" else out
 
 
 def _host(t: Tensor) -> np.ndarray:

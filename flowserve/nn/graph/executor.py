@@ -52,13 +52,15 @@ class Executor(Protocol):
 @dataclass(frozen=True)
 class ExecutorSpec:
     """How to run a trace: training or inference, the config options, the input
-    signature, the batch size that stays dynamic (None: static) and named dynamic dims."""
+    signature, the batch size that stays dynamic (None: static), named dynamic dims and
+    the device of the inputs (where a graph without state runs)."""
 
     training: bool
     options: dict = field(default_factory=dict)
     key: object = None
     batch: int | None = None
     dynamic_dims: dict = field(default_factory=dict)
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class ExecutorKind:
 
 def _single(traced: Traced, spec: ExecutorSpec) -> Executor:
     return CompiledGraph(traced, spec.training, spec.options, dynamic_batch=spec.batch is not None, key=spec.key,
-                         batch=spec.batch, dynamic_dims=spec.dynamic_dims)
+                         batch=spec.batch, dynamic_dims=spec.dynamic_dims, device=spec.device)
 
 
 def _segmented(traced: Traced, spec: ExecutorSpec) -> Executor:

@@ -263,7 +263,8 @@ class Graph:
         else:
             outputs = compiled.run(leaves)
         if not self.training:  # flow.save stores the last calls as the graph's reference examples
-            self._parts.recent_inputs.append(tuple(t.numpy().copy() for t in leaves if isinstance(t, Tensor)))
+            # copies where the inputs are (no host round trip per call on a GPU); flow.save reads them
+            self._parts.recent_inputs.append(tuple(t._data.copy() for t in leaves if isinstance(t, Tensor)))
         if self.training:
             for _, sched in self._parts.optimizers:
                 if sched is not None:
@@ -393,7 +394,8 @@ class Graph:
         start = time.perf_counter()
         self._log(0, "start building plan.")
         batch = sig.batch_size(leaves) if self._cache is None else None
-        spec = ExecutorSpec(self.training, self.config.options, key=sig.signature(leaves, traced.in_spec), batch=batch)
+        spec = ExecutorSpec(self.training, self.config.options, key=sig.signature(leaves, traced.in_spec), batch=batch,
+                            device=next((str(t.device) for t in leaves if isinstance(t, Tensor)), "cpu"))
         compiled = make_executor(traced, spec)
         self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s. Runs as {compiled.describe()}.")
         return compiled

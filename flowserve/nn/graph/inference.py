@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from flowserve import dtypes
 from flowserve.autograd.grad_mode import no_grad
+from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph.batching import batch_from_marks
 from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
@@ -146,6 +147,7 @@ def deployable_state(graph: "Graph", model=None, dynamic_dims: dict | None = Non
         for name, t in graph.parts.traced.state.items():
             if name not in local:  # (a ZeRO shard is this rank's part, not the graph's state)
                 arrays.setdefault(name, t.numpy())
-    recent = [] if graph.training else list(graph.parts.recent_inputs)
+    recent = [] if graph.training else [tuple(to_device_array(a, CPU) for a in call)
+                                        for call in graph.parts.recent_inputs]
     return DeployableState(traced, batch, note, named, arrays, graph.name, type(graph).__name__, graph.training,
                            dict(graph.config.options), recent)
