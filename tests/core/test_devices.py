@@ -14,7 +14,14 @@ import flowserve as flow
 from flowserve.errors import DeviceError
 
 device_module = importlib.import_module("flowserve.device")  # flow.device is the class
-needs_gpu = pytest.mark.skipif(not flow.cuda.is_available(), reason="no usable CUDA GPU with CuPy here")
+_skip_without_gpu = pytest.mark.skipif(not flow.cuda.is_available(), reason="no usable CUDA GPU with CuPy here")
+
+
+def needs_gpu(test):
+    """Marked ``gpu`` (``pytest -m gpu`` runs it) and skipped without a GPU."""
+    return pytest.mark.gpu(_skip_without_gpu(test))
+
+
 without_gpu = pytest.mark.skipif(flow.cuda.is_available(), reason="a CUDA GPU is usable here")
 
 

@@ -245,11 +245,13 @@ class CompiledGraph:
                 for out, v in zip(outs, self.traced.ir.outputs)]
 
     def _run_on_device(self, inputs: list) -> list[Tensor]:
-        """The run on the CUDA provider: every array stays on the GPU (bound by address)."""
+        """The run on the CUDA provider: every array stays on the device, bound by address
+        (inputs, the ping-pong state buffers, outputs). The same code binds CPU memory
+        where the graph's device is the CPU (how the tests without a GPU run it)."""
         state, device = self.traced.state, self.device
         if not self.training and _versions(state, self.update_names) != self.versions:
             self._build_session()
-        cupy = array_module(device)
+        xp, kind, index = array_module(device), device.type, device.index or 0
         binding = self.session.io_binding()
         fed = [(v.name, _on_device(t._eager_data("nn.Graph input"), device)) for v, t in zip(self.traced.ir.inputs, inputs)]
         for name in self.fed_state:
@@ -257,33 +259,33 @@ class CompiledGraph:
             fed.append((name, _on_device(feed() if feed is not None else state[name]._data, device)))
         self._runs += 1
         for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
-            binding.bind_input(name, "cuda", device.index, array.dtype, list(array.shape), array.data.ptr)
+            binding.bind_input(name, kind, index, array.dtype.type, list(array.shape), _address(array))
         new_state = {}
         for name in self.update_names:
             current = state[name]._data
             pair = self._buffers.get(name)
             if pair is None or not any(current is b for b in pair):
                 current = _on_device(current, device)
-                pair = self._buffers[name] = [current, cupy.empty_like(current)]
+                pair = self._buffers[name] = [current, xp.empty_like(current)]
             target = new_state[name] = pair[1] if current is pair[0] else pair[0]
-            binding.bind_output(name + ":new", "cuda", device.index, target.dtype, list(target.shape), target.data.ptr)
+            binding.bind_output(name + ":new", kind, index, target.dtype.type, list(target.shape), _address(target))
         outs = []
         for v, shape in zip(self.traced.ir.outputs, self._output_shapes(inputs)):
             if shape is None:  # a size the run decides: ONNX Runtime allocates it
-                binding.bind_output(v.name, "cuda", device.index)
+                binding.bind_output(v.name, kind, index)
                 outs.append(None)
                 continue
-            out = cupy.empty(shape, dtype=_np_dtype(dtypes.session_dtype(v.dtype)))
-            binding.bind_output(v.name, "cuda", device.index, out.dtype, list(out.shape), out.data.ptr)
+            out = xp.empty(shape, dtype=_np_dtype(dtypes.session_dtype(v.dtype)))
+            binding.bind_output(v.name, kind, index, out.dtype.type, list(out.shape), _address(out))
             outs.append(out)
-        # eager work queued on CuPy's stream must be done before ONNX Runtime's stream reads
-        cupy.cuda.get_current_stream().synchronize()
+        if kind == "cuda":  # eager work queued on CuPy's stream is done before ONNX Runtime's stream reads
+            xp.cuda.get_current_stream().synchronize()
         self.session.run_with_iobinding(binding)
         binding.synchronize_outputs()
         del fed
         if any(out is None for out in outs):
             values = binding.get_outputs()
-            outs = [out if out is not None else _from_ort_value(values[i], cupy) for i, out in enumerate(outs)]
+            outs = [out if out is not None else _from_ort_value(values[i], xp) for i, out in enumerate(outs)]
         for name, array in new_state.items():
             target = state[name]
             target._set_value(array if target.device == device else to_device_array(array, target.device))
@@ -404,8 +406,16 @@ def _on_device(array, device: Device):
     return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
 
 
-def _from_ort_value(value, cupy):
-    """A CuPy copy of an OrtValue ONNX Runtime allocated on the GPU."""
+def _address(array) -> int:
+    """The address of an array's first element (numpy, or CuPy on a GPU)."""
+    return array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
+
+
+def _from_ort_value(value, xp):
+    """A copy, in ``xp``'s memory, of an OrtValue ONNX Runtime allocated (on the GPU for CuPy)."""
+    if xp is np:
+        return value.numpy().copy()
+    cupy = xp
     dtype = np.dtype(_ORT_TYPES[value.data_type()])
     shape = tuple(value.shape())
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -419,10 +429,12 @@ _ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(f
 
 
 def _device_ir_dtype(out, name: str):
-    """A session output on the GPU in the IR's dtype (CuPy has no bfloat16: such an output
-    stays float32, which holds it exactly, until it reaches the host)."""
+    """A session output in the IR's dtype (CuPy has no bfloat16: on the GPU such an output
+    stays float32, which holds it exactly)."""
     want = _np_dtype(name)
-    return out.astype(want) if out.dtype != want and name != "bfloat16" else out
+    if out.dtype == want or (name == "bfloat16" and not isinstance(out, np.ndarray)):
+        return out
+    return out.astype(want)
 
 
 def _host(t: Tensor) -> np.ndarray:
