@@ -58,7 +58,7 @@ def _cuda_status() -> tuple[bool, str, int]:
     try:
         import cupy  # noqa: F401  # local: CuPy is optional, probed once
     except ImportError as exc:
-        return False, f"CuPy is not installed ({_one_line(exc)}); install cupy-cuda12x to use 'cuda'", 0
+        return False, f"CuPy is not installed ({_one_line(exc)}); pip install \"flowserve[cuda]\" (CuPy for CUDA 13) to use 'cuda'", 0
     except Exception as exc:  # a CUDA library that fails to load
         return False, f"CuPy failed to load ({type(exc).__name__}: {_one_line(exc)})", 0
     try:
