@@ -45,7 +45,7 @@ from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session, cuda_usable
 from flowserve.server.runtime import DeviceIO
 
-BATCHES = (1, 8, 32, 64)  # batches the engine is timed at; the server forms batches up to 64
+BATCHES = (1, 4, 16, 32, 64)  # batches the engine is timed at; the server forms batches up to 64
 
 
 def resnet50_model() -> onnx.ModelProto:
@@ -80,11 +80,46 @@ def resnet50_model() -> onnx.ModelProto:
 MODELS = {"mobilenet": mobilenet_v2_model, "resnet50": resnet50_model}
 
 
-def emit(out, row: dict) -> None:
+def emit(args, row: dict) -> None:
+    """Print ``row`` (one JSON line), keep it for the tables, append it to ``--out``."""
+    args.rows.append(row)
     print(json.dumps(row), flush=True)
-    if out is not None:
-        with open(out, "a") as f:
+    if args.out is not None:
+        with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
+
+
+def _fmt(value, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else str(value)[:40]
+
+
+def print_tables(rows: list) -> None:
+    """The run's rows as markdown tables: ratios are within this run."""
+    engine = [r for r in rows if r["part"] == "engine"]
+    if engine:
+        print("\n| model | batch | session.run img/s | IO binding img/s | pinned IO binding img/s | binding ÷ run |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in engine:
+            print(f"| {r['model']} | {r['batch']} | {_fmt(r['run_numpy'])} | {_fmt(r['io_binding'])} | "
+                  f"{_fmt(r['io_binding_pinned'])} | {r['io_binding'] / r['run_numpy']:.2f}x |")
+    half = [r for r in rows if r["part"] == "fp16" and "error" not in r]
+    if half:
+        print("\n| model | batch | fp32 ms | fp16 ms | fp16 speed-up | top-1 agreement |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in half:
+            print(f"| {r['model']} | {r['batch']} | {r['fp32_ms']:.2f} | {r['fp16_ms']:.2f} | {r['fp16_speedup']:.2f}x | "
+                  f"{r['top1_agreement']:.1%} |")
+    server = [r for r in rows if r["part"] == "server" and "error" not in r]
+    if server:
+        print("\n| model | protocol | c | img/s | p50 ms | p99 ms | formed batch | GPU util % | ÷ engine at that batch |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in server:
+            print(f"| {r['model']} | {r['protocol']} | {r['c']} | {_fmt(r['images_s'])} | {r['p50_ms']:.2f} | "
+                  f"{r['p99_ms']:.2f} | {r['formed_batch']:.1f} | {_fmt(r['gpu_util'])} | "
+                  f"{r['server_over_engine']:.2f} (b{r['engine_batch']}) |")
+    for r in rows:
+        if "error" in r:
+            print(f"failed: {r}")
 
 
 def images(batch: int, seed: int = 0) -> np.ndarray:
@@ -138,7 +173,7 @@ def engine_part(name: str, model: onnx.ModelProto, args) -> dict:
         except Exception as exc:
             row["io_binding_pinned"] = f"{type(exc).__name__}: {exc}"[:200]
         ceiling[batch] = row["io_binding"]
-        emit(args.out, row)
+        emit(args, row)
     try:
         half = create_session(reduce_precision(model, "fp16", None), device=args.device)
         half_io = DeviceIO(half, ["y"], device=args.device)
@@ -147,10 +182,10 @@ def engine_part(name: str, model: onnx.ModelProto, args) -> dict:
             fp32_ms = 1e3 * batch / rate(lambda: io.run({"x": x}), batch, args.seconds / 2)
             fp16_ms = 1e3 * batch / rate(lambda: half_io.run({"x": x}), batch, args.seconds / 2)
             top = np.argmax(io.run({"x": x})[0], 1) == np.argmax(half_io.run({"x": x})[0], 1)
-            emit(args.out, {"part": "fp16", "model": name, "batch": batch, "fp32_ms": fp32_ms, "fp16_ms": fp16_ms,
+            emit(args, {"part": "fp16", "model": name, "batch": batch, "fp32_ms": fp32_ms, "fp16_ms": fp16_ms,
                             "fp16_speedup": fp32_ms / fp16_ms, "top1_agreement": float(top.mean())})
     except Exception as exc:
-        emit(args.out, {"part": "fp16", "model": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        emit(args, {"part": "fp16", "model": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
     return ceiling
 
 
@@ -230,14 +265,14 @@ def server_part(models: dict, ceilings: dict, args, workdir: pathlib.Path) -> No
                         with GpuUtilisation() as gpu:
                             figures = load(target, name, concurrency, args.seconds, protocol, args.client_processes)
                     except Exception as exc:
-                        emit(args.out, {"part": "server", "model": name, "protocol": protocol, "c": concurrency,
+                        emit(args, {"part": "server", "model": name, "protocol": protocol, "c": concurrency,
                                         "error": f"{type(exc).__name__}: {exc}"[:300]})
                         continue
                     after = server_compute(url, name)
                     executions = max(1, after["count"] - before["count"])
                     formed = (after["rows"] - before["rows"]) / executions
                     batch, engine = nearest_ceiling(ceilings[name], formed)
-                    emit(args.out, {"part": "server", "model": name, "protocol": protocol, "c": concurrency,
+                    emit(args, {"part": "server", "model": name, "protocol": protocol, "c": concurrency,
                                     **figures, "formed_batch": formed, "gpu_util": gpu.mean,
                                     "engine_images_s_at_batch": engine, "engine_batch": batch,
                                     "server_over_engine": figures["images_s"] / engine})
@@ -262,15 +297,19 @@ def main() -> None:
     args = parser.parse_args()
     args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
     args.protocols = args.protocols.split(",")
+    args.rows = []  # every row printed, for the tables at the end
     if args.device == "cuda" and not cuda_usable():
         sys.exit(f"no CUDA GPU usable by onnxruntime here (providers {ort.get_available_providers()})")
     models = {name: MODELS[name]() for name in args.models.split(",")}
     ceilings = {}
-    for name, model in models.items():
-        ceilings[name] = engine_part(name, model, args)
-    if not args.no_server:
-        with tempfile.TemporaryDirectory(prefix="flowserve-gpu-") as tmp:
-            server_part(models, ceilings, args, pathlib.Path(tmp))
+    try:
+        for name, model in models.items():
+            ceilings[name] = engine_part(name, model, args)
+        if not args.no_server:
+            with tempfile.TemporaryDirectory(prefix="flowserve-gpu-") as tmp:
+                server_part(models, ceilings, args, pathlib.Path(tmp))
+    finally:
+        print_tables(args.rows)
 
 
 if __name__ == "__main__":

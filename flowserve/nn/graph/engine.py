@@ -86,6 +86,8 @@ def candidates(ort_name: str) -> list:
     """The engines "auto" compares: ONNX Runtime first (the reference), then OpenVINO
     where it is installed (not imported here: a candidate failing to load is dropped when
     measured)."""
+    if ort_name != "cpu":  # a graph on the GPU: OpenVINO would run it on the CPU
+        return [ort_name]
     return [ort_name] + (["openvino"] if openvino.installed() else [])
 
 
