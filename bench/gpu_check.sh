@@ -2,7 +2,8 @@
 # flowserve's checks on a CUDA GPU, in one run, each stage under its own time limit so a
 # stage that hangs costs only its own figures:
 #   env    what is there: the GPU, CUDA/cuDNN libraries, onnxruntime's providers, CuPy, torch
-#   tests  the tests marked gpu (eager on CuPy, graphs on the CUDA provider, serving)
+#   tests  the tests marked gpu (eager on CuPy, graphs on the CUDA provider, serving), and
+#          examples/gpu_train_and_serve.py
 #   serve  bench/bench_gpu_serving.py: flowserve serve --device cuda against ONNX Runtime
 #          CUDA in process, fp16 against fp32
 #   train  bench/bench_gpu_training.py: nn.Graph training steps against PyTorch eager and
@@ -13,6 +14,7 @@
 #   bench/gpu_check.sh                 # every stage
 #   bench/gpu_check.sh tests serve     # some stages
 #   GPU_CHECK_SCALE=0.5 bench/gpu_check.sh   # every stage's time limit halved
+#   GPU_CHECK_TESTS=tests/gpu/test_graph_cuda.py bench/gpu_check.sh tests   # some test files
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -42,7 +44,8 @@ for stage in "${stages[@]}"; do
     tests)
         parallel=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")  # pytest-xdist where installed
         run_stage tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --timeout 120 $parallel \
-            --junitxml="$OUT/tests.xml" tests/gpu tests/core/test_devices.py
+            --junitxml="$OUT/tests.xml" ${GPU_CHECK_TESTS:-tests/gpu tests/core/test_devices.py}
+        run_stage example 90 python3 examples/gpu_train_and_serve.py
         ;;
     serve)
         run_stage serve 150 python3 bench/bench_gpu_serving.py --seconds 2 --out "$OUT/serving.jsonl"

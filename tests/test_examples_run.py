@@ -15,7 +15,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["export_mobilenet.py", "serve_and_query.py", "verified_int8.py", "qat_mobilenet.py",
                                     "serve_workers.py", "serve_tls.py",
-                                    "compressed_requests.py", "shared_memory.py"])
+                                    "compressed_requests.py", "shared_memory.py", "gpu_train_and_serve.py"])
 def test_example_runs(script, tmp_path):
     done = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True, text=True,
                           timeout=240, cwd=tmp_path)
