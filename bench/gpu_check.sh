@@ -2,8 +2,8 @@
 # flowserve's checks on a CUDA GPU, in one run, each stage under its own time limit so a
 # stage that hangs costs only its own figures:
 #   env    what is there: the GPU, CUDA/cuDNN libraries, onnxruntime's providers, CuPy, torch
-#   tests  the tests marked gpu (eager on CuPy, graphs on the CUDA provider, serving), and
-#          examples/gpu_train_and_serve.py
+#   tests    the tests marked gpu (eager on CuPy, graphs on the CUDA provider, serving)
+#   example  examples/gpu_train_and_serve.py
 #   serve  bench/bench_gpu_serving.py: flowserve serve --device cuda against ONNX Runtime
 #          CUDA in process, fp16 against fp32
 #   train  bench/bench_gpu_training.py: nn.Graph training steps against PyTorch eager and
@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 SCALE=${GPU_CHECK_SCALE:-1}
 export PYTHONUNBUFFERED=1
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(env tests serve train)
+[ ${#stages[@]} -eq 0 ] && stages=(env tests example serve train)
 
 limit() { python3 -c "print(max(10, int($1 * $SCALE)))"; }
 
@@ -45,6 +45,8 @@ for stage in "${stages[@]}"; do
         parallel=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")  # pytest-xdist where installed
         run_stage tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu -rfE --timeout 120 $parallel \
             --junitxml="$OUT/tests.xml" ${GPU_CHECK_TESTS:-tests/gpu tests/core/test_devices.py}
+        ;;
+    example)
         run_stage example 90 python3 examples/gpu_train_and_serve.py
         ;;
     serve)
@@ -54,7 +56,7 @@ for stage in "${stages[@]}"; do
         run_stage train 170 python3 bench/bench_gpu_training.py --budget-s "$(limit 150)" --out "$OUT/training.jsonl"
         ;;
     *)
-        echo "unknown stage $stage (env, tests, serve, train)"; exit 2
+        echo "unknown stage $stage (env, tests, example, serve, train)"; exit 2
         ;;
     esac
 done
