@@ -19,6 +19,7 @@ import ctypes
 import functools
 import io
 import logging
+import os
 import threading
 
 import numpy as np
@@ -53,11 +54,28 @@ def cuda_device_count() -> int:
 
 
 def cuda_usable() -> bool:
-    """Whether onnxruntime can run on a GPU here (provider built in, a device visible)."""
-    if CUDA_PROVIDER not in ort.get_available_providers() or cuda_device_count() == 0:
-        return False
+    """Whether onnxruntime can run on a GPU here (provider built in, a device visible, the
+    provider's library loading)."""
+    return cuda_problem() is None
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_problem() -> str | None:
+    """Why onnxruntime cannot run on a GPU here (one line), or None where it can. Probed
+    once: the CUDA provider, a device the driver reports, then the provider's library
+    loaded with its CUDA and cuDNN libraries (where a missing one is named)."""
+    if CUDA_PROVIDER not in ort.get_available_providers():
+        return f"onnxruntime has no CUDA provider (providers {ort.get_available_providers()}; pip install \"flowserve[cuda]\")"
+    if cuda_device_count() == 0:
+        return "the CUDA driver reports no device (0 devices)"
     _load_cuda_libraries()
-    return True
+    library = os.path.join(os.path.dirname(ort.__file__), "capi", "libonnxruntime_providers_cuda.so")
+    if os.path.isfile(library):  # Linux wheels; elsewhere the session's start-up says it
+        try:
+            ctypes.CDLL(library)
+        except OSError as exc:
+            return f"its CUDA provider does not load ({' '.join(str(exc).split())}; pip install \"flowserve[cuda]\")"
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,12 +108,18 @@ def choose_providers(device: str = "auto", options: dict | None = None) -> list:
     if device == "cpu":
         return [CPU_PROVIDER]
     if not cuda_usable():
+        problem = cuda_problem() or "cuda_usable() is False"
         if device == "cuda":
-            raise DeviceError(
-                "device 'cuda' asked for, but no CUDA device is usable by onnxruntime "
-                f"(providers {ort.get_available_providers()}, {cuda_device_count()} devices)")
+            raise DeviceError(f"device 'cuda' asked for, but no CUDA device is usable by onnxruntime: {problem}")
+        if cuda_device_count() > 0 and CUDA_PROVIDER in ort.get_available_providers():
+            _warn_once(f"a CUDA GPU is visible but onnxruntime cannot use it: {problem}; running on the CPU")
         return [CPU_PROVIDER]
     return [(CUDA_PROVIDER, cuda_provider_options(options)), CPU_PROVIDER]
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    LOG.warning(message)
 
 
 def cuda_provider_options(options: dict | None = None) -> dict:

@@ -3,6 +3,7 @@ graph mode, the exporter and the server alike."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,48 @@ def test_provider_choice():
         assert runtime.choose_providers("auto") == [runtime.CPU_PROVIDER]
         with pytest.raises(DeviceError, match="device 'cuda' asked for, but no CUDA device is usable"):
             runtime.choose_providers("cuda")
+
+
+def test_a_gpu_whose_provider_does_not_start_is_one_line(monkeypatch, caplog):
+    """A GPU is visible but the CUDA provider cannot start (a CUDA library missing):
+    ``cuda`` fails with one line naming the cause, ``auto`` runs on the CPU after one
+    warning, not one per session."""
+    reason = "its CUDA provider does not load (libcublasLt.so.13: cannot open shared object file)"
+    monkeypatch.setattr(runtime, "cuda_problem", lambda: reason)
+    monkeypatch.setattr(runtime, "cuda_device_count", lambda: 1)
+    runtime._warn_once.cache_clear()
+    with pytest.raises(DeviceError) as err:
+        runtime.create_session(_add_one(), device="cuda")
+    assert str(err.value) == f"device 'cuda' asked for, but no CUDA device is usable by onnxruntime: {reason}"
+    with pytest.raises(ModelLoadError, match="libcublasLt.so.13"):
+        OrtRunner(_add_one(), device="cuda")
+    with caplog.at_level("WARNING", logger="flowserve.runtime"):
+        sessions = [runtime.create_session(_add_one(), device="auto") for _ in range(3)]
+    assert all(s.get_providers() == [runtime.CPU_PROVIDER] for s in sessions)
+    warned = [r.getMessage() for r in caplog.records if r.name == "flowserve.runtime"]
+    assert warned == [f"a CUDA GPU is visible but onnxruntime cannot use it: {reason}; running on the CPU"]
+    runtime._warn_once.cache_clear()
+
+
+def test_the_cuda_provider_library_that_does_not_load_is_named():
+    """Where this onnxruntime's CUDA provider library does not load here (no CUDA
+    libraries installed), the reason ``cuda_problem`` gives names the missing library."""
+    library = Path(runtime.ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if runtime.CUDA_PROVIDER not in runtime.ort.get_available_providers() or not library.is_file():
+        pytest.skip("this onnxruntime has no CUDA provider library")
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:
+        missing = str(exc).split(":")[0]
+    else:
+        pytest.skip("the CUDA provider loads here")
+    runtime.cuda_problem.cache_clear()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(runtime, "cuda_device_count", lambda: 1)
+            assert missing in runtime.cuda_problem()
+    finally:
+        runtime.cuda_problem.cache_clear()
 
 
 def test_sessions_share_the_cores_and_take_graph_options():
