@@ -22,6 +22,7 @@ import pytest
 
 import flowserve as flow
 from flowserve.device import array_module
+from flowserve.errors import DeviceError
 from flowserve import dtypes
 from flowserve.ops.registry import REGISTRY, Meta, infer_meta
 from tests.core.test_registry import CASES, PARAMS, _call, _check_lowering_on_onnx_runtime
@@ -261,3 +262,12 @@ def test_an_index_tensor_on_the_cpu_indexes_a_cuda_tensor():
     expected = ROWS.copy()
     expected[[0, 3]] = 0.0
     _assert_close(t.numpy(), expected, "t[cpu index] = 0")
+
+
+@needs_cupy
+def test_bfloat16_is_refused_on_the_gpu_with_a_clear_error():
+    t = flow.tensor(ROWS, device=CUDA)
+    with pytest.raises(DeviceError, match="CuPy has no bfloat16"):
+        t.to(flow.bfloat16)
+    with pytest.raises(DeviceError, match="CuPy has no bfloat16"):
+        flow.tensor(ROWS, dtype=flow.bfloat16).to(CUDA)
