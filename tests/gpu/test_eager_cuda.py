@@ -8,9 +8,12 @@ run names every op that fails on the GPU.
 
 Run on a machine with a GPU, CuPy and onnxruntime's CUDA provider::
 
-    python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_eager_cuda.py
+    python3 -m pytest -q -p no:cacheprovider -rs -m gpu tests/gpu/test_eager_cuda.py
 
-Without them every test here skips with the reason.
+Most of the time goes to CuPy compiling each kernel on first use (cached on disk after);
+with pytest-xdist, ``-n 8`` compiles in parallel and survives a crashing worker. Without a
+GPU and CuPy every test here skips with the reason (the ONNX Runtime ones also without
+onnxruntime's CUDA provider).
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def test_forward_on_cuda_equals_cpu(name, index):
 @needs_cupy
 @pytest.mark.parametrize("name,index", _gpu_params())
 def test_outputs_are_cupy_arrays_on_the_device(name, index):
-    cupy_array = array_module(CUDA).ndarray
+    cupy_array = array_module(CUDA).ndarray  # the array a tensor holds is its ``_data``
     where = _result_device(name, CASES[name][index].attrs)
     _, outs = _run(name, index, CUDA)
     for i, o in enumerate(outs):
