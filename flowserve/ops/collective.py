@@ -25,14 +25,17 @@ from flowserve.ops.registry import Meta, fail_shape, primitive
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
-def _host_copy(xp, x) -> np.ndarray:
-    """A C-contiguous numpy copy of ``x`` that the communicator may reduce into."""
-    return np.array(x, copy=True, order="C") if xp is np else xp.asnumpy(x, order="C")
+def _on_host(xp, x, copy: bool) -> np.ndarray:
+    """``x`` as a C-contiguous numpy array (a GPU array is always copied; ``copy`` gives
+    a CPU one a copy the communicator may reduce into)."""
+    if xp is not np:
+        return xp.asnumpy(x, order="C")
+    return np.array(x, copy=True, order="C") if copy else np.asarray(x, order="C")
 
 
 @primitive("all_reduce", shape=lambda x: x, vjp=lambda ctx, g: (all_reduce(g),))
 def all_reduce(xp, x):
-    return xp.asarray(env.communicator().allreduce(_host_copy(xp, x)))
+    return xp.asarray(env.communicator().allreduce(_on_host(xp, x, copy=True)))
 
 
 def _sharded_meta(x: Meta) -> Meta:
@@ -50,10 +53,9 @@ def _gathered_meta(x: Meta) -> Meta:
 
 @primitive("reduce_scatter", shape=_sharded_meta, differentiable=False)
 def reduce_scatter(xp, x):
-    return xp.asarray(env.communicator().reduce_scatter(_host_copy(xp, x)))
+    return xp.asarray(env.communicator().reduce_scatter(_on_host(xp, x, copy=True)))
 
 
 @primitive("all_gather", shape=_gathered_meta, differentiable=False)
 def all_gather(xp, x):
-    shard = np.asarray(x, order="C") if xp is np else xp.asnumpy(x, order="C")
-    return xp.asarray(env.communicator().all_gather(shard))
+    return xp.asarray(env.communicator().all_gather(_on_host(xp, x, copy=False)))
