@@ -10,6 +10,9 @@ an ONNX model is one process.
   ranks' cotangents (every rank's loss depends on every rank's input);
 - ``reduce_scatter(x)``: this rank's slice of the sum of a 1-d ``x`` (ZeRO's gradients);
 - ``all_gather(x)``: the ranks' 1-d slices joined in rank order (ZeRO's parameters).
+
+The communicators exchange host (numpy) arrays: on a GPU the kernels copy the operand to
+the host and the result back to the operand's device.
 """
 
 from __future__ import annotations
@@ -22,10 +25,17 @@ from flowserve.ops.registry import Meta, fail_shape, primitive
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
+def _on_host(xp, x, copy: bool) -> np.ndarray:
+    """``x`` as a C-contiguous numpy array (a GPU array is always copied; ``copy`` gives
+    a CPU one a copy the communicator may reduce into)."""
+    if xp is not np:
+        return xp.asnumpy(x, order="C")
+    return np.array(x, copy=True, order="C") if copy else np.asarray(x, order="C")
+
+
 @primitive("all_reduce", shape=lambda x: x, vjp=lambda ctx, g: (all_reduce(g),))
 def all_reduce(xp, x):
-    out = np.array(x, copy=True, order="C")
-    return env.communicator().allreduce(out)
+    return xp.asarray(env.communicator().allreduce(_on_host(xp, x, copy=True)))
 
 
 def _sharded_meta(x: Meta) -> Meta:
@@ -43,9 +53,9 @@ def _gathered_meta(x: Meta) -> Meta:
 
 @primitive("reduce_scatter", shape=_sharded_meta, differentiable=False)
 def reduce_scatter(xp, x):
-    return env.communicator().reduce_scatter(np.array(x, copy=True, order="C"))
+    return xp.asarray(env.communicator().reduce_scatter(_on_host(xp, x, copy=True)))
 
 
 @primitive("all_gather", shape=_gathered_meta, differentiable=False)
 def all_gather(xp, x):
-    return env.communicator().all_gather(np.asarray(x, order="C"))
+    return xp.asarray(env.communicator().all_gather(_on_host(xp, x, copy=False)))

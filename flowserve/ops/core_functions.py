@@ -197,9 +197,10 @@ eq, ne, lt, le, gt, ge = (
 
 
 def where(condition, x, y):
-    """Elementwise choice (``indexing_functions.where`` adds the one-argument form)."""
+    """Elementwise choice (``indexing_functions.where`` adds the one-argument form); a
+    condition made from numpy (or on the CPU) is moved to the operands' device."""
     x, y = coerce(x, y)
-    return elementwise.where(as_tensor(condition), x, y)
+    return elementwise.where(to_device(as_tensor(condition), x.device), x, y)
 
 
 def logical_not(x):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowserve import dtypes
+from flowserve.errors import DeviceError
 from flowserve.ops.registry import Meta, broadcast_shapes, fail_dtype, primitive
 
 
@@ -102,7 +103,11 @@ def _cast_meta(x: Meta, dtype: str) -> Meta:
 
 @primitive("cast", shape=_cast_meta, vjp=_cast_vjp)
 def cast(xp, x, dtype: str):
-    return x.astype(dtypes.from_name(dtype).np)
+    target = dtypes.from_name(dtype)
+    if target is dtypes.bfloat16 and xp is not np:
+        raise DeviceError("cast expected a dtype CuPy has on the GPU, got bfloat16 (CuPy has no bfloat16 "
+                          "arrays); use float16 or float32 on the GPU")
+    return x.astype(target.np)
 
 
 # -- binary --------------------------------------------------------------------------------

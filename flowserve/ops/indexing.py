@@ -25,6 +25,14 @@ def _along_axis_meta(op: str, x: Meta, index: Meta, axis: int) -> None:
             fail_shape(op, f"index size <= input size {n} in dim {d}", f"index {tuple(index.shape)}")
 
 
+def _check_bounds(op: str, index, size: int, axis: int) -> None:
+    """Indices within ``[-size, size)`` (negative ones count from the end): numpy raises on
+    others, CuPy would wrap them silently."""
+    if index.size and (index.min() < -size or index.max() >= size):
+        raise IndexError(f"{op} expected indices in [{-size}, {size}) for dim {axis}, "
+                         f"got values in [{int(index.min())}, {int(index.max())}]")
+
+
 def _open_grid(xp, index, axis: int, ndim: int) -> tuple:
     """numpy index tuple that addresses ``index``'s entries along ``axis`` of a tensor."""
     if index.ndim != ndim:
@@ -54,6 +62,7 @@ def _gather_vjp(ctx, g):
 @primitive("gather", shape=_gather_meta, vjp=_gather_vjp)
 def gather(xp, x, index, axis: int):
     """``out[i][j] = x[index[i][j]][j]`` for axis 0 (PyTorch's ``gather``)."""
+    _check_bounds("gather", index, x.shape[axis], axis)
     return x[_open_grid(xp, index, axis, x.ndim)]
 
 
@@ -82,6 +91,7 @@ def scatter(xp, x, index, src, axis: int):
     """``out = x`` with ``out[index[i][j]][j] = src[i][j]`` for axis 0."""
     if src.shape != index.shape:
         raise ValueError("src and index differ in shape")  # the shape rule then explains
+    _check_bounds("scatter", index, x.shape[axis], axis)
     out = x.copy()
     out[_open_grid(xp, index, axis, x.ndim)] = src
     return out
@@ -98,6 +108,7 @@ def scatter_add(xp, x, index, src, axis: int):
     """``out = x`` with ``out[index[i][j]][j] += src[i][j]`` for axis 0 (repeats add up)."""
     if src.shape != index.shape:
         raise ValueError("src and index differ in shape")
+    _check_bounds("scatter_add", index, x.shape[axis], axis)
     out = x.copy()
     grid = _open_grid(xp, index, axis, x.ndim)
     if xp.__name__ == "numpy":
@@ -131,8 +142,5 @@ def _take_vjp(ctx, g):
 @primitive("take", shape=_take_meta, vjp=_take_vjp)
 def take(xp, x, index, axis: int):
     """Whole slices of ``x`` along ``axis`` picked by ``index`` (numpy ``take``, ONNX Gather)."""
-    size = x.shape[axis]
-    if index.size and (index.min() < -size or index.max() >= size):
-        raise IndexError(f"take expected indices in [{-size}, {size}) for dim {axis}, "
-                         f"got values in [{int(index.min())}, {int(index.max())}]")
+    _check_bounds("take", index, x.shape[axis], axis)
     return xp.take(x, index, axis=axis)

@@ -40,14 +40,27 @@ def _is_bool_index(k) -> bool:
     return isinstance(k, (list, np.ndarray)) and np.asarray(k).dtype == np.bool_
 
 
-def _mask_indices(mask) -> list:
-    """The int64 index tensors of a boolean mask's True entries (eager only: the count is data)."""
+def _on_device_of(t: Tensor, like: Tensor) -> Tensor:
+    """``t`` (an index, mask or value tensor, often made from a numpy array on the CPU) on
+    ``like``'s device; ``t`` itself where it is there already, and while tracing (a graph
+    runs on one device)."""
+    return core_functions.to_device(t, like.device)
+
+
+def _index_tensor(array, like: Tensor) -> Tensor:
+    """An int64 index tensor of the numpy ``array`` on ``like``'s device."""
+    return _on_device_of(core_functions.as_tensor(np.asarray(array, dtype=np.int64)), like)
+
+
+def _mask_indices(mask, like: Tensor) -> list:
+    """The int64 index tensors of a boolean mask's True entries, on ``like``'s device (eager
+    only: the count is data)."""
     if isinstance(mask, Tensor) and mask.is_lazy:
         raise GraphError(
             f"indexing with a boolean mask (size={tuple(mask.shape)}) gives a data-dependent shape, "
             "which nn.Graph cannot trace; use flow.where(mask, x, y) or x.masked_fill(mask, v)")
     arr = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
-    return [core_functions.as_tensor(a.astype(np.int64)) for a in np.nonzero(arr)]
+    return [_index_tensor(a, like) for a in np.nonzero(arr)]
 
 
 def _expand_key(x: Tensor, key: tuple) -> list:
@@ -55,9 +68,9 @@ def _expand_key(x: Tensor, key: tuple) -> list:
     out = []
     for k in key:
         if _is_bool_index(k):
-            out.extend(_mask_indices(k))
+            out.extend(_mask_indices(k, x))
         elif isinstance(k, (list, np.ndarray)):
-            out.append(core_functions.as_tensor(np.asarray(k, dtype=np.int64)))
+            out.append(_index_tensor(k, x))
         else:
             out.append(k)
     real = sum(1 for k in out if k is not None and k is not Ellipsis)
@@ -106,7 +119,7 @@ def advanced_getitem(x: Tensor, key: tuple) -> Tensor:
             dim += 0 if isinstance(k, int) and not isinstance(k, bool) else 1
     y = core_functions.getitem(x, tuple(basic))
     dims = [d for d, _ in adv]
-    indices = [_wrap_index(k, y.shape[d], d) for d, k in adv]
+    indices = [_wrap_index(_on_device_of(k, y), y.shape[d], d) for d, k in adv]
     if len(adv) == 1:
         return indexing_ops.take(y, indices[0], axis=dims[0])
     return _take_many(y, dims, indices)
@@ -135,21 +148,18 @@ def _take_many(y: Tensor, dims: list, indices: list) -> Tensor:
 def _mask_setitem(x: Tensor, mask: Tensor, value) -> Tensor:
     """``x[mask] = value`` for a mask over x's leading dims and one value: a ``where``."""
     m = core_functions.reshape(mask, list(mask.shape) + [1] * (x.ndim - mask.ndim))
-    return elementwise.where(
-        m, *core_functions.coerce(core_functions.cast(core_functions.as_tensor(value, like=x), x.dtype), x)
-    )
+    value = _on_device_of(core_functions.as_tensor(value, like=x), x)
+    return elementwise.where(m, *core_functions.coerce(core_functions.cast(value, x.dtype), x))
 
 
 def setitem(x: Tensor, key, value) -> None:
     """``x[key] = value``, a functional update of ``x`` (works inside ``nn.Graph`` too)."""
     if isinstance(key, Tensor) and key.dtype is dtypes.bool_ and key.ndim <= x.ndim and \
             tuple(key.shape) == tuple(x.shape[:key.ndim]) and _numel(value) == 1:
-        x._assign(_mask_setitem(x, key, value))
+        x._assign(_mask_setitem(x, _on_device_of(key, x), value))
         return
-    positions = getitem(
-        core_functions.reshape(core_functions.as_tensor(np.arange(x.numel(), dtype=np.int64)), x.shape), key
-    )
-    value = core_functions.cast(core_functions.as_tensor(value, like=x), x.dtype)
+    positions = getitem(core_functions.reshape(_index_tensor(np.arange(x.numel()), x), x.shape), key)
+    value = core_functions.cast(_on_device_of(core_functions.as_tensor(value, like=x), x), x.dtype)
     while value.ndim > positions.ndim and value.shape[0] == 1:
         value = core_functions.reshape(value, value.shape[1:])
     try:
@@ -256,8 +266,8 @@ def masked_fill(input, mask, value):  # noqa: A002
     """``input`` with ``value`` where ``mask`` is True (``value`` takes input's dtype)."""
     if core_functions.as_tensor(mask).dtype is not dtypes.bool_:
         raise TypeError(f"masked_fill expected a bool mask, got {core_functions.as_tensor(mask).dtype}")
-    value = core_functions.cast(core_functions.as_tensor(value, like=input), input.dtype)
-    return elementwise.where(core_functions.as_tensor(mask), value, input)
+    value = core_functions.cast(_on_device_of(core_functions.as_tensor(value, like=input), input), input.dtype)
+    return elementwise.where(_on_device_of(core_functions.as_tensor(mask), input), value, input)
 
 
 def masked_select(input, mask):  # noqa: A002
@@ -267,16 +277,12 @@ def masked_select(input, mask):  # noqa: A002
 
 def nonzero(input, as_tuple: bool = False):  # noqa: A002
     """Indices of the non-zero entries (eager only: their number depends on the data)."""
-    found = _mask_indices(core_functions.ne(input, 0))
+    found = _mask_indices(core_functions.ne(input, 0), input)
     if as_tuple:
         return tuple(found)
     if not found:
-        return core_functions.as_tensor(np.zeros((0, 0), np.int64))
-    return (
-        core_functions.stack(found, 1)
-        if input.ndim
-        else core_functions.as_tensor(np.zeros((int(input.item() != 0), 0), np.int64))
-    )
+        return _index_tensor(np.zeros((0, 0)), input)
+    return core_functions.stack(found, 1) if input.ndim else _index_tensor(np.zeros((int(input.item() != 0), 0)), input)
 
 
 def argwhere(input):  # noqa: A002
@@ -351,7 +357,7 @@ def flip(input, dims):  # noqa: A002
     for d in dims:
         axis = normalize_axis("flip", d, input.ndim)
         n = input.shape[axis]
-        input = indexing_ops.take(input, core_functions.as_tensor(np.arange(n - 1, -1, -1, dtype=np.int64)), axis=axis)
+        input = indexing_ops.take(input, _index_tensor(np.arange(n - 1, -1, -1), input), axis=axis)
     return input
 
 
@@ -364,7 +370,7 @@ def roll(input, shifts, dims=None):  # noqa: A002
         axis = normalize_axis("roll", d, input.ndim)
         n = input.shape[axis]
         order = (np.arange(n) - s) % max(n, 1)
-        input = indexing_ops.take(input, core_functions.as_tensor(order.astype(np.int64)), axis=axis)
+        input = indexing_ops.take(input, _index_tensor(order, input), axis=axis)
     return input
 
 
@@ -375,7 +381,7 @@ def _triangle(input, diagonal: int, upper: bool):
     offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
     keep = offset >= diagonal if upper else offset <= diagonal
     zero = core_functions.scalar_tensor(0, input.dtype, input.device)
-    return elementwise.where(core_functions.as_tensor(keep), input, zero)
+    return elementwise.where(_on_device_of(core_functions.as_tensor(keep), input), input, zero)
 
 
 def tril(input, diagonal: int = 0):  # noqa: A002
@@ -424,7 +430,7 @@ def cumsum(input, dim: int, dtype=None):  # noqa: A002
 def _with_indices(pick, input, dim, keepdim):
     axis = normalize_axis("max", dim, input.ndim)
     if input.ndim == 0:
-        return ValuesIndices(input, core_functions.as_tensor(np.zeros((), np.int64)))
+        return ValuesIndices(input, _index_tensor(np.zeros(()), input))
     indices = pick(input, axis, keepdim=True)
     values = indexing_ops.gather(input, indices, axis=axis)
     if not keepdim:

@@ -70,8 +70,9 @@ def _seeded_meta(x: Meta, seed: Meta, stream: int) -> Meta:
 
 
 def seeded_hash(xp, count: int, seed, stream: int):
-    """The 31-bit hashes of elements ``0..count-1`` of stream ``stream`` under ``seed``."""
-    h = (xp.arange(count, dtype=np.int64) + (np.int64(seed) % HASH_PRIME) * HASH_SEED_MULT
+    """The 31-bit hashes of elements ``0..count-1`` of stream ``stream`` under ``seed`` (a
+    0-d int64 array of ``xp``: it stays on the device, no host round trip)."""
+    h = (xp.arange(count, dtype=np.int64) + (xp.asarray(seed, dtype=np.int64) % HASH_PRIME) * HASH_SEED_MULT
          + stream * HASH_STREAM_MULT) % HASH_PRIME
     for mult, add, shift in HASH_ROUNDS:
         h = (h * mult + add) % HASH_PRIME

@@ -13,8 +13,6 @@ so a graph's backward is written with ordinary ops.
 
 from __future__ import annotations
 
-import numpy as np
-
 from flowserve.autograd import engine, grad_mode  # modules: autograd imports the ops first
 from flowserve.ops import functional
 from flowserve.ops.indexing_functions import chunk, unbind
@@ -41,8 +39,8 @@ def _meta(op: str, states: int):
     return meta
 
 
-def _sigmoid(v):
-    return 1.0 / (1.0 + np.exp(-v))
+def _sigmoid(xp, v):
+    return 1.0 / (1.0 + xp.exp(-v))
 
 
 def _steps(length: int, reverse: bool):
@@ -58,11 +56,11 @@ def lstm_layer(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse: bool = False):
     h, c, ys = h0, c0, [None] * x.shape[0]
     pre = x @ w_ih.T + b_ih
     for t in _steps(x.shape[0], reverse):
-        i, f, g, o = np.split(pre[t] + h @ w_hh.T + b_hh, 4, axis=-1)
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
-        h = _sigmoid(o) * np.tanh(c)
+        i, f, g, o = xp.split(pre[t] + h @ w_hh.T + b_hh, 4, axis=-1)
+        c = _sigmoid(xp, f) * c + _sigmoid(xp, i) * xp.tanh(g)
+        h = _sigmoid(xp, o) * xp.tanh(c)
         ys[t] = h
-    return np.stack(ys).astype(x.dtype), h.astype(x.dtype), c.astype(x.dtype)
+    return xp.stack(ys).astype(x.dtype), h.astype(x.dtype), c.astype(x.dtype)
 
 
 def _gru_vjp(ctx, *grads):
@@ -74,13 +72,13 @@ def gru_layer(xp, x, h0, w_ih, w_hh, b_ih, b_hh, reverse: bool = False):
     h, ys = h0, [None] * x.shape[0]
     pre = x @ w_ih.T + b_ih
     for t in _steps(x.shape[0], reverse):
-        xr, xz, xn = np.split(pre[t], 3, axis=-1)
-        hr, hz, hn = np.split(h @ w_hh.T + b_hh, 3, axis=-1)
-        r, z = _sigmoid(xr + hr), _sigmoid(xz + hz)
-        n = np.tanh(xn + r * hn)
+        xr, xz, xn = xp.split(pre[t], 3, axis=-1)
+        hr, hz, hn = xp.split(h @ w_hh.T + b_hh, 3, axis=-1)
+        r, z = _sigmoid(xp, xr + hr), _sigmoid(xp, xz + hz)
+        n = xp.tanh(xn + r * hn)
         h = (1 - z) * n + z * h
         ys[t] = h
-    return np.stack(ys).astype(x.dtype), h.astype(x.dtype)
+    return xp.stack(ys).astype(x.dtype), h.astype(x.dtype)
 
 
 def _rnn_vjp(ctx, *grads):
@@ -89,13 +87,13 @@ def _rnn_vjp(ctx, *grads):
 
 @primitive("rnn_layer", shape=_meta("rnn_layer", 1), vjp=_rnn_vjp, multiple_results=True)
 def rnn_layer(xp, x, h0, w_ih, w_hh, b_ih, b_hh, nonlinearity: str = "tanh", reverse: bool = False):
-    act = np.tanh if nonlinearity == "tanh" else (lambda v: np.maximum(v, 0))
+    act = xp.tanh if nonlinearity == "tanh" else (lambda v: xp.maximum(v, 0))
     h, ys = h0, [None] * x.shape[0]
     pre = x @ w_ih.T + b_ih
     for t in _steps(x.shape[0], reverse):
         h = act(pre[t] + h @ w_hh.T + b_hh)
         ys[t] = h
-    return np.stack(ys).astype(x.dtype), h.astype(x.dtype)
+    return xp.stack(ys).astype(x.dtype), h.astype(x.dtype)
 
 
 # -- the same layers as composites (the gradient, and a reference) ---------------------------

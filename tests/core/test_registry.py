@@ -117,11 +117,12 @@ def test_onnx_runtime_parity(name, index):
     _check_lowering_on_onnx_runtime(name, arrays, case.attrs, rtol=1e-5)
 
 
-def _check_lowering_on_onnx_runtime(name: str, arrays: list, attrs: dict, rtol: float) -> None:
+def _check_lowering_on_onnx_runtime(name: str, arrays: list, attrs: dict, rtol: float, device: str = "cpu") -> None:
     """The primitive's one-node ONNX model on ONNX Runtime gives the kernel's dtypes, shapes
-    and values (floats within ``rtol``, scaled by the largest magnitude; others exactly)."""
-    expected = [o.numpy() for o in _call(name, [flow.tensor(a) for a in arrays], attrs)]
-    session = create_session(_one_node_model(name, arrays, attrs))
+    and values (floats within ``rtol``, scaled by the largest magnitude; others exactly);
+    the kernel runs on ``device`` and the session on that device's provider."""
+    expected = [o.numpy() for o in _call(name, [flow.tensor(a, device=device) for a in arrays], attrs)]
+    session = create_session(_one_node_model(name, arrays, attrs), device=device)
     got = session.run(None, {f"in{i}": a for i, a in enumerate(arrays)})
     for e, g in zip(expected, got):
         assert g.dtype == e.dtype and g.shape == e.shape, f"{name}: ORT gave {g.shape} {g.dtype}, kernel {e.shape} {e.dtype}"
