@@ -11,6 +11,7 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 from tests.gpu import needs_cupy, needs_ort_cuda
+from tests.precision import assert_close_in_format
 from tests.graph.helpers import ForwardGraph, TrainGraph, assert_close, data, eager_steps, make_optimizer, mlp
 
 pytestmark = [pytest.mark.gpu, needs_cupy, needs_ort_cuda]
@@ -97,3 +98,45 @@ def test_dynamic_batch_on_cuda():
     for batch in (8, 3, 8):
         x = flow.tensor(np.random.default_rng(batch).standard_normal((batch, 12)).astype(np.float32), device="cuda")
         assert_close(graph(x).numpy(), model(x).numpy(), what=f"batch {batch}")
+
+
+def _convnet(seed: int = 0) -> nn.Module:
+    flow.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3, padding=1, groups=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 4))
+
+
+def _images(batch: int = 8, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    return (flow.tensor(rng.standard_normal((batch, 3, 12, 12)).astype(np.float32)),
+            flow.tensor(rng.integers(0, 4, batch).astype(np.int64)))
+
+
+def test_convnet_training_on_cuda_equals_eager_on_the_cpu():
+    """Convolutions (grouped too), batch norm in training mode, pooling: forward and
+    backward lowered for the CUDA provider give the CPU eager numbers."""
+    x, y = _images()
+    eager_model, graph_model = _convnet(), _convnet().to("cuda")
+    eager_opt = flow.optim.SGD(eager_model.parameters(), lr=0.1, momentum=0.9)
+    graph = TrainGraph(graph_model, flow.optim.SGD(graph_model.parameters(), lr=0.1, momentum=0.9))
+    expected = eager_steps(eager_model, eager_opt, None, x, y, STEPS)
+    losses = [graph(x.to("cuda"), y.to("cuda")).numpy() for _ in range(STEPS)]
+    assert_close(losses, expected, rtol=1e-4, what="losses")
+    for (name, p), (_, q) in zip(graph_model.state_dict().items(), eager_model.state_dict().items()):
+        assert _on_gpu(p), name
+        assert_close(p.numpy(), q.numpy(), rtol=1e-4, what=name)  # running stats too
+
+
+def test_amp_graph_on_cuda_gives_the_cpu_graphs_numbers():
+    """AMP's emulated form is the same computation on both providers: equal up to a
+    float16 rounding of the output's scale (float32 sums in another order may round a
+    value to its neighbour)."""
+    x, y = _images()
+    losses = {}
+    for device in ("cpu", "cuda"):
+        model = _convnet().to(device)
+        graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1))
+        graph.config.enable_amp(True, dtype=flow.float16)
+        losses[device] = [float(graph(x.to(device), y.to(device)).numpy()) for _ in range(2)]
+    assert_close_in_format(losses["cuda"], losses["cpu"], "float16", roundings=4)
