@@ -4,7 +4,8 @@ Rows (model x precision): ResNet-50 224x224 batch 64, MobileNetV2 224x224 batch 
 Transformer encoder classifier (batch 32 x 512 tokens, d_model 512, 8 heads, 6 layers,
 feed-forward 2048), each in float32 and in AMP (flowserve: ``graph.config.enable_amp(True)``,
 float16 matmuls and convolutions with float32 master weights, plus a ``flow.amp.GradScaler``;
-PyTorch: ``torch.autocast("cuda", dtype=torch.float16)`` plus ``torch.amp.GradScaler``).
+PyTorch: ``torch.autocast("cuda", dtype=torch.float16)`` plus ``torch.amp.GradScaler``;
+``--amp-dtype bfloat16`` switches both).
 SGD with momentum in both; dropout off. The same architecture in both frameworks, and the
 flowserve model gets the PyTorch model's initial weights (its ``state_dict``, copied in
 order, shapes checked), so the first-step losses on the same batch must agree.
@@ -151,16 +152,17 @@ class Runner:
         self.first_s = time.perf_counter() - start
 
 
-def torch_runner(spec, model, x, y, amp: bool, lr: float, compiled: bool) -> Runner:
+def torch_runner(spec, model, x, y, amp: str | None, lr: float, compiled: bool) -> Runner:
+    """``amp``: None for float32, else the autocast dtype's name (``"float16"``)."""
     device = x.device.type
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    scaler = torch.amp.GradScaler(device, enabled=amp)
+    scaler = torch.amp.GradScaler(device, enabled=amp is not None)
     forward = bench_graph.compile_fresh(model) if compiled else model
-    amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16  # as flowserve's autocast defaults
+    amp_dtype = getattr(torch, amp or "float16")
 
     def step():
-        with torch.autocast(device, dtype=amp_dtype, enabled=amp):
+        with torch.autocast(device, dtype=amp_dtype, enabled=amp is not None):
             loss = loss_fn(forward(x), y)
         opt.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -181,7 +183,7 @@ def torch_model(spec, state, device):
     return model.to(device).train()
 
 
-def graph_runner(spec, torch_model_cpu, x, y, amp: bool, lr: float, device: str) -> Runner:
+def graph_runner(spec, torch_model_cpu, x, y, amp: str | None, lr: float, device: str) -> Runner:
     flow.manual_seed(0)
     model = build(spec, flow)
     copy_weights(torch_model_cpu, model)
@@ -189,7 +191,7 @@ def graph_runner(spec, torch_model_cpu, x, y, amp: bool, lr: float, device: str)
     provider = "cuda" if device == "cuda" else "cpu"
     graph = bench_graph.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=lr, momentum=0.9), True, provider)
     if amp:
-        graph.config.enable_amp(True)
+        graph.config.enable_amp(True, dtype=getattr(flow, amp))
         graph.set_grad_scaler(flow.amp.GradScaler())
     fx, fy = flow.tensor(x, device=device), flow.tensor(y, device=device)
     return Runner(lambda: graph(fx, fy), lambda loss: float(loss.numpy()))
@@ -377,7 +379,7 @@ def run_row(spec, amp, args, budget, report) -> float:
     """Measures one row (and prints it); returns the seconds it took."""
     started = time.monotonic()
     row = {"model": spec.name, "precision": "amp" if amp else "fp32", "batch": spec.batch,
-           "input": list(spec.input_shape), "device": args.device, "steps": args.steps, "complete": args.no_compile}
+           "input": list(spec.input_shape), "device": args.device, "amp_dtype": amp, "steps": args.steps, "complete": args.no_compile}
     state, x, y = eager_and_graph(spec, amp, args, row, report)
     report.emit(finish(row))
     if not args.no_compile:
@@ -435,12 +437,12 @@ def markdown_table(rows) -> str:
 
 
 def selected_rows(args) -> list:
-    """(spec, amp) in run order: per model float32, then AMP; ``--only`` keeps the rows whose
+    """(spec, amp dtype name or None) in run order: per model float32, then AMP; ``--only`` keeps the rows whose
     ``model/precision`` contains one of its comma-separated words."""
     words = [w for w in (args.only or "").split(",") if w]
     rows = []
     for spec in specs(args.smoke):
-        for amp in (False,) if args.no_amp else (False, True):
+        for amp in (None,) if args.no_amp else (None, args.amp_dtype):
             label = f"{spec.name}/{'amp' if amp else 'fp32'}"
             if not words or any(w in label for w in words):
                 rows.append((spec, amp))
@@ -477,6 +479,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None, help="append each row as a JSON line to this file")
     parser.add_argument("--only", default=None, help="comma-separated words; rows whose model/precision contains one")
     parser.add_argument("--no-amp", action="store_true", help="float32 rows only")
+    parser.add_argument("--amp-dtype", default="float16", choices=("float16", "bfloat16"),
+                        help="the low-precision dtype of the AMP rows, in both frameworks")
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile timing")
     parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median is reported)")
