@@ -7,8 +7,9 @@ float16 matmuls and convolutions with float32 master weights, plus a ``flow.amp.
 PyTorch: ``torch.autocast("cuda", dtype=torch.float16)`` plus ``torch.amp.GradScaler``;
 ``--amp-dtype bfloat16`` switches both).
 SGD with momentum in both; dropout off. The same architecture in both frameworks, and the
-flowserve model gets the PyTorch model's initial weights (its ``state_dict``, copied in
-order, shapes checked), so the first-step losses on the same batch must agree.
+PyTorch models get the flowserve model's initial weights (its ``state_dict``, copied in
+order, shapes checked: ``bench_export.copy_weights``), so the first-step losses on the same
+batch must agree.
 
 Per row: ms/step of each (median over interleaved rounds of ``--steps`` steps, the device
 synchronized around each round), the speedups torch_ms / graph_ms and compile_ms /
@@ -45,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import bench_export  # noqa: E402  (sibling script: copy_weights, flowserve's state into a twin)
 import bench_graph  # noqa: E402  (sibling script: the PyTorch twins and the training graph)
 import flowserve as flow  # noqa: E402
 import flowserve.models as models  # noqa: E402
@@ -111,21 +113,6 @@ def build(spec: ModelSpec, lib):
     return BUILDERS[spec.name](lib, **kwargs)
 
 
-def copy_weights(source, target) -> None:
-    """``target.load_state_dict`` from the torch model ``source``'s state, entry by entry in
-    order (the twins name some entries differently, never order or shape them differently)."""
-    src, dst = source.state_dict(), target.state_dict()
-    if len(src) != len(dst):
-        raise ValueError(f"copy_weights: torch model has {len(src)} state entries, flowserve model {len(dst)}")
-    state = {}
-    for (s_key, s_val), (d_key, d_val) in zip(src.items(), dst.items()):
-        if tuple(s_val.shape) != tuple(d_val.shape):
-            raise ValueError(f"copy_weights: torch {s_key} {tuple(s_val.shape)} does not fit flowserve "
-                             f"{d_key} {tuple(d_val.shape)}")
-        state[d_key] = flow.tensor(s_val.detach().cpu().numpy())
-    target.load_state_dict(state)
-
-
 def batch_of(spec: ModelSpec) -> tuple:
     return bench_graph.batch_of(spec.input_shape, spec.classes, spec.batch, spec.vocab)
 
@@ -183,10 +170,7 @@ def torch_model(spec, state, device):
     return model.to(device).train()
 
 
-def graph_runner(spec, torch_model_cpu, x, y, amp: str | None, lr: float, device: str) -> Runner:
-    flow.manual_seed(0)
-    model = build(spec, flow)
-    copy_weights(torch_model_cpu, model)
+def graph_runner(spec, model, x, y, amp: str | None, lr: float, device: str) -> Runner:
     model.to(device).train()
     provider = "cuda" if device == "cuda" else "cpu"
     graph = bench_graph.TrainGraph(model, flow.optim.SGD(model.parameters(), lr=lr, momentum=0.9), True, provider)
@@ -329,11 +313,13 @@ def start_runner(name: str, make, args, row: dict, report: Report) -> Runner | N
 
 def eager_and_graph(spec, amp, args, row, report) -> tuple:
     """Times PyTorch eager and the flowserve graph in interleaved rounds; returns the
-    (CPU) PyTorch model holding the initial weights, and the batch, for the compile phase."""
+    initial weights (a PyTorch state dict) and the batch, for the compile phase."""
     x_np, y_np = batch_of(spec)
-    torch.manual_seed(0)
-    initial = build(spec, torch).train()
-    state = initial.state_dict()
+    flow.manual_seed(0)
+    initial = build(spec, flow)
+    twin = build(spec, torch)
+    bench_export.copy_weights(initial, twin)
+    state = twin.state_dict()
     x, y = torch.tensor(x_np).to(args.device), torch.tensor(y_np).to(args.device)
     runners = {}
     runners["torch"] = start_runner(
@@ -379,7 +365,8 @@ def run_row(spec, amp, args, budget, report) -> float:
     """Measures one row (and prints it); returns the seconds it took."""
     started = time.monotonic()
     row = {"model": spec.name, "precision": "amp" if amp else "fp32", "batch": spec.batch,
-           "input": list(spec.input_shape), "device": args.device, "amp_dtype": amp, "steps": args.steps, "complete": args.no_compile}
+           "input": list(spec.input_shape), "device": args.device, "amp_dtype": amp, "steps": args.steps,
+           "complete": args.no_compile}
     state, x, y = eager_and_graph(spec, amp, args, row, report)
     report.emit(finish(row))
     if not args.no_compile:
