@@ -287,13 +287,16 @@ def record(row: dict, key: str, runner: Runner | None) -> None:
     row[f"{key}_mem_mib"], row[f"{key}_rounds"] = runner.mem_mib, len(runner.times)
 
 
-def interleave(runners: dict, rounds: int, steps: int, device: str, row: dict, report: Report) -> None:
-    """``rounds`` rounds, each timing every framework in turn; a framework that fails is
-    dropped with one line, the others go on."""
-    for _ in range(rounds):
+def interleave(runners: dict, args, budget: Budget, row: dict, report: Report) -> None:
+    """``args.rounds`` rounds, each timing every framework in turn (fewer, at least one,
+    once the budget is spent); a framework that fails is dropped with one line, the others
+    go on."""
+    for done in range(args.rounds):
+        if done and budget.left() <= 0:
+            break
         for name in list(runners):
             try:
-                time_round(runners[name], steps, device)
+                time_round(runners[name], args.steps, args.device)
             except Exception as exc:  # one broken framework must not lose the others
                 report.fail(row, name, exc)
                 runners.pop(name)
@@ -311,7 +314,7 @@ def start_runner(name: str, make, args, row: dict, report: Report) -> Runner | N
         return None
 
 
-def eager_and_graph(spec, amp, args, row, report) -> tuple:
+def eager_and_graph(spec, amp, args, budget, row, report) -> tuple:
     """Times PyTorch eager and the flowserve graph in interleaved rounds; returns the
     initial weights (a PyTorch state dict) and the batch, for the compile phase."""
     x_np, y_np = batch_of(spec)
@@ -328,7 +331,7 @@ def eager_and_graph(spec, amp, args, row, report) -> tuple:
     runners["graph"] = start_runner(
         "graph", lambda: graph_runner(spec, initial, x_np, y_np, amp, args.lr, args.device), args, row, report)
     runners = {k: r for k, r in runners.items() if r is not None}
-    interleave(runners, args.rounds, args.steps, args.device, row, report)
+    interleave(runners, args, budget, row, report)
     if args.device == "cuda":
         if "torch" in runners:
             runners["torch"].mem_mib = torch.cuda.max_memory_allocated() / 2**20
@@ -339,14 +342,14 @@ def eager_and_graph(spec, amp, args, row, report) -> tuple:
     return state, x, y
 
 
-def compile_phase(spec, amp, args, state, x, y, row, report) -> None:
+def compile_phase(spec, amp, args, budget, state, x, y, row, report) -> None:
     runner = start_runner(
         "compile", lambda: torch_runner(spec, torch_model(spec, state, args.device), x, y, amp, args.lr, True),
         args, row, report)
     if runner is None:
         return
     runners = {"compile": runner}
-    interleave(runners, args.rounds, args.steps, args.device, row, report)
+    interleave(runners, args, budget, row, report)
     if args.device == "cuda" and runners:
         runner.mem_mib = torch.cuda.max_memory_allocated() / 2**20
     record(row, "compile", runners.get("compile"))
@@ -367,7 +370,7 @@ def run_row(spec, amp, args, budget, report) -> float:
     row = {"model": spec.name, "precision": "amp" if amp else "fp32", "batch": spec.batch,
            "input": list(spec.input_shape), "device": args.device, "amp_dtype": amp, "steps": args.steps,
            "complete": args.no_compile}
-    state, x, y = eager_and_graph(spec, amp, args, row, report)
+    state, x, y = eager_and_graph(spec, amp, args, budget, row, report)
     report.emit(finish(row))
     if not args.no_compile:
         if budget.left() < args.compile_est_s:
@@ -375,7 +378,7 @@ def run_row(spec, amp, args, budget, report) -> float:
                   f"{budget.left():.0f} s left", flush=True)
         else:
             free_device_memory(args.device)
-            compile_phase(spec, amp, args, state, x, y, row, report)
+            compile_phase(spec, amp, args, budget, state, x, y, row, report)
             row["complete"] = True
             report.emit(finish(row))
     free_device_memory(args.device)
