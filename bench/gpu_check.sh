@@ -53,7 +53,8 @@ for stage in "${stages[@]}"; do
         run_stage serve 150 python3 bench/bench_gpu_serving.py --seconds 2 --out "$OUT/serving.jsonl"
         ;;
     train)
-        run_stage train 170 python3 bench/bench_gpu_training.py --budget-s "$(limit 150)" --out "$OUT/training.jsonl"
+        run_stage train 170 python3 bench/bench_gpu_training.py --budget-s "$(limit 140)" --no-compile \
+            --only resnet50,mobilenet_v2/fp32,transformer --steps 5 --rounds 3 --warmup 2 --out "$OUT/training.jsonl"
         ;;
     *)
         echo "unknown stage $stage (env, tests, example, serve, train)"; exit 2

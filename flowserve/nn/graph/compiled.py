@@ -66,6 +66,7 @@ class CompiledGraph:
         self.engine_choice = None  # EngineChoice where "auto" compared engines
         self._choice_pending = None  # "auto": the cache path to write the measurement to
         self._runs = 0
+        self._bound_session, self._device_bound = None, False  # _binds_on_device
         self._explicit_check = self.training and self.options.get("execution_provider") == "openvino"
         self._build_session()
 
@@ -215,7 +216,7 @@ class CompiledGraph:
     # -- running ------------------------------------------------------------------------------
 
     def run(self, inputs: list) -> list[Tensor]:
-        if self.device.type == "cuda" and self.engine == "cuda":
+        if self._binds_on_device():
             return self._run_on_device(inputs)
         state = self.traced.state
         if not self.training and _versions(state, self.update_names) != self.versions:
@@ -243,6 +244,15 @@ class CompiledGraph:
         device = inputs[0].device if inputs else CPU
         return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype), device), device)
                 for out, v in zip(outs, self.traced.ir.outputs)]
+
+    def _binds_on_device(self) -> bool:
+        """Whether the session runs on the CUDA provider for a graph whose tensors are on
+        the GPU (then nothing is bound in host memory); noted per session."""
+        if self._bound_session is not self.session:
+            providers = getattr(self.session, "get_providers", list)()
+            self._bound_session = self.session
+            self._device_bound = self.device.type == "cuda" and providers[:1] == [runtime.CUDA_PROVIDER]
+        return self._device_bound
 
     def _run_on_device(self, inputs: list) -> list[Tensor]:
         """The run on the CUDA provider: every array stays on the device, bound by address
