@@ -28,7 +28,7 @@ from typing import Callable
 
 from flowserve import dtypes
 from flowserve.autograd import tape
-from flowserve.errors import DistributedError, DTypeError, FlowserveError, ShapeError
+from flowserve.errors import DeviceError, DistributedError, DTypeError, FlowserveError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def _arrays_on_one_device(prim, inputs) -> list:
     device = inputs[0]._device
     for t in inputs:
         if t._device is not device and t._device != device:
-            raise FlowserveError(
+            raise DeviceError(
                 f"{prim.name} expected all tensors on one device, got {device} and {t._device}")
     return [t._data for t in inputs]
 

@@ -229,7 +229,7 @@ class ServedModel:
         that would cost such a run more than the narrow sessions gain."""
         def make(instances: int, threads: int) -> OrtRunner:
             return OrtRunner(proto, config.device, instances, threads, provider=config.provider,
-                             cudnn_benchmark=config.cudnn_benchmark)
+                             cudnn_benchmark=config.cudnn_benchmark, max_batch_size=self.max_batch_size)
 
         policy, instances, threads = config.cpu_policy, config.instance_count, config.intra_op_threads
         if policy == "wide-narrow":  # the other level's instances and threads do not apply
@@ -273,6 +273,13 @@ class ServedModel:
             inputs = {spec.name: _zeros(spec, rows) for spec in self.inputs}
             for runner in self.runners:
                 runner.run(inputs)
+
+    def warm_batch_buckets(self) -> None:
+        """On CUDA, run every instance once at each batch size it pads batches up to, so no
+        request waits for cuDNN to plan a new shape (nothing to do on the CPU)."""
+        for runner in self.runners:
+            for rows in runner.batch_buckets:
+                runner.run({spec.name: _zeros(spec, rows) for spec in self.inputs})
 
     async def start(self) -> None:
         """Start the batcher's workers on the running event loop."""

@@ -10,6 +10,8 @@ converts at the boundary (bfloat16, strings) and runs a dict of arrays::
 
 from __future__ import annotations
 
+import threading
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -74,7 +76,8 @@ class OrtRunner:
     """One ONNX Runtime session of a model: an instance the batcher runs batches on."""
 
     def __init__(self, model: onnx.ModelProto, device: str = "auto", instances: int = 1,
-                 intra_op_threads: int = 0, provider: str = "onnxruntime", cudnn_benchmark: bool = False):
+                 intra_op_threads: int = 0, provider: str = "onnxruntime", cudnn_benchmark: bool = False,
+                 max_batch_size: int = 0):
         external = external_tensor_names(model)
         if external:  # onnxruntime would resolve them against the working directory
             raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
@@ -106,8 +109,15 @@ class OrtRunner:
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._converts_inputs = bool(self._bf16_inputs or self._string_inputs)
         self._converts_outputs = bool(self._bf16_outputs or self._string_outputs)
-        self._device_io = DeviceIO(self._session, self.output_names) if self.device == "cuda" \
-            and not (self._string_inputs or self._string_outputs) else None
+        self._device_io = None
+        if self.device == "cuda" and not (self._string_inputs or self._string_outputs):
+            self._device_io = DeviceIO(self._session, self.output_names,
+                                       buckets=batch_buckets(max_batch_size) if max_batch_size else ())
+
+    @property
+    def batch_buckets(self) -> tuple:
+        """The batch sizes a batch is padded up to before it runs (on CUDA), else ()."""
+        return self._device_io.buckets if self._device_io is not None else ()
 
     @property
     def device(self) -> str:
@@ -146,35 +156,71 @@ class OrtRunner:
         return array
 
 
-class DeviceIO:
-    """A CUDA session's batch run through IO binding: each input is copied host->device
-    once into a device buffer that stays bound while its shape and dtype repeat (a
-    server's batches come in few shapes), the outputs are allocated on the device by
-    ONNX Runtime's arena and copied back once each. One per session (instance): a
-    session runs one batch at a time."""
+def batch_buckets(max_batch_size: int) -> tuple:
+    """The batch sizes a CUDA session runs: the powers of two below ``max_batch_size``, and
+    it. cuDNN plans each new input shape at its first run (tens to hundreds of
+    milliseconds per convolution model); a batch padded up to one of these few sizes
+    meets a planned shape after warm-up."""
+    sizes, size = [], 1
+    while size < max_batch_size:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes + [max_batch_size])
 
-    def __init__(self, session, output_names: list[str], device: str = "cuda"):
+
+class DeviceIO:
+    """A CUDA session's batch run through IO binding. A batch of ``rows`` is padded (rows of
+    zeros) up to the smallest of ``buckets`` that holds it; each input is copied
+    host->device once into a device buffer kept per shape, the outputs are allocated on the
+    device by ONNX Runtime's arena, copied back once each and cut to ``rows``. Rows are
+    independent in a batched model (the batcher merges requests on that ground), so the
+    padding changes no real row. One per session (instance); runs are serialised (the
+    binding and buffers are the session's own)."""
+
+    def __init__(self, session, output_names: list[str], device: str = "cuda", buckets: tuple = ()):
         self._session = session
         self._device = device  # "cuda" (what the server binds), or "cpu"
         self._binding = session.io_binding()
         self._output_names = output_names
-        self._inputs: dict = {}  # name -> (shape, dtype, OrtValue on the device)
+        self.buckets = tuple(sorted(buckets))
+        self._inputs: dict = {}  # (name, shape, dtype) -> OrtValue on the device
+        self._staging: dict = {}  # (name, shape, dtype) -> host array a padded batch is assembled in
+        self._lock = threading.Lock()
 
     def run(self, feed: dict) -> list:
-        binding = self._binding
-        for name, array in feed.items():
-            array = np.ascontiguousarray(array)
-            held = self._inputs.get(name)
-            if held is None or held[0] != array.shape or held[1] != array.dtype:
-                value = ort.OrtValue.ortvalue_from_shape_and_type(array.shape, array.dtype, self._device, 0)
-                held = self._inputs[name] = (array.shape, array.dtype, value)
+        rows = next(iter(feed.values())).shape[0] if self.buckets and feed else None
+        padded = next((b for b in self.buckets if b >= rows), rows) if rows is not None else None
+        with self._lock:
+            binding = self._binding
+            for name, array in feed.items():
+                array = np.ascontiguousarray(array)
+                if padded is not None and padded != rows:
+                    array = self._pad(name, array, padded)
+                key = (name, array.shape, array.dtype)
+                value = self._inputs.get(key)
+                if value is None:
+                    value = self._inputs[key] = ort.OrtValue.ortvalue_from_shape_and_type(
+                        array.shape, array.dtype, self._device, 0)
+                value.update_inplace(array)
                 binding.bind_ortvalue_input(name, value)
-            held[2].update_inplace(array)
-        binding.clear_binding_outputs()
-        for name in self._output_names:
-            binding.bind_output(name, self._device, 0)
-        self._session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()
+            binding.clear_binding_outputs()
+            for name in self._output_names:
+                binding.bind_output(name, self._device, 0)
+            self._session.run_with_iobinding(binding)
+            outputs = binding.copy_outputs_to_cpu()
+        if padded is not None and padded != rows:
+            outputs = [out[:rows] for out in outputs]
+        return outputs
+
+    def _pad(self, name: str, array: np.ndarray, padded: int) -> np.ndarray:
+        shape = (padded,) + array.shape[1:]
+        staging = self._staging.get((name, shape, array.dtype))
+        if staging is None:
+            staging = self._staging[(name, shape, array.dtype)] = np.zeros(shape, array.dtype)
+        rows = array.shape[0]
+        staging[:rows] = array
+        staging[rows:] = 0
+        return staging
 
 
 # onnxruntime's Python API takes and gives strings as UTF-8 text. Bytes that are not UTF-8

@@ -83,6 +83,7 @@ def verify_before_ready(model: ServedModel, source: pathlib.Path, skip: bool = F
                     "that it reproduces its reference examples", model.name, model.version)
     if reference is None or not model.config.warmup_from_examples:
         model.warmup()
+    model.warm_batch_buckets()
     if reference is None:
         reason = "skipped (--skip-verify)" if skip else "no reference examples stored with the model"
         return {"verified": False, "verification": reason}
