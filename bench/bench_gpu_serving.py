@@ -253,7 +253,7 @@ def server_part(models: dict, ceilings: dict, args, workdir: pathlib.Path) -> No
     http, grpc = free_port(), free_port()
     url = f"http://127.0.0.1:{http}"
     command = [sys.executable, "-m", "flowserve.cli", "serve", str(repo), "--device", args.device, "--http-port", str(http),
-               "--grpc-port", str(grpc), "--log-level", "warning"]
+               "--grpc-port", str(grpc), "--log-level", "warning", *args.server_arg]
     server = start(command, url, timeout_s=300, log=workdir / "server.log")
     try:
         for name in models:
@@ -294,6 +294,8 @@ def main() -> None:
     parser.add_argument("--no-server", action="store_true", help="the engine part only")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script out")
     parser.add_argument("--out", default=None, help="append one JSON line per row here")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="an option for flowserve serve, e.g. --server-arg=--cudnn-benchmark (repeatable)")
     args = parser.parse_args()
     args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
     args.protocols = args.protocols.split(",")

@@ -84,14 +84,49 @@ def first_calls(device: str) -> None:
         print(f"| {batch} | {times[0]:.1f} | {times[1]:.1f} |")
 
 
+def shape_switches(device: str, rounds: int = 6) -> None:
+    """Milliseconds per call when calls alternate between batch 8 and 16 (each warmed),
+    for each cuDNN algorithm search mode of the CUDA provider, and for one session per
+    shape (MobileNetV2)."""
+    model = mobilenet_v2_model().SerializeToString()
+    xs = [np.random.default_rng(b).standard_normal((b, 3, 224, 224)).astype(np.float32) for b in (8, 16)]
+
+    def session(mode):
+        options = {"cudnn_conv_algo_search": mode} if device == "cuda" else {}
+        providers = [("CUDAExecutionProvider", options), "CPUExecutionProvider"] if device == "cuda" else None
+        return ort.InferenceSession(model, runtime.session_options(), providers=providers)
+
+    def alternate(sessions):
+        for s, x in zip(sessions, xs):  # warm each shape twice
+            s.run(None, {"x": x})
+            s.run(None, {"x": x})
+        times = []
+        for _ in range(rounds):
+            for s, x in zip(sessions, xs):
+                started = time.perf_counter()
+                s.run(None, {"x": x})
+                times.append(1e3 * (time.perf_counter() - started))
+        return float(np.median(times)), max(times)
+
+    print("\n| cuDNN search | sessions | median ms per call (8 and 16 alternating) | max ms |\n|---|---|---:|---:|")
+    for mode in ("HEURISTIC", "EXHAUSTIVE", "DEFAULT"):
+        shared = session(mode)
+        print(f"| {mode} | one | %.1f | %.1f |" % alternate([shared, shared]))
+    print("| HEURISTIC | one per shape | %.1f | %.1f |" % alternate([session("HEURISTIC"), session("HEURISTIC")]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="mobilenet_v2,resnet50")
     parser.add_argument("--top", type=int, default=14)
     parser.add_argument("--device", default="cuda", help="cuda; cpu (with --smoke) to try the script out")
     parser.add_argument("--smoke", action="store_true", help="tiny models")
+    parser.add_argument("--switches", action="store_true", help="the per-shape probes only, no training profile")
     args = parser.parse_args()
     first_calls(args.device)
+    shape_switches(args.device)
+    if args.switches:
+        return
     for spec in gt.specs(args.smoke):
         if spec.name in args.only.split(","):
             step_profile(spec, args.top, args.device)
