@@ -88,11 +88,12 @@ class OrtRunner:
             self.providers = choose_providers("cpu" if openvino else device)
         except DeviceError as exc:
             raise ModelLoadError(str(exc)) from None
+        def new_session():
+            return create_session(model, device=device, instances=instances, threads=intra_op_threads,
+                                  provider="openvino" if openvino else "auto",
+                                  options={"cudnn_conv_heuristic_search_algo": not cudnn_benchmark})
         try:
-            self._session = create_session(model, device=device, instances=instances,
-                                           threads=intra_op_threads,
-                                           provider="openvino" if openvino else "auto",
-                                           options={"cudnn_conv_heuristic_search_algo": not cudnn_benchmark})
+            self._session = new_session()
         except (GraphError, DeviceError) as exc:  # OpenVINO not installed, CUDA not starting: one line
             raise ModelLoadError(str(exc)) from None
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
@@ -112,7 +113,8 @@ class OrtRunner:
         self._device_io = None
         if self.device == "cuda" and not (self._string_inputs or self._string_outputs):
             self._device_io = DeviceIO(self._session, self.output_names,
-                                       buckets=batch_buckets(max_batch_size) if max_batch_size else ())
+                                       buckets=batch_buckets(max_batch_size) if max_batch_size else (),
+                                       new_session=new_session)
 
     @property
     def batch_buckets(self) -> tuple:
@@ -169,48 +171,58 @@ def batch_buckets(max_batch_size: int) -> tuple:
 
 
 class DeviceIO:
-    """A CUDA session's batch run through IO binding. A batch of ``rows`` is padded (rows of
-    zeros) up to the smallest of ``buckets`` that holds it; each input is copied
-    host->device once into a device buffer kept per shape, the outputs are allocated on the
-    device by ONNX Runtime's arena, copied back once each and cut to ``rows``. Rows are
-    independent in a batched model (the batcher merges requests on that ground), so the
-    padding changes no real row. One per session (instance); runs are serialised (the
-    binding and buffers are the session's own)."""
+    """A CUDA session's batch run through IO binding, one session per batch size.
 
-    def __init__(self, session, output_names: list[str], device: str = "cuda", buckets: tuple = ()):
-        self._session = session
+    ONNX Runtime's CUDA convolutions keep the cuDNN plan of the last input shape only: a
+    session whose calls alternate between two batch sizes plans again at every call
+    (MobileNetV2 on an H200: 350-1,100 ms a call, against 2.5 ms with a session per
+    shape). So a batch of ``rows`` is padded (rows of zeros) up to the smallest of
+    ``buckets`` that holds it, and each bucket runs on a session of its own (made by
+    ``new_session`` at its first batch; ``ServedModel.warm_batch_buckets`` makes them at
+    load). Rows are independent in a batched model (the batcher merges requests on that
+    ground), so the padding changes no real row; the outputs are cut back to ``rows``.
+    Each input is copied host->device once into a device buffer kept per shape; outputs
+    are allocated by ONNX Runtime's device arena and copied back once each. Runs are
+    serialised (the bindings and buffers are this instance's own)."""
+
+    def __init__(self, session, output_names: list[str], device: str = "cuda", buckets: tuple = (),
+                 new_session=None):
         self._device = device  # "cuda" (what the server binds), or "cpu"
-        self._binding = session.io_binding()
         self._output_names = output_names
         self.buckets = tuple(sorted(buckets))
-        self._inputs: dict = {}  # (name, shape, dtype) -> OrtValue on the device
+        self._new_session = new_session  # None: every batch size shares ``session``
+        self._spare = session  # the first batch size's session
+        self._lanes: dict = {}  # batch size (None without buckets) -> _Lane
         self._staging: dict = {}  # (name, shape, dtype) -> host array a padded batch is assembled in
         self._lock = threading.Lock()
+
+    @property
+    def sessions(self) -> int:
+        """Sessions made so far (one per batch size run)."""
+        return len({id(lane.session) for lane in self._lanes.values()})
 
     def run(self, feed: dict) -> list:
         rows = next(iter(feed.values())).shape[0] if self.buckets and feed else None
         padded = next((b for b in self.buckets if b >= rows), rows) if rows is not None else None
         with self._lock:
-            binding = self._binding
-            for name, array in feed.items():
-                array = np.ascontiguousarray(array)
-                if padded is not None and padded != rows:
-                    array = self._pad(name, array, padded)
-                key = (name, array.shape, array.dtype)
-                value = self._inputs.get(key)
-                if value is None:
-                    value = self._inputs[key] = ort.OrtValue.ortvalue_from_shape_and_type(
-                        array.shape, array.dtype, self._device, 0)
-                value.update_inplace(array)
-                binding.bind_ortvalue_input(name, value)
-            binding.clear_binding_outputs()
-            for name in self._output_names:
-                binding.bind_output(name, self._device, 0)
-            self._session.run_with_iobinding(binding)
-            outputs = binding.copy_outputs_to_cpu()
+            if padded is not None and padded != rows:
+                feed = {name: self._pad(name, np.ascontiguousarray(a), padded) for name, a in feed.items()}
+            outputs = self._lane(padded).run(feed)
         if padded is not None and padded != rows:
             outputs = [out[:rows] for out in outputs]
         return outputs
+
+    def _lane(self, size):
+        lane = self._lanes.get(size)
+        if lane is None:
+            if self._spare is not None:
+                session, self._spare = self._spare, None
+            elif self._new_session is not None:
+                session = self._new_session()
+            else:
+                session = next(iter(self._lanes.values())).session
+            lane = self._lanes[size] = _Lane(session, self._device, self._output_names)
+        return lane
 
     def _pad(self, name: str, array: np.ndarray, padded: int) -> np.ndarray:
         shape = (padded,) + array.shape[1:]
@@ -221,6 +233,34 @@ class DeviceIO:
         staging[:rows] = array
         staging[rows:] = 0
         return staging
+
+
+class _Lane:
+    """One session's IO binding: device buffers per input shape, outputs on the device."""
+
+    def __init__(self, session, device: str, output_names: list[str]):
+        self.session = session
+        self._device = device
+        self._binding = session.io_binding()
+        self._output_names = output_names
+        self._inputs: dict = {}  # (name, shape, dtype) -> OrtValue on the device
+
+    def run(self, feed: dict) -> list:
+        binding = self._binding
+        for name, array in feed.items():
+            array = np.ascontiguousarray(array)
+            key = (name, array.shape, array.dtype)
+            value = self._inputs.get(key)
+            if value is None:
+                value = self._inputs[key] = ort.OrtValue.ortvalue_from_shape_and_type(
+                    array.shape, array.dtype, self._device, 0)
+            value.update_inplace(array)
+            binding.bind_ortvalue_input(name, value)
+        binding.clear_binding_outputs()
+        for name in self._output_names:
+            binding.bind_output(name, self._device, 0)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
 
 
 # onnxruntime's Python API takes and gives strings as UTF-8 text. Bytes that are not UTF-8

@@ -51,7 +51,7 @@ def test_cuda_runner_pads_batches_to_its_buckets_and_matches_the_cpu():
         got = gpu.run({"x": x})["y"]
         assert got.shape == (rows, 5)
         _close(got, cpu.run({"x": x})["y"])
-    assert sorted(key[1][0] for key in gpu._device_io._inputs) == [1, 4, 8]  # one device buffer per bucket
+    assert sorted(gpu._device_io._lanes) == [1, 4, 8] and gpu._device_io.sessions == 3  # a session per bucket
 
 
 def test_cudnn_benchmark_gives_the_same_answers():
