@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from types import MappingProxyType
 
 import numpy as np
 
@@ -272,12 +273,7 @@ class CompiledGraph:
             binding.bind_input(name, kind, index, array.dtype.type, list(array.shape), _address(array))
         new_state = {}
         for name in self.update_names:
-            current = state[name]._data
-            pair = self._buffers.get(name)
-            if pair is None or not any(current is b for b in pair):
-                current = _on_device(current, device)
-                pair = self._buffers[name] = [current, xp.empty_like(current)]
-            target = new_state[name] = pair[1] if current is pair[0] else pair[0]
+            target = new_state[name] = self._state_target(name, device)
             binding.bind_output(name + ":new", kind, index, target.dtype.type, list(target.shape), _address(target))
         outs = []
         for v, shape in zip(self.traced.ir.outputs, self._output_shapes(inputs)):
@@ -307,16 +303,21 @@ class CompiledGraph:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
         new = {}
         for name in self.update_names:
-            current = self.traced.state[name]._data
-            pair = self._buffers.get(name)
-            if pair is None or not any(current is b for b in pair):
-                pair = [current, np.empty_like(current)] if isinstance(current, np.ndarray) and \
-                    current.flags.c_contiguous else [np.empty_like(current), np.empty_like(current)]
-                self._buffers[name] = pair
-            target = pair[1] if current is pair[0] else pair[0]
+            target = new[name] = self._state_target(name, CPU)
             binding.bind_ortvalue_output(name + ":new", runtime.ort_value(target))
-            new[name] = target
         return new
+
+    def _state_target(self, name: str, device: Device):
+        """Where the run writes the new value of state ``name``: of the two buffers on
+        ``device`` it takes turns in, the one its tensor does not hold now."""
+        current = self.traced.state[name]._data
+        pair = self._buffers.get(name)
+        if pair is None or not any(current is b for b in pair):
+            xp = array_module(device)
+            held = current if isinstance(current, xp.ndarray) and current.flags.c_contiguous else \
+                xp.empty(current.shape, current.dtype)
+            pair = self._buffers[name] = [held, xp.empty(current.shape, current.dtype)]
+        return pair[1] if current is pair[0] else pair[0]
 
     def _bind_user_outputs(self, binding, inputs) -> list:
         """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
@@ -433,9 +434,9 @@ def _from_ort_value(value, xp):
     return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0)).copy()
 
 
-_ORT_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
-              "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
-              "tensor(uint8)": "uint8", "tensor(bool)": "bool", "tensor(int16)": "int16"}
+_ORT_TYPES = MappingProxyType({"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+                               "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
+                               "tensor(uint8)": "uint8", "tensor(bool)": "bool", "tensor(int16)": "int16"})
 
 
 def _device_ir_dtype(out, name: str):
