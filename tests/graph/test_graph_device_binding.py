@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import flowserve as flow
-from flowserve.nn.graph.compiled import CompiledGraph
+from flowserve.nn.graph.compiled import BATCH_SESSIONS, CompiledGraph
 from tests.graph.helpers import ForwardGraph, TrainGraph, assert_close, data, make_optimizer, mlp
 
 
@@ -48,3 +48,17 @@ def test_inference_bound_by_address_at_a_new_batch_size(bound_by_address):
         out = graph(x)
         assert out.shape == (batch, 4) and out.dtype == flow.float32
         assert_close(out.numpy(), model(x).numpy(), what=f"batch {batch}")
+
+
+def test_a_dynamic_batch_inference_graph_keeps_a_session_per_batch_size(bound_by_address):
+    """ONNX Runtime's CUDA convolutions plan cuDNN again whenever a session's input shape
+    changes: the device run keeps a session per batch size (the last eight)."""
+    model = mlp().eval()
+    graph = ForwardGraph(model)
+    sizes = (8, 3, 8, 5) + tuple(range(10, 20))
+    for batch in sizes:
+        x = flow.tensor(np.random.default_rng(batch).standard_normal((batch, 12)).astype(np.float32))
+        assert_close(graph(x).numpy(), model(x).numpy(), what=f"batch {batch}")
+    sessions = graph._parts.last._batch_sessions
+    assert list(sessions) == list(sizes[-BATCH_SESSIONS:])
+    assert len({id(s) for s in sessions.values()}) == BATCH_SESSIONS
