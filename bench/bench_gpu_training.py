@@ -42,15 +42,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import bench_export  # noqa: E402  (sibling script: copy_weights, flowserve's state into a twin)
 import bench_graph  # noqa: E402  (sibling script: the PyTorch twins and the training graph)
 import flowserve as flow  # noqa: E402
 import flowserve.models as models  # noqa: E402
-import flowserve.nn as nn  # noqa: E402
 import torch  # noqa: E402
 from tests.models.vision_architectures import vision_architectures  # noqa: E402
 
