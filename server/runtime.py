@@ -222,6 +222,8 @@ class DeviceIO:
             else:
                 session = next(iter(self._lanes.values())).session
             lane = self._lanes[size] = _Lane(session, self._device, self._output_names)
+            if len(self._lanes) >= len(self.buckets):
+                self._new_session = None  # every size has its session: let the model proto go
         return lane
 
     def _pad(self, name: str, array: np.ndarray, padded: int) -> np.ndarray:
