@@ -231,7 +231,8 @@ def _cuda_session(data, so: ort.SessionOptions, providers: list, *, required: bo
     """A session on the CUDA provider. Where the provider does not start (a CUDA or cuDNN
     library missing, a driver too old) but the model loads on the CPU, ``required``
     (device "cuda") raises a one-line ``DeviceError``; else ("auto") the session runs on
-    the CPU and one warning says why. ONNX Runtime's own fallback (a printed banner) is
+    the CPU and one warning per process says why (a server makes a session per batch size
+    and instance). ONNX Runtime's own fallback (a printed banner) is
     off; a model that loads nowhere raises ONNX Runtime's error."""
     try:
         session = ort.InferenceSession(data, sess_options=so, providers=providers, enable_fallback=0)
@@ -251,7 +252,7 @@ def _cuda_session(data, so: ort.SessionOptions, providers: list, *, required: bo
     why = " ".join(str(cuda_error).split())[:300]
     if required:
         raise DeviceError(f"device 'cuda': the CUDA execution provider did not start: {why}")
-    LOG.warning("the CUDA execution provider did not start (%s); running on the CPU", why)
+    _warn_once(f"the CUDA execution provider did not start ({why}); running on the CPU")
     return session
 
 
