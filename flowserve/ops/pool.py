@@ -8,9 +8,9 @@ recomputed by the gradient, so inference graphs carry a plain one-output MaxPool
 
 Composites (no gradient or lowering of their own): ``avg_pool2d`` is a depthwise
 convolution with a ones kernel divided by PyTorch's window sizes; ``adaptive_avg_pool2d``
-is a mean, a reshape-and-mean, or two matrix products with averaging matrices;
-``interpolate`` (nearest, bilinear) is two matrix products with interpolation matrices,
-or a broadcast for integer nearest scales.
+is a copy (windows of one pixel), a mean, a reshape-and-mean, or two matrix products with
+averaging matrices; ``interpolate`` (nearest, bilinear) is two matrix products with
+interpolation matrices, or a broadcast for integer nearest scales.
 """
 
 from __future__ import annotations
@@ -161,6 +161,8 @@ def adaptive_avg_pool2d(x, output_size):
     h, w = x.shape[-2:]
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
     oh, ow = oh or h, ow or w
+    if (oh, ow) == (h, w):  # each window is one pixel (a 1x1 map to (1, 1), VGG's 7x7 to 7x7)
+        return core_functions.clone(x)
     if (oh, ow) == (1, 1):
         return core_functions.mean(x, (-2, -1), keepdim=True)
     if h % oh == 0 and w % ow == 0:

@@ -152,6 +152,8 @@ MODULE_CASES = [
     ("AdaptiveAvgPool2d", ((1, 1),), {}, [(2, 8, 4, 4)]),
     ("AdaptiveAvgPool2d", ((3, 5),), {}, [(2, 2, 7, 10)]),
     ("AdaptiveAvgPool2d", (2,), {}, [(1, 2, 6, 4)]),
+    ("AdaptiveAvgPool2d", ((1, 1),), {}, [(2, 8, 1, 1)]),  # windows of one pixel: a copy
+    ("AdaptiveAvgPool2d", ((4, None),), {}, [(2, 3, 4, 3)]),
     ("Upsample", (), dict(scale_factor=2), [(1, 2, 3, 4)]),
     ("Upsample", (), dict(size=(5, 7)), [(1, 2, 3, 4)]),
     ("Upsample", (), dict(size=(5, 7), mode="bilinear"), [(1, 2, 3, 4)]),
