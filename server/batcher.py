@@ -19,7 +19,9 @@ batches wait to fill as before; requests that pile up while a batch runs merge e
 way, so a burst still forms full batches. While no company is expected, every
 ``PROBE_EVERY``-th batch waits anyway: an event loop too busy to read the next request
 before it answers the last one serves many clients one request at a time, none finding
-another in flight, and the arrivals during a probe's wait lift the share again. A
+another in flight, and the arrivals during a probe's wait lift the share again. Each
+probe that finds no company doubles the interval to the next, up to ``PROBE_EVERY_MAX``;
+company (in a probe's wait, or the share rising) sets it back to ``PROBE_EVERY``. A
 request taken at once still goes through the queue (not the direct path below): run on
 the event loop, a burst would be answered one request at a time, each finding nothing in
 flight, and the share would never rise.
@@ -66,7 +68,8 @@ RunBatch = Callable[[dict], dict]
 SMALL_BATCH_BYTES = 1 << 16
 COMPANY_WEIGHT = 1 / 8  # weight of the newest arrival in the share that found company
 WAIT_FOR_COMPANY_ABOVE = 0.25  # the share above which a batch waits for company
-PROBE_EVERY = 8  # while no company is expected, every 8th batch still waits (a probe)
+PROBE_EVERY = 8  # while no company is expected, every 8th batch still waits (a probe) ...
+PROBE_EVERY_MAX = 64  # ... each probe that finds none doubles the interval, up to this
 
 
 @dataclasses.dataclass
@@ -140,6 +143,7 @@ class DynamicBatcher:
         self._in_flight = 0  # requests queued or running, not yet answered
         self._company = 0.0  # moving share of arrivals that found another request in flight
         self._unwaited = 0  # batches taken at once since the last probe
+        self._probe_every = PROBE_EVERY  # batches taken at once before the next probe
         self._probe: Optional[_Pending] = None  # the head a probe waits with
         self.probes = 0  # waits made although no company was expected
 
@@ -255,6 +259,8 @@ class DynamicBatcher:
                 if not self._closing and self._should_wait():
                     await self._wait(self._queue[0].enqueued + self.max_queue_delay_s)
                     continue
+                if self._probe is not None:  # a probe's wait is over: did company come?
+                    self._probe_found(len(self._queue) > 1 or self.expects_company)
                 self._probe = None
                 self._cores_busy += instance.cores
                 batch = self._take_batch(self._rows_for(instance))
@@ -303,17 +309,26 @@ class DynamicBatcher:
         rows = sum(p.rows for p in self._queue if p.signature == oldest.signature)
         if rows >= self._target:
             return False
-        if self.expects_company or oldest is self._probe:
+        if self.expects_company:
+            self._probe_every = PROBE_EVERY  # company came: probe often again once it goes
+            return True
+        if oldest is self._probe:
             return True
         # A probe: when a busy event loop answers requests one at a time, none finds another
         # in flight, though many clients wait; requests that arrive while a probe waits do
         # find it, and lift the share again
         self._unwaited += 1
-        if self._unwaited < PROBE_EVERY:
+        if self._unwaited < self._probe_every:
             return False
         self._unwaited, self._probe = 0, oldest
         self.probes += 1
         return True
+
+    def _probe_found(self, company: bool) -> None:
+        """After a probe's wait: back to every ``PROBE_EVERY``-th batch if company came, else
+        twice as far apart (up to ``PROBE_EVERY_MAX``): a lone client settles at paying the
+        delay once in 64 requests, not 8."""
+        self._probe_every = PROBE_EVERY if company else min(2 * self._probe_every, PROBE_EVERY_MAX)
 
     async def _wait(self, until: float) -> None:
         self._wakeup.clear()

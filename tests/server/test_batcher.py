@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from flowserve.server.batcher import PROBE_EVERY, DynamicBatcher
+from flowserve.server.batcher import PROBE_EVERY, PROBE_EVERY_MAX, DynamicBatcher
 from flowserve.server.errors import InferenceFailedError, QueueFullError, RequestTimeoutError
 
 
@@ -287,6 +287,60 @@ def test_a_probe_finds_clients_that_arrive_one_at_a_time():
     assert probes >= 1 and expects
     assert runner.batches[:PROBE_EVERY - 1] == [1] * (PROBE_EVERY - 1)
     assert max(runner.batches) > 1 and sum(runner.batches) == 6 * PROBE_EVERY
+
+
+def _probe_intervals(count: int) -> list:
+    """The batches between probes for a lone client: doubling from ``PROBE_EVERY``."""
+    return [min(PROBE_EVERY << i, PROBE_EVERY_MAX) for i in range(count)]
+
+
+def test_probes_back_off_while_they_find_no_company():
+    """A lone client's probes find nobody: each doubles the interval to the next, up to
+    ``PROBE_EVERY_MAX``, so the delay is paid once in 64 requests once settled."""
+    runner = RecordingRunner()
+    intervals = _probe_intervals(6)
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.001)
+        await batcher.start()
+        counts = []
+        for interval in intervals:
+            for _ in range(interval):
+                await batcher.submit({"x": np.ones((1, 2), np.float32)}, 1)
+            counts.append(batcher.probes)
+        await batcher.stop()
+        return counts
+
+    assert intervals[-2:] == [PROBE_EVERY_MAX] * 2
+    assert run(main()) == list(range(1, len(intervals) + 1))  # one probe at each interval's end
+    assert runner.batches == [1] * sum(intervals)
+
+
+def test_company_sets_probing_back_to_its_first_interval():
+    """After a lone client has spread the probes out, clients arriving one at a time are
+    still found (by the next probe) and probing starts again from ``PROBE_EVERY``."""
+    runner = RecordingRunner()
+
+    async def main():
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.2)
+        await batcher.start()
+        lone = sum(_probe_intervals(2))
+        for _ in range(lone):  # two probes: the next one 32 batches away
+            await batcher.submit({"x": np.ones((1, 2), np.float32)}, 1)
+        spread = batcher._probe_every
+        tasks = []
+        for _ in range(2 * PROBE_EVERY_MAX):
+            tasks.append(asyncio.ensure_future(batcher.submit({"x": np.ones((1, 2))}, 1)))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+        result = spread, batcher._probe_every, batcher.expects_company, batcher.probes
+        await batcher.stop()
+        return result
+
+    spread, after, expects, probes = run(main())
+    assert spread == 4 * PROBE_EVERY and after == PROBE_EVERY
+    assert expects and probes >= 3
+    assert max(runner.batches) > 1
 
 
 def test_concurrent_requests_still_wait_for_company_and_merge():
