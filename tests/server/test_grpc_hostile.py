@@ -67,7 +67,7 @@ def _outcome(client: RawH2, limit_s: float):
             if kind == wire.RST_STREAM:
                 return "reset", struct.unpack(">L", payload)[0]
             if kind == wire.HEADERS and flags & wire.END_STREAM:
-                return "trailers", dict(client.decoder.decode(payload))
+                return "trailers", payload
             if kind == wire.SETTINGS and not flags & wire.ACK:
                 client.send(wire.SETTINGS, wire.ACK, 0)
         return "closed", None
