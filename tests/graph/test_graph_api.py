@@ -240,6 +240,30 @@ def test_config_validation_and_records():
     assert "'stage': 2" in repr(g) and "cudnn_conv_heuristic_search_algo=True" in repr(g)
 
 
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_outputs_of_earlier_calls_are_never_overwritten(buffers):
+    """Inference graphs take the runtime's fresh outputs, training steps copy theirs out of
+    the rotating buffers: either way an output kept from an earlier call, even one changed
+    in place, holds its own values."""
+    model, trained = mlp(), mlp()
+    infer = Infer(model)
+    step = TrainGraph(trained, flow.optim.SGD(trained.parameters(), lr=0.1))
+    for g in (infer, step):
+        g.config.set_outputs_buffer_size(buffers)
+    inputs = [data(seed=s) for s in range(4)]
+    kept = [infer(x) for x, _ in inputs]
+    for out, (x, _) in zip(kept, inputs):
+        np.testing.assert_allclose(out.numpy(), model(x).numpy(), rtol=1e-6, atol=1e-6)
+    kept[0].add_(1.0)
+    np.testing.assert_allclose(infer(inputs[0][0]).numpy(), kept[0].numpy() - 1.0, rtol=1e-6, atol=1e-6)
+    losses, read_at_once = [], []
+    for x, y in inputs:
+        losses.append(step(x, y))
+        read_at_once.append(float(losses[-1]))
+    assert [float(loss) for loss in losses] == read_at_once
+    assert len(set(read_at_once)) == 4
+
+
 def test_repr_before_and_after_first_call():
     g = TrainGraph(mlp(), flow.optim.SGD(mlp().parameters(), lr=0.1))
     before = repr(g)

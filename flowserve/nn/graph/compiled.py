@@ -8,6 +8,8 @@ copied per call, and the eager module always holds the graph's values (as in One
 an array taken with ``.numpy()`` from a graph-updated parameter is a view of such a
 buffer; copy it to keep it beyond the next call). User outputs rotate through
 ``config.set_outputs_buffer_size(n)`` sets of buffers per shape and are copied out.
+A graph that updates no state (inference) skips the binding: ``session.run`` hands back
+new outputs for each call, so no buffer of ours is bound, rotated or copied.
 
 Inference graphs carry parameters as initializers (ONNX Runtime folds and re-lays them
 out) and are rebuilt when a parameter changes in eager mode (version counters).
@@ -227,7 +229,6 @@ class CompiledGraph:
         state = self.traced.state
         if not self.training and _versions(state, self.update_names) != self.versions:
             self._build_session()  # a parameter changed in eager mode since compilation
-        binding = self.session.io_binding()
         fed = [(v.name, _host(t)) for v, t in zip(self.traced.ir.inputs, inputs)]
         for name in self.fed_state:
             feed = self.traced.system_feeds.get(name)
@@ -235,9 +236,14 @@ class CompiledGraph:
         self._runs += 1
         if self._runs > 1 and self._choice_pending is not None:  # the first call traced and compiled
             self._choose_engine(dict(fed))
-            binding = self.session.io_binding()
         elif self._runs > 1 and self._explicit_check:
             self._check_explicit_engine(dict(fed))
+        device = inputs[0].device if inputs else CPU
+        if not self.update_names:  # no state to write back: the runtime allocates the outputs
+            outs = self.session.run(self.output_names, dict(fed))
+            return [Tensor._wrap(to_device_array(_in_ir_dtype(out, v.dtype), device), device)
+                    for out, v in zip(outs, self.traced.ir.outputs)]
+        binding = self.session.io_binding()
         for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
             binding.bind_cpu_input(name, array)
         new_state = self._bind_state_outputs(binding)
@@ -247,7 +253,6 @@ class CompiledGraph:
         for name, array in new_state.items():
             target = state[name]
             target._set_value(to_device_array(array, target.device))
-        device = inputs[0].device if inputs else CPU
         return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype), device), device)
                 for out, v in zip(outs, self.traced.ir.outputs)]
 
@@ -420,6 +425,12 @@ def _as_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
     """A copy of the session's output in the IR's dtype (bfloat16 outputs come as float32)."""
     want = _np_dtype(name)
     return out.astype(want) if out.dtype != want else out.copy()
+
+
+def _in_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
+    """An output the runtime allocated (``session.run``'s, the caller's own) in the IR's dtype."""
+    want = _np_dtype(name)
+    return out.astype(want) if out.dtype != want else out
 
 
 def _graph_device(state: dict, inputs_device: str) -> Device:

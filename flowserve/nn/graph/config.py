@@ -15,7 +15,8 @@
 - ``enable_zero`` (and ``GraphModule.set_stage``): across launched processes, sharded
   optimizer state (and pipeline stages), see ``flowserve.distributed``; in one process
   they are recorded in the IR and change no result;
-- ``set_outputs_buffer_size``: how many output buffers calls rotate through;
+- ``set_outputs_buffer_size``: how many output buffers the calls of a graph that updates
+  state rotate through;
 - ``set_execution_provider``: the engine that runs the graph (ONNX Runtime CPU/CUDA, OpenVINO,
   or the faster of them, measured);
 - ``allow_cpu_blocked_kernels``: training graphs on ONNX Runtime's CPU provider run their
@@ -207,7 +208,9 @@ class GraphConfig:
                                  "freeze_bn_after": freeze_bn_after})
 
     def set_outputs_buffer_size(self, value: int = 2) -> None:
-        """Number of output buffers the graph's calls rotate through (default 2)."""
+        """Number of output buffers the calls of a graph that updates state (a training step)
+        rotate through (default 2); outputs are copied out of them. An inference graph takes
+        the outputs the runtime allocates for each call."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"outputs buffer size must be an int >= 1, got {value!r}")
         self._set("outputs_buffer_size", value)
