@@ -66,7 +66,8 @@ class CompiledGraph:
         self.output_names = [v.name for v in traced.ir.outputs]
         self.update_names = list(traced.ir.updates)
         self._buffers: dict = {}  # state name -> [buffer A, buffer B]
-        self._out_ring: list = []
+        self._pair_values: dict = {}  # state name -> (its pair, the OrtValues over it): host runs
+        self._out_ring: list = []  # (output arrays, OrtValues over them) per set
         self._out_index = 0
         self.peak_memory = None
         self.engine = None  # the engine measured fastest ("auto"), else the configured one
@@ -332,7 +333,10 @@ class CompiledGraph:
         new = {}
         for name in self.update_names:
             target = new[name] = self._state_target(name, CPU)
-            binding.bind_ortvalue_output(name + ":new", runtime.ort_value(target))
+            pair, values = self._buffers[name], self._pair_values.get(name)
+            if values is None or values[0] is not pair:  # OrtValues over a pair, made once per pair
+                values = self._pair_values[name] = (pair, [runtime.ort_value(a) for a in pair])
+            binding.bind_ortvalue_output(name + ":new", values[1][0 if target is pair[0] else 1])
         return new
 
     def _state_target(self, name: str, device: Device):
@@ -356,17 +360,17 @@ class CompiledGraph:
             self._out_ring = [None] * size
         self._out_index = (self._out_index + 1) % size
         ring = self._out_ring[self._out_index]
-        if ring is None or [a.shape for a in ring] != shapes or any(s is None for s in shapes):
-            ring = [np.empty(s, dtype=_np_dtype(dtypes.session_dtype(v.dtype))) if s is not None else None
-                    for s, v in zip(shapes, self.traced.ir.outputs)]
-            self._out_ring[self._out_index] = ring
-        arrays = []
-        for v, array in zip(self.traced.ir.outputs, ring):
-            if array is None:
+        if ring is None or [a.shape for a in ring[0]] != shapes or any(s is None for s in shapes):
+            arrays = [np.empty(s, dtype=_np_dtype(dtypes.session_dtype(v.dtype))) if s is not None else None
+                      for s, v in zip(shapes, self.traced.ir.outputs)]
+            ring = self._out_ring[self._out_index] = (arrays, [None if a is None else runtime.ort_value(a)
+                                                               for a in arrays])
+        arrays, values = ring
+        for v, value in zip(self.traced.ir.outputs, values):
+            if value is None:
                 binding.bind_output(v.name)
             else:
-                binding.bind_ortvalue_output(v.name, runtime.ort_value(array))
-            arrays.append(array)
+                binding.bind_ortvalue_output(v.name, value)
         if any(a is None for a in arrays):
             return _Deferred(binding, arrays)
         return arrays
