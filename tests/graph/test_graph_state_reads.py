@@ -122,6 +122,30 @@ def test_a_detached_parameter_changes_with_each_training_step():
     assert not np.allclose(seen[0], seen[1]) and not np.allclose(seen[1], seen[2])
 
 
+def test_a_training_graph_goes_on_from_state_replaced_between_steps():
+    """A parameter and a buffer given new arrays eagerly (``.data =``) between steps: the
+    graph's next steps start from them, as eager training does, and its buffers follow."""
+    nets = _net(), _net()
+    eager_opt = flow.optim.SGD(nets[0].parameters(), lr=0.1, momentum=0.9)
+    graph = _TrainGraph(nets[1], flow.optim.SGD(nets[1].parameters(), lr=0.1, momentum=0.9), READS["detach"])
+    x = _x()
+    for step in range(5):
+        if step == 2:
+            rng = np.random.default_rng(7)
+            weight = rng.standard_normal(tuple(nets[0].lin.weight.shape)).astype(np.float32)
+            mean = rng.standard_normal(tuple(nets[0].bn.running_mean.shape)).astype(np.float32)
+            for net in nets:
+                net.lin.weight.data = flow.tensor(weight)
+                net.bn.running_mean.data = flow.tensor(mean)
+        eager_opt.zero_grad()
+        loss, _ = _step(nets[0], x, READS["detach"])
+        eager_opt.step()
+        got, _ = graph(x)
+        _close(got.numpy(), loss.numpy())
+    _close(nets[1].lin.weight.numpy(), nets[0].lin.weight.numpy())
+    _close(nets[1].bn.running_mean.numpy(), nets[0].bn.running_mean.numpy())
+
+
 def _eager_infer(net, x):
     with flow.no_grad():
         return net(x).numpy(), net.lin.weight.sum().numpy(), net.bn.running_mean.numpy().copy()
