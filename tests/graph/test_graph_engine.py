@@ -16,7 +16,9 @@ import pytest
 import flowserve as flow
 from flowserve.onnx_backend import openvino
 from flowserve.nn.graph import engine
-from tests.graph.helpers import TrainGraph
+from flowserve import nn
+from flowserve.nn.graph.compiled import CompiledGraph
+from tests.graph.helpers import TrainGraph, data
 from tests.graph.test_graph_provider import _data, _model, _train
 
 needs_runtime = pytest.mark.skipif(not openvino.runtime_available(), reason="needs the openvino package")
@@ -129,6 +131,34 @@ def test_auto_measures_once_then_takes_the_cache(tmp_path, monkeypatch):
     assert graph._compiled.engine_choice.cached and graph._compiled.engine == choice.engine
     np.testing.assert_allclose(again, expected, rtol=1e-4)
     monkeypatch.setattr(engine, "measure", measure)
+
+
+def _train_with_dropout():
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Dropout(0.5), nn.Linear(32, 4))
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), provider="auto")
+    x, y = data()
+    return [float(graph(x, y).numpy()) for _ in range(4)], graph
+
+
+@pytest.mark.parametrize("second", ["onnxruntime-again", pytest.param("openvino", marks=needs_runtime)])
+def test_auto_draws_the_same_numbers_whether_it_measures_or_takes_the_cache(second, tmp_path, monkeypatch):
+    """A graph with dropout under flow.manual_seed: the process that measures the engines
+    and the one that takes its choice from the cache train alike. ("onnxruntime-again"
+    runs the second candidate on ONNX Runtime's CPU provider, so the check needs no
+    OpenVINO.)"""
+    monkeypatch.setenv("FLOWSERVE_CACHE_DIR", str(tmp_path))
+    if second == "onnxruntime-again":
+        monkeypatch.setattr(openvino, "installed", lambda: True)
+        options = CompiledGraph.engine_options
+        monkeypatch.setattr(CompiledGraph, "engine_options", lambda self, name=None: options(
+            self, "cpu" if (name or self.engine) == "openvino" else name))
+    measured, graph = _train_with_dropout()
+    assert graph._compiled.engine_choice is not None and not graph._compiled.engine_choice.cached
+    cached, graph = _train_with_dropout()
+    assert graph._compiled.engine_choice.cached
+    assert cached == measured
+    assert len(set(measured)) == 4  # fresh masks each step
 
 
 @needs_runtime

@@ -73,6 +73,7 @@ class CompiledGraph:
         self.engine = None  # the engine measured fastest ("auto"), else the configured one
         self.engine_choice = None  # EngineChoice where "auto" compared engines
         self._choice_pending = None  # "auto": the cache path to write the measurement to
+        self._draws = False  # "auto" measuring a graph that draws random numbers (_choose_engine)
         self._runs = 0
         self._bound_session, self._device_bound = None, False  # _binds_on_device
         self._explicit_check = self.training and self.options.get("execution_provider") == "openvino"
@@ -166,7 +167,7 @@ class CompiledGraph:
         path = engine.cache_path(self.model)
         choice = engine.load_cached(path, names)
         if choice is None:
-            self._choice_pending = path
+            self._choice_pending, self._draws = path, engine.draws_random(self.model)
             return
         self.engine_choice = choice
         engine.LOG.info("nn.Graph %s runs on %s", self.traced.ir.name, choice.describe())
@@ -174,8 +175,15 @@ class CompiledGraph:
             self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
 
     def _choose_engine(self, feeds: dict) -> None:
-        """"auto" at the second call: time the candidates on this call's feeds, keep the
-        fastest, cache the choice."""
+        """"auto" at the second call (the first traced and compiled): time the candidates on
+        this call's feeds, keep the fastest, cache the choice.
+
+        A graph that draws random numbers is measured at its first call instead, and then
+        runs on a session of the chosen engine that has not run yet: each session's random
+        nodes keep their generators across runs, so the runs measured would shift every
+        later draw, and a process that takes the choice from the cache (and runs on that
+        engine from its first call) would draw other numbers under the same
+        ``flow.manual_seed``."""
         path, self._choice_pending = self._choice_pending, None
         ort_name, built = self.engine, {}
 
@@ -192,6 +200,8 @@ class CompiledGraph:
         engine.save_cached(path, choice)
         self.engine = choice.engine
         self.model, self.session, self.dynamic_batch = built[choice.engine]
+        if self._draws:
+            self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
 
     def _check_explicit_engine(self, feeds: dict) -> None:
         """An explicitly chosen OpenVINO, at the second call of a training graph: timed
@@ -235,7 +245,7 @@ class CompiledGraph:
             feed = self.traced.system_feeds.get(name)
             fed.append((name, feed() if feed is not None else _host(state[name])))
         self._runs += 1
-        if self._runs > 1 and self._choice_pending is not None:  # the first call traced and compiled
+        if self._choice_pending is not None and (self._runs > 1 or self._draws):
             self._choose_engine(dict(fed))
         elif self._runs > 1 and self._explicit_check:
             self._check_explicit_engine(dict(fed))
