@@ -252,7 +252,7 @@ class CompiledGraph:
         device = inputs[0].device if inputs else CPU
         if not self.update_names:  # no state to write back: the runtime allocates the outputs
             outs = self.session.run(self.output_names, dict(fed))
-            return [Tensor._wrap(to_device_array(_in_ir_dtype(out, v.dtype), device), device)
+            return [Tensor._wrap(to_device_array(_as_ir_dtype(out, v.dtype, copy=False), device), device)
                     for out, v in zip(outs, self.traced.ir.outputs)]
         binding = self.session.io_binding()
         for name, array in fed:  # ``fed`` keeps every bound array alive until the run is over
@@ -435,16 +435,13 @@ def _np_dtype(name: str):
     return dtypes.from_name(name).np
 
 
-def _as_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
-    """A copy of the session's output in the IR's dtype (bfloat16 outputs come as float32)."""
+def _as_ir_dtype(out: np.ndarray, name: str, copy: bool = True) -> np.ndarray:
+    """The session's output in the IR's dtype (bfloat16 outputs come as float32): a copy,
+    unless ``copy`` is False (an output the runtime allocated for this call alone)."""
     want = _np_dtype(name)
-    return out.astype(want) if out.dtype != want else out.copy()
-
-
-def _in_ir_dtype(out: np.ndarray, name: str) -> np.ndarray:
-    """An output the runtime allocated (``session.run``'s, the caller's own) in the IR's dtype."""
-    want = _np_dtype(name)
-    return out.astype(want) if out.dtype != want else out
+    if out.dtype != want:
+        return out.astype(want)
+    return out.copy() if copy else out
 
 
 def _graph_device(state: dict, inputs_device: str) -> Device:
