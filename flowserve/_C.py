@@ -23,11 +23,12 @@ from flowserve.nn import functional as _nn_functional
 
 _FROM_FUNCTIONAL = (
     "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool2d", "batch_norm",
-    "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv1d", "conv2d", "conv3d",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu", "conv1d", "conv2d", "conv3d", "depend",
     "conv_transpose1d", "conv_transpose2d", "cross_entropy", "dropout", "elu", "embedding", "gelu", "glu",
     "group_norm", "hardsigmoid", "hardswish", "hardtanh", "instance_norm", "interpolate", "kl_div", "l1_loss",
     "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "max_pool1d", "max_pool2d", "max_pool3d",
-    "mish", "mse_loss", "nll_loss", "normalize", "pad", "pixel_shuffle", "relu", "relu6", "scaled_dot_product_attention",
+    "mish", "mse_loss", "nll_loss", "normalize", "pad", "pixel_shuffle", "relu", "relu6", "rrelu",
+    "scaled_dot_product_attention",
     "selu", "silu", "smooth_l1_loss", "softmax", "softplus", "softsign", "unfold", "fold",
 )
 _FROM_FLOW = (

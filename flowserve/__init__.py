@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _SUBPACKAGES = frozenset({
     "_C", "amp", "api", "autograd", "backends", "cli", "clients", "dispatch", "distributed", "dtypes", "env", "errors",
     "exporter", "format", "fx", "ir", "jit", "models", "nn", "ops", "optim", "protocol", "serialization", "server",
-    "utils",
+    "unittest", "utils",
 })  # not "tensor" and "device": flow.tensor and flow.device are the public function and class
 
 

@@ -4,7 +4,8 @@ as OneFlow spells it.
 - ``flow.sbp.split(dim)``: each rank holds one piece of the logical tensor along ``dim``
   (pieces in rank order; sizes as ``numpy.array_split`` gives them, so the first ranks get
   one more row when the size does not divide);
-- ``flow.sbp.broadcast``: every rank holds the whole logical tensor;
+- ``flow.sbp.broadcast`` (or ``flow.sbp.broadcast()``, as OneFlow code also writes it): every
+  rank holds the whole logical tensor;
 - ``flow.sbp.partial_sum``: every rank holds a tensor of the logical shape, and the logical
   value is their elementwise sum.
 
@@ -12,7 +13,7 @@ as OneFlow spells it.
 for every rank) names the processes a global tensor spans.
 
 >>> import flowserve as flow
->>> flow.sbp.split(0), flow.sbp.broadcast, flow.sbp.partial_sum
+>>> flow.sbp.split(0), flow.sbp.broadcast, flow.sbp.partial_sum()
 (flowserve.sbp.split(dim=0), flowserve.sbp.broadcast, flowserve.sbp.partial_sum)
 >>> flow.placement("cpu", ranks=[0])
 flowserve.placement(type="cpu", ranks=[0])
@@ -47,6 +48,10 @@ class sbp:  # noqa: N801 - OneFlow's class name, flow.sbp.sbp
     @property
     def is_partial(self) -> bool:
         return self.kind == "partial_sum"
+
+    def __call__(self) -> "sbp":
+        """``flow.sbp.broadcast()`` is ``flow.sbp.broadcast`` (OneFlow accepts both spellings)."""
+        return self
 
     def __eq__(self, other) -> bool:
         return isinstance(other, sbp) and (self.kind, self.dim) == (other.kind, other.dim)

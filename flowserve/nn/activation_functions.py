@@ -13,13 +13,15 @@ of their own).
 from __future__ import annotations
 
 from flowserve.ops import activation as activation_ops
+from flowserve.ops import creation
 from flowserve.ops import functional as ops_functional
 from flowserve.ops.registry import fail_shape
 
 __all__ = [
     "relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardswish", "hardsigmoid",
     "silu", "mish", "threshold", "relu_", "elu_", "leaky_relu_", "hardtanh_", "softsign", "glu",
-    "softshrink", "hardshrink", "tanhshrink", "softmin", "prelu", "selu_", "celu_", "threshold_",
+    "softshrink", "hardshrink", "tanhshrink", "softmin", "prelu", "selu_", "celu_", "threshold_", "rrelu",
+    "rrelu_",
 ]
 
 
@@ -149,3 +151,22 @@ def celu_(input, alpha: float = 1.0):  # noqa: A002
 
 def threshold_(input, threshold_value: float, value: float):  # noqa: A002
     return threshold(input, threshold_value, value, inplace=True)
+
+
+def rrelu(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002
+          inplace: bool = False):
+    """Randomized leaky ReLU (PyTorch's and OneFlow's): ``x`` where ``x > 0``, else ``a * x``. In
+    training ``a`` is drawn from ``U(lower, upper)`` for each element (from the default
+    generator, so ``flow.manual_seed`` and ``nn.Graph`` draw as eager mode does); in
+    evaluation it is the fixed ``(lower + upper) / 2``."""
+    if not 0 <= lower <= upper:
+        raise ValueError(f"rrelu expects 0 <= lower <= upper, got lower={lower}, upper={upper}")
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2, inplace)
+    slope = creation.rand(*input.shape, dtype=input.dtype, device=input.device) * (upper - lower) + lower
+    out = ops_functional.where(ops_functional.gt(input, 0), input, input * slope)
+    return maybe_inplace(input, out, inplace)
+
+
+def rrelu_(input, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False):  # noqa: A002
+    return rrelu(input, lower, upper, training, inplace=True)

@@ -52,6 +52,7 @@ from flowserve.ops.norm import batch_norm as _batch_norm
 from flowserve.ops.norm import group_norm, layer_norm  # noqa: F401
 from flowserve.ops.padding import pad  # noqa: F401
 from flowserve.ops.registry import fail_shape
+from flowserve.tensor import Tensor as _Tensor
 
 
 @_lower_precision
@@ -192,6 +193,23 @@ def embedding(input, weight, padding_idx=None):  # noqa: A002
         padding_idx += weight.shape[0]
     is_pad = _ops_functional.unsqueeze(_ops_functional.eq(input, padding_idx), -1)
     return _ops_functional.where(is_pad, out.detach(), out)
+
+
+def depend(input, depend):  # noqa: A002 - OneFlow's argument names
+    """OneFlow's control dependency: returns ``input`` and asks that the ops producing
+    ``depend`` (a tensor or a list of tensors) run before the ops that use the result.
+
+    Eager mode runs ops in program order, so ``input`` comes back unchanged. ``nn.Graph``
+    computes the same values: its ops run in data-flow order on ONNX Runtime, and whatever a
+    dependency changes besides its value (an in-place update of a buffer or a parameter) is a
+    state update of the graph, which is always kept; a dependency with no such effect changes
+    no result and is pruned, as OneFlow prunes it."""
+    deps = depend if isinstance(depend, (list, tuple)) else [depend]
+    for d in [input, *deps]:
+        if not isinstance(d, _Tensor):
+            raise TypeError(f"depend expects tensors (input: Tensor, depend: Tensor or list of Tensors), "
+                            f"got {type(d).__name__}")
+    return input
 
 
 # -- attention ------------------------------------------------------------------------------

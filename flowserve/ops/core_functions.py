@@ -309,8 +309,11 @@ def _inferred_dim(in_shape, shape: list, size: int):
     return size
 
 
-def reshape(x, *shape):
-    shape = infer_shape(x, _shape_arg(shape))
+def reshape(x, *sizes, shape=None):
+    """``reshape(x, 2, 3)``, ``reshape(x, (2, 3))`` or OneFlow's ``reshape(x, shape=(2, 3))``."""
+    if shape is not None and sizes:
+        raise TypeError(f"reshape() takes the new shape once: got sizes {sizes} and shape={shape}")
+    shape = infer_shape(x, _shape_arg(sizes if shape is None else (shape,)))
     if same_shape(x.shape, shape):
         return x
     return shape_ops.reshape(x, shape=shape)

@@ -9,6 +9,9 @@ from flowserve.ops import functional
 from flowserve.tensor import Tensor
 
 
+_TO_KEYWORDS = frozenset({"device", "dtype", "other", "copy", "non_blocking", "memory_format"})
+
+
 class ConversionMethods:
     """Device and dtype moves, copies, and facts about storage."""
 
@@ -18,10 +21,16 @@ class ConversionMethods:
     is_complex, is_nonzero = functional.is_complex, functional.is_nonzero
 
     def to(self, *args, **kwargs):
-        """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)``, ``t.to(device, dtype)``."""
+        """``t.to("cuda")``, ``t.to(flow.float16)``, ``t.to(other)`` (``other``'s dtype and device),
+        ``t.to(device, dtype)``; keywords ``device``, ``dtype``, ``other``, ``copy`` (a new tensor
+        even when nothing changes), ``non_blocking`` and ``memory_format`` (no effect here)."""
+        unknown = set(kwargs) - _TO_KEYWORDS
+        if unknown:
+            raise TypeError(f"Tensor.to() got unexpected keyword arguments {sorted(unknown)}; "
+                            f"it takes {sorted(_TO_KEYWORDS)}")
         dev, dt = None, kwargs.get("dtype")
-        for a in list(args) + [kwargs.get("device")]:
-            if a is None:
+        for a in list(args) + [kwargs.get("other"), kwargs.get("device")]:
+            if a is None or isinstance(a, bool):  # to(device, dtype, non_blocking, copy) positionally
                 continue
             if isinstance(a, Tensor):
                 dev, dt = a.device, a.dtype
@@ -34,7 +43,9 @@ class ConversionMethods:
             out = functional.cast(out, dtypes.as_dtype(dt))
         if dev is not None and as_device(dev) != self._device:
             out = functional.to_device(out, as_device(dev))
-        return out
+        flags = [a for a in args if isinstance(a, bool)]  # positional non_blocking, copy
+        copy = kwargs.get("copy", len(flags) > 1 and flags[1])
+        return functional.clone(out) if copy and out is self else out
 
     def byte(self):
         return functional.cast(self, dtypes.uint8)

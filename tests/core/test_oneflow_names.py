@@ -1,0 +1,175 @@
+"""OneFlow names that OneFlow code and OneFlow's own test suites use: ``flow.unittest``,
+``F.depend``, ``F.rrelu`` / ``_C.rrelu``, ``reshape(shape=)``, ``Tensor.to(other)``,
+``flow.sbp.broadcast()`` (graph-mode behaviour: tests/graph/test_graph_oneflow_names.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import numpy as np
+import pytest
+
+import flowserve as flow
+import flowserve.nn.functional as F
+import flowserve.unittest
+
+torch = pytest.importorskip("torch", reason="PyTorch is the oracle of rrelu's evaluation form")
+
+
+# -- flow.unittest ----------------------------------------------------------------------------
+
+
+def _run_suite(case: type) -> unittest.TestResult:
+    result = unittest.TestResult()
+    unittest.defaultTestLoader.loadTestsFromTestCase(case).run(result)
+    return result
+
+
+def test_unittest_skip_unless_runs_on_one_device_and_skips_the_others(monkeypatch):
+    monkeypatch.delenv("ONEFLOW_TEST_DEVICE_NUM", raising=False)
+    monkeypatch.delenv("ONEFLOW_TEST_NODE_NUM", raising=False)
+    monkeypatch.delenv("ONEFLOW_TEST_NODE_LIST", raising=False)
+
+    @flow.unittest.skip_unless_1n1d()
+    class One(flow.unittest.TestCase):
+        def test_it(self):
+            self.assertEqual(flow.ones(2).sum().item(), 2.0)
+
+    @flow.unittest.skip_unless_1n2d()
+    class Two(flow.unittest.TestCase):
+        def test_it(self):
+            raise AssertionError("a 1n2d test ran on one device")
+
+    assert issubclass(flow.unittest.TestCase, unittest.TestCase)
+    one, two = _run_suite(One), _run_suite(Two)
+    assert one.testsRun == 1 and not one.failures and not one.skipped
+    assert [reason for _, reason in two.skipped] == ["only runs when node_size is 1 and device_num is 2"]
+
+
+def test_unittest_env_reads_oneflow_test_variables(monkeypatch):
+    env = flow.unittest.env
+    monkeypatch.setenv("ONEFLOW_TEST_DEVICE_NUM", "4")
+    monkeypatch.setenv("ONEFLOW_TEST_NODE_LIST", "host0,host1")
+    monkeypatch.setenv("ONEFLOW_TEST_ENABLE_EAGER", "1")
+    assert (env.device_num(), env.node_size(), env.node_list()) == (4, 2, ["host0", "host1"])
+    assert env.eager_execution_enabled() and env.world_size() == flow.env.get_world_size() == 1
+
+    @flow.unittest.skip_unless_2n4d()
+    def needs_two_nodes_of_four():
+        return "ran"
+
+    assert needs_two_nodes_of_four() == "ran"
+    monkeypatch.setenv("ONEFLOW_TEST_NODE_NUM", "x")
+    with pytest.raises(ValueError, match="ONEFLOW_TEST_NODE_NUM must be an integer"):
+        env.node_size()
+
+
+def test_unittest_register_test_cases_filters_by_nodes(tmp_path):
+    (tmp_path / "test_some.py").write_text(textwrap.dedent("""
+        import flowserve as flow
+
+        def test_one_node(self):
+            self.assertTrue(True)
+
+        @flow.unittest.num_nodes_required(2)
+        def test_two_nodes(self):
+            raise AssertionError("needs two nodes")
+    """))
+    scope = {}
+    flow.unittest.register_test_cases(scope, str(tmp_path), lambda nodes: nodes == 1)
+    result = _run_suite(scope["test_some"])
+    assert result.testsRun == 1 and result.wasSuccessful()
+
+
+def test_unittest_is_reachable_from_the_package_alone():
+    code = "import flowserve as flow; print(flow.unittest.skip_unless_1n1d.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "flowserve.unittest.cases"
+
+
+# -- depend, rrelu ------------------------------------------------------------------------------
+
+
+def test_depend_returns_its_input_and_checks_its_arguments():
+    x = flow.randn(2, 3)
+    assert F.depend(x, x * 2) is x
+    assert F.depend(x, [x + 1, x - 1]) is x
+    assert flow._C.depend is F.depend
+    with pytest.raises(TypeError, match="depend expects tensors"):
+        F.depend(x, 3)
+
+
+def test_rrelu_eval_is_leaky_relu_with_the_mean_slope_as_torch():
+    a = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    for lower, upper in [(1 / 8, 1 / 3), (0.1, 0.5)]:
+        ours = F.rrelu(flow.tensor(a), lower, upper, training=False).numpy()
+        ref = torch.nn.functional.rrelu(torch.tensor(a), lower, upper, training=False).numpy()
+        np.testing.assert_allclose(ours, ref, rtol=1e-6)
+    np.testing.assert_allclose(flow._C.rrelu(flow.tensor(a)).numpy(),
+                               np.where(a > 0, a, a * (1 / 8 + 1 / 3) / 2), rtol=1e-6)
+
+
+def test_rrelu_training_draws_a_slope_per_element_in_its_range():
+    x = flow.tensor(-np.linspace(1.0, 2.0, 200, dtype=np.float32), requires_grad=True)
+    y = F.rrelu(x, 0.1, 0.3, training=True)
+    slope = y.detach().numpy() / x.detach().numpy()
+    assert slope.min() >= 0.1 - 1e-6 and slope.max() <= 0.3 + 1e-6
+    assert len(np.unique(np.round(slope, 6))) > 100  # one draw per element
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), slope, rtol=1e-5)  # the gradient is the drawn slope
+    positive = flow.tensor([0.5, 2.0])
+    assert F.rrelu(positive, training=True).tolist() == [0.5, 2.0]
+    again = F.rrelu(x.detach(), 0.1, 0.3, training=True).numpy()
+    assert not np.allclose(again, y.detach().numpy())  # new draws each call
+    with pytest.raises(ValueError, match="lower <= upper"):
+        F.rrelu(x, 0.5, 0.1, training=True)
+
+
+def test_rrelu_inplace_writes_into_its_input():
+    x = flow.tensor([-2.0, 1.0])
+    out = F.rrelu_(x, 0.2, 0.2)
+    assert out is x and x.tolist() == pytest.approx([-0.4, 1.0])
+
+
+# -- reshape(shape=), Tensor.to(other), sbp ---------------------------------------------------------
+
+
+def test_reshape_takes_oneflows_shape_keyword():
+    x = flow.arange(6)
+    assert flow.reshape(x, shape=(3, 2)).shape == (3, 2)
+    assert x.reshape(shape=[2, -1]).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert x.view(shape=(6, 1)).shape == (6, 1)
+    assert x.reshape(3, 2).shape == x.reshape((3, 2)).shape == (3, 2)
+    with pytest.raises(TypeError, match="takes the new shape once"):
+        x.reshape(2, 3, shape=(3, 2))
+
+
+def test_tensor_to_other_tensor_takes_its_dtype_and_device():
+    x = flow.tensor([1.5, 2.5])
+    other = flow.tensor([1], dtype=flow.int64)
+    y = x.to(other)
+    assert y.dtype == flow.int64 and y.device == other.device and y.tolist() == [1, 2]
+    assert x.to(flow.zeros(1, dtype=flow.float64)).dtype == flow.float64
+    assert x.to(other=other).dtype == flow.int64  # the keyword form, as PyTorch's to(other=...)
+
+
+def test_tensor_to_copy_gives_a_new_tensor_and_unknown_keywords_are_refused():
+    x = flow.tensor([1.0, 2.0])
+    for y in (x.to(copy=True), x.to("cpu", flow.float32, False, True)):
+        assert y is not x and y.tolist() == [1.0, 2.0]
+        y.add_(1)
+        assert x.tolist() == [1.0, 2.0]
+    assert x.to("cpu", flow.float32) is x
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['devise'\\]"):
+        x.to(devise="cpu")
+
+
+def test_sbp_objects_are_also_called():
+    assert flow.sbp.broadcast() == flow.sbp.broadcast
+    assert flow.sbp.partial_sum() is flow.sbp.partial_sum
+    assert flow.sbp.split(0) == flow.sbp.split(0)() and flow.sbp.split(0) != flow.sbp.split(1)
+    x = flow.ones(4, 2, placement=flow.placement.all("cpu"), sbp=flow.sbp.broadcast())
+    assert x.sbp == (flow.sbp.broadcast,)
