@@ -81,7 +81,7 @@ def _widen_bfloat16(ir: GraphIR) -> GraphIR:
 def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dynamic_batch: bool = False,
              opset: int = versions.DEFAULT_OPSET, lowerings: dict | None = None,
              nchwc_block: int = 0, cpu_provider: bool = False, batch_norm_kernel: bool = True,
-             dynamic_dims: dict | None = None) -> onnx.ModelProto:
+             dynamic_dims: dict | None = None, cuda_provider: bool = False) -> onnx.ModelProto:
     """An ONNX model of ``ir``.
 
     ``baked``: state name -> array, written as initializers (parameters of inference graphs,
@@ -99,6 +99,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     ``x * s + c`` is one inference-mode ``BatchNormalization``
     (``flowserve.onnx_backend.lowering.affine``). ``dynamic_dims``:
     input or output name -> {axis: dim name}, dims written as those named ``dim_param``s.
+    ``cuda_provider``: graph mode runs the model on ONNX Runtime's CUDA provider (each node a
+    kernel launch: the formulations with the fewest nodes).
     """
     ir = _widen_bfloat16(ir)
     b = Builder(opset)
@@ -110,7 +112,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.input(name, v.dtype, v.shape)
     for name, array in baked.items():
         b.initializer(name, np.asarray(array))
-    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider, batch_norm_kernel)
+    ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider, batch_norm_kernel, cuda_provider)
     for node in ir.nodes:
         lower = (lowerings or {}).get(node.op) or LOWERINGS.for_op(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
         if lower is None:

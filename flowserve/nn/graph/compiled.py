@@ -35,9 +35,9 @@ from flowserve import dtypes
 from flowserve.device import CPU, array_module, device as Device, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph import engine
-from flowserve.nn.graph.passes import lowering_ir
+from flowserve.nn.graph.lowering import lower_traced, static_batch
 from flowserve.nn.graph.trace import Traced
-from flowserve.onnx_backend import lower, runtime
+from flowserve.onnx_backend import runtime
 from flowserve.tensor import Tensor
 
 
@@ -57,7 +57,9 @@ class CompiledGraph:
         self.dynamic_dims = dynamic_dims or {}  # tensor name -> {axis: dim name}: free sizes (named_dims.py)
         self.training = training
         self.options = options or {}
-        self.dynamic_batch = dynamic_batch
+        # a training step lowered for CUDA is static: another batch size compiles another entry
+        self.static_device_batch = dynamic_batch and static_batch(training, self.options, self.device.type)
+        self.dynamic_batch = dynamic_batch and not self.static_device_batch
         self.key = key
         inputs = traced.ir.inputs
         if batch is None and dynamic_batch and inputs and inputs[0].shape:
@@ -87,18 +89,9 @@ class CompiledGraph:
 
     def _lower(self, fed: list, baked: dict, options: dict | None = None, dynamic_batch: bool | None = None):
         options = self.engine_options() if options is None else options
-        ir, fused = lowering_ir(self.traced.ir, options, training=self.training, constants=self.traced.constants)
-        if fused:  # constants a fusion took as attributes (attention's scale) are no initializers
-            read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
-            baked = {k: v for k, v in baked.items() if k in read}
-        cpu = runtime.runs_on_cpu_provider(options, self.device.type)
-        # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
-        blocked = cpu and self.training and options.get("cpu_blocked_kernels", True)
-        return lower.lower_ir(ir, baked, state_inputs=fed, state_outputs=self.update_names,
-                              dynamic_batch=self.dynamic_batch if dynamic_batch is None else dynamic_batch,
-                              cpu_provider=cpu, nchwc_block=runtime.nchwc_block_size() if blocked else 0,
-                              batch_norm_kernel=options.get("cpu_batch_norm_kernel", True),
-                              dynamic_dims=self.dynamic_dims)
+        return lower_traced(self.traced, self.training, options, fed, baked, device=self.device.type,
+                            dynamic_batch=self.dynamic_batch if dynamic_batch is None else dynamic_batch,
+                            dynamic_dims=self.dynamic_dims)
 
     def _session_for(self, engine: str) -> tuple:
         """(model, session, dynamic batch) lowered and compiled for ``engine``, with the

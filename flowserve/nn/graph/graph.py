@@ -293,6 +293,14 @@ class Graph:
         if compiled is None:
             compiled = self._compile_for_modes(args, kwargs, leaves, modes)
             self._forms[compiled.modes] = compiled
+        elif key != compiled.key and getattr(compiled, "static_device_batch", False) \
+                and sig.same_but_batch(compiled.key, key):
+            # a training step lowered for CUDA is static (lowering.static_batch): an entry per batch size
+            entries = self._forms.setdefault((modes, "batch sizes"), sig.SignatureCache(sig.DEVICE_ENTRIES))
+            compiled = entries.get(key)
+            if compiled is None:
+                compiled = self._compile_for_modes(args, kwargs, leaves, modes)
+                entries.put(key, compiled)
         elif key != compiled.key and not self._batch_compatible(compiled, key, args, kwargs, leaves):
             error = sig.static_input_error(self, self._input_names, compiled.key, key)
             reason = self._batch_verdicts.get((id(compiled), sig.batch_size(leaves)))

@@ -15,10 +15,18 @@ from collections import OrderedDict
 
 from flowserve.errors import GraphError
 
+DEVICE_ENTRIES = 8  # batch sizes a training graph lowered for CUDA keeps compiled (graph._compiled_for)
+
 
 
 def signature(leaves: list, spec) -> tuple:
     return (repr(spec), tuple((tuple(t.shape), t.dtype.name) for t in leaves))
+
+
+def same_but_batch(a: tuple, b: tuple) -> bool:
+    """Whether signatures ``a`` and ``b`` differ in dim 0 of their inputs at most."""
+    return a[0] == b[0] and len(a[1]) == len(b[1]) and all(
+        ed == gd and es[1:] == gs[1:] and len(es) == len(gs) for (es, ed), (gs, gd) in zip(a[1], b[1]))
 
 
 def batch_size(leaves: list) -> int | None:

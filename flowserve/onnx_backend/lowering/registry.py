@@ -75,16 +75,18 @@ class LoweringContext:
     batch is dynamic, ``cpu_provider`` (graph mode on ONNX Runtime's CPU provider: the
     formulations it runs fastest), ``nchwc_block`` (its NCHWc channel block for training
     graphs, else 0: standard ONNX operators only) and ``batch_norm_kernel`` (with
-    ``cpu_provider``: training batch norm as the provider's ``BatchNormalization`` kernel)."""
+    ``cpu_provider``: training batch norm as the provider's ``BatchNormalization`` kernel);
+    ``cuda_provider``: graph mode on ONNX Runtime's CUDA provider (the fewest nodes)."""
 
     def __init__(self, ir, builder, dynamic_batch: bool, nchwc_block: int = 0, cpu_provider: bool = False,
-                 batch_norm_kernel: bool = True):
+                 batch_norm_kernel: bool = True, cuda_provider: bool = False):
         self.ir = ir
         self.b = builder
         self.dynamic_batch = dynamic_batch
         self.nchwc_block = nchwc_block
         self.cpu_provider = cpu_provider
         self.batch_norm_kernel = cpu_provider and batch_norm_kernel
+        self.cuda_provider = cuda_provider
         self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
 
     def meta(self, name: str):

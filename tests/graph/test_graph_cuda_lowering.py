@@ -1,0 +1,110 @@
+"""The CUDA lowering of a training step, checked without a GPU.
+
+The graph option ``"lowering": "cuda"`` lowers a graph as a CUDA device would
+(``flowserve.nn.graph.lowering``) and runs that model on ONNX Runtime's CPU provider, so its
+structure (static batch, node counts) and its numbers (equal to eager mode) are both
+checked here. ``lower_traced(..., device="cuda")`` gives the model a real CUDA graph compiles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flowserve as flow
+import flowserve.nn as nn
+from flowserve.nn.graph.lowering import lower_traced, lowering_target, static_batch
+from flowserve.nn.graph.pipeline import trace_and_rewrite
+
+from tests.graph.helpers import TrainGraph, assert_close
+
+STEPS = 3
+
+
+def _convnet(seed: int = 0) -> nn.Module:
+    flow.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, 2, 1, groups=2), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+
+
+def _data(batch: int = 4, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((batch, 3, 8, 8)).astype(np.float32), rng.integers(0, 5, batch)
+
+
+def _sgd(model):
+    return flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def _cuda_graph(model) -> TrainGraph:
+    graph = TrainGraph(model, _sgd(model))
+    graph.config.options["lowering"] = "cuda"  # the CUDA shape, run on ONNX Runtime's CPU provider
+    return graph
+
+
+def _cuda_model(model, x, y):
+    """The ONNX model a graph on a CUDA device lowers ``model``'s training step to."""
+    graph = TrainGraph(model, _sgd(model), provider="cuda")
+    traced = trace_and_rewrite(graph, (flow.tensor(x), flow.tensor(y)), {})
+    fed = [k for k in traced.ir.state if traced.ir.state_kinds[k] != "constant"]
+    return lower_traced(traced, True, dict(graph.config.options), fed, dict(traced.constants), device="cuda",
+                        dynamic_batch=True)
+
+
+def _eager_step(model, opt, x, y) -> float:
+    loss = nn.CrossEntropyLoss()(model(flow.tensor(x)), flow.tensor(y))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return float(loss.numpy())
+
+
+def _assert_same_state(ours, reference, rtol=1e-5):
+    expected = reference.state_dict()
+    for name, value in ours.state_dict().items():
+        assert_close(value.numpy(), expected[name].numpy(), rtol=rtol, what=name)
+
+
+def test_lowering_target_follows_the_provider():
+    assert lowering_target({}, "cpu") == "cpu"
+    assert lowering_target({"execution_provider": "cuda"}, "cuda") == "cuda"
+    assert lowering_target({"execution_provider": "openvino"}, "cpu") == "standard"
+    assert lowering_target({"lowering": "cuda"}, "cpu") == "cuda"
+    assert static_batch(True, {"lowering": "cuda"}, "cpu") and not static_batch(False, {"lowering": "cuda"}, "cpu")
+    assert not static_batch(True, {}, "cpu")
+    with pytest.raises(ValueError, match="lowering"):
+        lowering_target({"lowering": "tpu"}, "cpu")
+
+
+def test_cuda_training_step_has_a_static_batch():
+    x, y = _data()
+    model = _cuda_model(_convnet(), x, y)
+    ops = [n.op_type for n in model.graph.node]
+    assert "Shape" not in ops
+    dims = [d for v in model.graph.input for d in v.type.tensor_type.shape.dim]
+    assert all(d.HasField("dim_value") for d in dims)  # no symbolic dim anywhere
+
+
+def test_cpu_training_step_keeps_its_dynamic_batch():
+    x, y = _data()
+    model = _convnet()
+    graph = TrainGraph(model, _sgd(model), provider="cpu")
+    graph(flow.tensor(x), flow.tensor(y))
+    assert graph._compiled.dynamic_batch
+    assert graph._compiled.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+
+
+def test_cuda_lowering_trains_as_eager_and_compiles_an_entry_per_batch_size():
+    """Three steps at batch 4, then one at batch 3 (a new static entry), then batch 4 again
+    (the first entry): losses, parameters and running statistics equal eager mode's."""
+    graph_model, eager_model = _convnet(), _convnet()
+    graph, opt = _cuda_graph(graph_model), _sgd(eager_model)
+    batches = [_data(4, seed=s) for s in range(STEPS)] + [_data(3, seed=7), _data(4, seed=8)]
+    for x, y in batches:
+        loss = float(graph(flow.tensor(x), flow.tensor(y)).numpy())
+        assert_close(loss, _eager_step(eager_model, opt, x, y), what="loss")
+        compiled = graph._compiled
+        assert not compiled.dynamic_batch and compiled.batch == x.shape[0]
+        assert "Shape" not in [n.op_type for n in compiled.model.graph.node]
+    _assert_same_state(graph_model, eager_model)
