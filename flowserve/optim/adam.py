@@ -1,4 +1,5 @@
-"""Adam (with AMSGrad) and AdamW: PyTorch's update rule, written once for eager and graph."""
+"""Adam (with AMSGrad) and AdamW: OneFlow's update rule (PyTorch's, plus OneFlow's
+``do_bias_correction``), written once for eager and graph."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ def bias_corrections(step, beta1: float, beta2: float):
     return 1 - beta1**step64, ops_functional.sqrt(1 - beta2**step64)
 
 
+def corrected_denominator(second, step, group: dict):
+    """``(correction1, denom)`` of Adam's step ``lr / correction1 * exp_avg / denom``:
+    ``1 - beta1**t`` and ``sqrt(second) / sqrt(1 - beta2**t) + eps``, or, with OneFlow's
+    ``do_bias_correction=False``, ``1.0`` and ``sqrt(second) + eps``."""
+    if not group["do_bias_correction"]:
+        return 1.0, ops_functional.sqrt(second) + group["eps"]
+    correction1, correction2_sqrt = bias_corrections(step, *group["betas"])
+    return correction1, ops_functional.sqrt(second) / correction2_sqrt + group["eps"]
+
+
 class Adam(Optimizer):
     """Adam (Kingma & Ba), optionally AMSGrad; ``decoupled_weight_decay=True`` is AdamW.
 
@@ -25,23 +36,29 @@ class Adam(Optimizer):
     >>> model = flow.nn.Linear(4, 2)
     >>> opt = flow.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), amsgrad=True)
 
+    OneFlow's ``do_bias_correction=False`` steps by ``lr * m / (sqrt(v) + eps)``, without
+    dividing by ``1 - beta**t`` (the default ``True`` is PyTorch's rule).
+
     State per parameter, as PyTorch: ``step`` (0-d float32), ``exp_avg``, ``exp_avg_sq``
     and ``max_exp_avg_sq`` with AMSGrad; nn.Graph names them ``<param>-step``,
     ``<param>-m``, ``<param>-v`` and ``<param>-max_exp_avg_sq``. ``foreach`` as in
     ``SGD`` (eager multi-tensor update unless ``False``); ``fused``, ``capturable`` and
-    ``differentiable`` are accepted for PyTorch compatibility.
+    ``differentiable`` (PyTorch's) and ``contiguous_params`` (OneFlow's memory layout) are
+    accepted and change no number.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, amsgrad: bool = False, *, maximize: bool = False,
+                 weight_decay: float = 0.0, amsgrad: bool = False, do_bias_correction: bool = True,
+                 contiguous_params: bool = False, *, maximize: bool = False,
                  decoupled_weight_decay: bool = False, foreach=None, capturable: bool = False,
                  differentiable: bool = False, fused=None):
         name = "AdamW" if decoupled_weight_decay and type(self) is AdamW else type(self).__name__
         check_options(name, lr=lr, eps=eps, weight_decay=weight_decay)
         check_betas(name, betas)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize,
-                                      decoupled_weight_decay=decoupled_weight_decay, foreach=foreach))
+                                      amsgrad=amsgrad, do_bias_correction=bool(do_bias_correction),
+                                      maximize=maximize, decoupled_weight_decay=decoupled_weight_decay,
+                                      foreach=foreach))
 
     def _init_state(self, p, group) -> dict:
         state = {"step": step_tensor(p),
@@ -61,12 +78,11 @@ class Adam(Optimizer):
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
         exp_avg_sq.copy_(addcmul(exp_avg_sq * beta2, g, g, 1 - beta2))
-        correction1, correction2_sqrt = bias_corrections(step, beta1, beta2)
         second = exp_avg_sq
         if group["amsgrad"]:
             second = state["max_exp_avg_sq"]
             second.copy_(ops_functional.maximum(second, exp_avg_sq))
-        denom = ops_functional.sqrt(second) / correction2_sqrt + group["eps"]
+        correction1, denom = corrected_denominator(second, step, group)
         p.copy_(addcdiv(p, exp_avg, denom, -(lr / correction1)))
 
     def _foreach_update(self, params: list, states: list, group: dict, lr: float) -> None:
@@ -79,6 +95,8 @@ class Adam(Optimizer):
             beta1, beta2 = (np.asarray(beta, dtype=np.float64) for beta in group["betas"])
             scalars = dict(step_size=-(lr / (1 - np.power(beta1, step))),  # as bias_corrections rounds them
                            correction2_sqrt=np.sqrt(1 - np.power(beta2, step)))
+            if not group["do_bias_correction"]:
+                scalars = dict(step_size=-lr, correction2_sqrt=None)
             views = [*writer.target(p), p.grad._data.reshape(-1)]
             for k in keys:
                 views += writer.target(state[k])
@@ -99,7 +117,7 @@ def _adam_arrays(views: list, group: dict, lr: float, scalars: dict) -> None:
     wd, weight = group["weight_decay"], 1 - beta1  # lerp(exp_avg, g, weight) as optimizer.lerp rounds it
     lerp_w = dt(weight if weight < 0.5 else 1 - weight)
     decay = dt(1 - lr * wd) if group["decoupled_weight_decay"] else dt(wd)
-    c2, eps, step_size = dt(scalars["correction2_sqrt"]), dt(group["eps"]), dt(scalars["step_size"])
+    c2, eps, step_size = scalars["correction2_sqrt"], dt(group["eps"]), dt(scalars["step_size"])
     for s in chunks(n):
         a, b, c, d = (t[: s.stop - s.start] for t in scratch)
         gc, pc = g[s], p_src[s]
@@ -118,19 +136,23 @@ def _adam_arrays(views: list, group: dict, lr: float, scalars: dict) -> None:
         second = np.add(np.multiply(sq_src[s], dt(beta2), out=sq_dst[s]), c, out=sq_dst[s])
         if group["amsgrad"]:
             second = np.maximum(views[7][s], second, out=views[8][s])
-        denom = np.add(np.divide(np.sqrt(second, out=c), c2, out=c), eps, out=c)
+        root = np.sqrt(second, out=c)
+        denom = np.add(root if c2 is None else np.divide(root, dt(c2), out=c), eps, out=c)
         np.add(pc, np.divide(np.multiply(ea_dst[s], step_size, out=d), denom, out=d), out=p_dst[s])
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Loshchilov & Hutter); ``weight_decay`` defaults to 1e-2.
+    """Adam with decoupled weight decay (Loshchilov & Hutter): ``p -= lr * (step + weight_decay * p)``.
+    ``weight_decay`` defaults to 0, as in OneFlow (PyTorch's default is 1e-2);
+    ``do_bias_correction`` as in ``Adam``.
 
     >>> import flowserve as flow
     >>> opt = flow.optim.AdamW(flow.nn.Linear(4, 2).parameters(), lr=1e-3, weight_decay=0.05)
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, amsgrad: bool = False, *, maximize: bool = False,
-                 foreach=None, capturable: bool = False, differentiable: bool = False, fused=None):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
-                         decoupled_weight_decay=True)
+                 weight_decay: float = 0.0, amsgrad: bool = False, do_bias_correction: bool = True,
+                 contiguous_params: bool = False, *, maximize: bool = False, foreach=None,
+                 capturable: bool = False, differentiable: bool = False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, do_bias_correction, maximize=maximize,
+                         decoupled_weight_decay=True, foreach=foreach)

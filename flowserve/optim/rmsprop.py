@@ -1,4 +1,4 @@
-"""RMSprop (centered and with momentum) and Adagrad: PyTorch's update rules."""
+"""RMSprop (centered and with momentum): OneFlow's update rule; Adagrad: PyTorch's."""
 
 from __future__ import annotations
 
@@ -15,13 +15,22 @@ class RMSprop(Optimizer):
     >>> import flowserve as flow
     >>> opt = flow.optim.RMSprop(flow.nn.Linear(4, 2).parameters(), lr=1e-2, momentum=0.9)
 
+    The rule is OneFlow's (``rmsprop_update``), eps inside the square root: with
+    ``d = g + weight_decay * p``, ``v = alpha * v + (1 - alpha) * d**2`` and
+    ``p -= lr * d / sqrt(v + eps)``; centered, ``mean = alpha * mean + (1 - alpha) * d`` and
+    ``p -= lr * d / sqrt(v - mean**2 + eps)``. PyTorch divides by ``sqrt(v) + eps``. With
+    ``momentum`` (which OneFlow documents but refuses), ``buf = momentum * buf + d / sqrt(...)``
+    and ``p -= lr * buf``: PyTorch's buffer, and OneFlow's documented formula (``lr`` inside
+    the buffer) while ``lr`` is constant. ``lr`` defaults to 1e-3, as in OneFlow (PyTorch:
+    1e-2). ``maximize`` (PyTorch's) negates ``g``.
+
     State per parameter, as PyTorch: ``step``, ``square_avg``, ``momentum_buffer`` (with
     momentum) and ``grad_avg`` (centered).
     """
 
-    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+    def __init__(self, params, lr: float = 1e-3, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
-                 capturable: bool = False, foreach=None, maximize: bool = False,
+                 contiguous_params: bool = False, capturable: bool = False, foreach=None, maximize: bool = False,
                  differentiable: bool = False):
         check_options("RMSprop", lr=lr, eps=eps, weight_decay=weight_decay, momentum=momentum)
         if alpha < 0:
@@ -47,10 +56,9 @@ class RMSprop(Optimizer):
         if group["centered"]:
             grad_avg = state["grad_avg"]
             grad_avg.copy_(lerp(grad_avg, g, 1 - alpha))
-            avg = ops_functional.sqrt(addcmul(square_avg, grad_avg, grad_avg, -1))
+            avg = ops_functional.sqrt(addcmul(square_avg, grad_avg, grad_avg, -1) + group["eps"])
         else:
-            avg = ops_functional.sqrt(square_avg)
-        avg = avg + group["eps"]
+            avg = ops_functional.sqrt(square_avg + group["eps"])
         if group["momentum"] > 0:
             buf = state["momentum_buffer"]
             buf.copy_(addcdiv(buf * group["momentum"], g, avg))

@@ -1,7 +1,7 @@
 """The eager multi-tensor update (``foreach``) of SGD and Adam/AdamW: the same numbers as
 the per-parameter functional update bit for bit, PyTorch's after 3 steps to float32
-rounding (parameters and state), arrays written in place only where the optimizer owns
-them, and eager steps mixed with nn.Graph steps."""
+rounding (parameters and state) where OneFlow's rule is PyTorch's, arrays written in place
+only where the optimizer owns them, and eager steps mixed with nn.Graph steps."""
 
 from __future__ import annotations
 
@@ -16,21 +16,29 @@ from flowserve.optim import foreach
 
 torch = pytest.importorskip("torch", reason="PyTorch is the oracle of these tests (pip install torch==2.13.0)")
 
-CASES = [
+TORCH_CASES = [  # where OneFlow's rule is PyTorch's
     ("SGD", dict(lr=0.1)),
     ("SGD", dict(lr=0.05, momentum=0.9)),
-    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
     ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.02)),
-    ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01, maximize=True)),
     ("Adam", dict(lr=1e-2)),
     ("Adam", dict(lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)),
     ("Adam", dict(lr=1e-2, amsgrad=True, maximize=True, weight_decay=0.01)),
     ("Adam", dict(lr=1e-2, betas=(0.3, 0.5))),  # lerp's other rounding (weight >= 0.5)
-    ("AdamW", dict(lr=1e-2)),
+    ("AdamW", dict(lr=1e-2, weight_decay=1e-2)),
     ("AdamW", dict(lr=1e-2, weight_decay=0.1, amsgrad=True)),
     ("AdamW", dict(lr=1e-2, weight_decay=0.1, amsgrad=True, maximize=True)),
 ]
+CASES = TORCH_CASES + [  # and OneFlow's rules where they differ (test_optim_oneflow.py checks them)
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.05, momentum=0.9, dampening=0.3, nesterov=True, weight_decay=0.01, maximize=True)),
+    ("SGD", dict(lr=0.05, weight_decay=0.01, maximize=True)),
+    ("SGD", dict(lr=0.05, momentum=0.9, maximize=True)),  # the buffer holds OneFlow's sign, PyTorch's negated
+    ("Adam", dict(lr=1e-2, do_bias_correction=False, amsgrad=True, weight_decay=0.01)),
+    ("AdamW", dict(lr=1e-2, do_bias_correction=False, weight_decay=0.1)),
+]
 IDS = [name + "-" + ",".join(f"{k}={v}" for k, v in kw.items()) for name, kw in CASES]
+TORCH_IDS = IDS[:len(TORCH_CASES)]
 SHAPES = [(2 * foreach.CHUNK + 123,), (4, 3, 3, 3), (7,)]  # several chunks, a remainder, tiny tensors
 STEPS = 3
 
@@ -71,7 +79,8 @@ def test_foreach_equals_the_per_parameter_update_bit_for_bit(name, options, dtyp
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=str(key))
 
 
-@pytest.mark.parametrize("name,options", [CASES[3], CASES[7], CASES[11]], ids=[IDS[3], IDS[7], IDS[11]])
+@pytest.mark.parametrize("name,options", [CASES[3], CASES[6], CASES[10], CASES[12]],
+                         ids=[IDS[3], IDS[6], IDS[10], IDS[12]])
 def test_tasks_on_threads_give_the_same_numbers(name, options, monkeypatch):
     monkeypatch.setattr(foreach, "THREADS", 3)
     monkeypatch.setattr(foreach, "TASK", 5000)  # tasks cut tensors, and tasks gather small tensors
@@ -84,7 +93,7 @@ def test_tasks_on_threads_give_the_same_numbers(name, options, monkeypatch):
 
 
 @pytest.mark.parametrize("torch_foreach", [False, True], ids=["torch-for-loop", "torch-foreach"])
-@pytest.mark.parametrize("name,options", CASES, ids=IDS)
+@pytest.mark.parametrize("name,options", TORCH_CASES, ids=TORCH_IDS)
 def test_foreach_matches_torch_after_3_steps(name, options, torch_foreach):
     params, grads = values()
     ours, opt = train_ours(name, options, params, grads, None)
