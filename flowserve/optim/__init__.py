@@ -5,6 +5,7 @@ helper ``flowserve.optim.swa_utils.update_bn`` (loaded when first named)."""
 from flowserve.optim import lr_scheduler  # noqa: F401
 from flowserve.optim.adadelta import Adadelta, Adamax  # noqa: F401
 from flowserve.optim.adam import Adam, AdamW  # noqa: F401
+from flowserve.optim.lamb import LAMB  # noqa: F401
 from flowserve.optim.lbfgs import LBFGS  # noqa: F401
 from flowserve.optim.nadam import NAdam, RAdam  # noqa: F401
 from flowserve.optim.optimizer import Optimizer  # noqa: F401

@@ -412,7 +412,8 @@ class SequentialLR(LRScheduler):
             sched.load_state_dict(state)
 
 
-# -- PyTorch's PolynomialLR and CosineAnnealingWarmRestarts, OneFlow's CosineDecayLR and WarmUpLR --
+# -- PyTorch's PolynomialLR and CosineAnnealingWarmRestarts (with OneFlow's options), OneFlow's CosineDecayLR
+# and WarmUpLR --
 
 
 class _ClosedForm(LRScheduler):
@@ -475,25 +476,61 @@ class CosineDecayLR(_ClosedForm):
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
-    """SGDR (PyTorch): cosine annealing to ``eta_min`` over ``T_0`` epochs, then restarts with
-    periods multiplied by ``T_mult``; ``step(epoch)`` accepts fractional epochs."""
+    """SGDR: cosine annealing to ``eta_min`` over ``T_0`` epochs, then restarts with periods
+    multiplied by ``T_mult``; ``step(epoch)`` accepts fractional epochs (PyTorch's rule).
+
+    OneFlow's options: after ``k`` restarts the cosine starts from ``base_lr * decay_rate**k``,
+    ``lr = eta_min + (base_lr * decay_rate**k - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2``,
+    and with ``restart_limit > 0`` the lr stays at ``eta_min`` from restart ``restart_limit``
+    on (0: unlimited). The defaults (1.0 and 0) are PyTorch's schedule. Positional arguments
+    are OneFlow's (``..., eta_min, decay_rate, restart_limit, last_step``); PyTorch's
+    ``last_epoch`` is accepted by name.
+
+    >>> import flowserve as flow
+    >>> opt = flow.optim.SGD(flow.nn.Linear(2, 1).parameters(), lr=1.0)
+    >>> sched = flow.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, decay_rate=0.5)
+    >>> sched.step(); sched.step(); sched.get_last_lr()  # the first restart: lr * 0.5
+    [0.5]
+    """
 
     T_cur = StepState()
     T_i = StepState()
 
     def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1, eta_min: float = 0.0,  # noqa: N803
-                 last_epoch: int = -1):
+                 decay_rate: float = 1.0, restart_limit: int = 0, last_step: int = -1, verbose: bool = False, *,
+                 last_epoch: int | None = None):
         if T_0 <= 0 or not isinstance(T_0, int):
             raise ValueError(f"Expected positive integer T_0, but got {T_0}")
         if T_mult < 1 or not isinstance(T_mult, int):
             raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        if restart_limit < 0 or not isinstance(restart_limit, int):
+            raise ValueError(f"Expected integer restart_limit >= 0 (0: unlimited), but got {restart_limit}")
+        last_epoch = last_step if last_epoch is None else last_epoch
         self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
+        self.decay_rate, self.restart_limit = decay_rate, restart_limit
         self.T_cur = last_epoch
         super().__init__(optimizer, last_epoch)
 
+    def restarts(self) -> int:
+        """How many restarts the schedule has made (``T_i = T_0 * T_mult**k``)."""
+        if self.T_mult > 1:
+            return round(math.log(self.T_i / self.T_0, self.T_mult))
+        return max(0, int(self.last_epoch // self.T_0))
+
     def get_lr(self) -> list:
+        k = self.restarts()
+        if self.restart_limit and k >= self.restart_limit:
+            return [self.eta_min for _ in self.base_lrs]
         cos = (1 + math.cos(math.pi * self.T_cur / self.T_i)) / 2
-        return [self.eta_min + (base - self.eta_min) * cos for base in self.base_lrs]
+        return [self.eta_min + (base * self.decay_rate**k - self.eta_min) * cos for base in self.base_lrs]
+
+    def state_dict(self) -> dict:
+        """PyTorch's keys; OneFlow's options only where they differ from PyTorch's schedule."""
+        state = super().state_dict()
+        for key, plain in (("decay_rate", 1.0), ("restart_limit", 0)):
+            if state[key] == plain:
+                del state[key]
+        return state
 
     def step(self, epoch=None) -> None:
         _refuse_step_in_trace(self)
