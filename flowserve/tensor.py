@@ -69,10 +69,16 @@ class Tensor(MethodGroups):
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     def __init__(self, *args, dtype=None, device=None, requires_grad=False):
-        if len(args) == 1 and not isinstance(args[0], int):
-            data = array_from(args[0], dtype or dtypes.float32)
+        """OneFlow's ``flow.Tensor(data)`` (``TensorWithDataCtor``) is a new float32 tensor
+        holding a copy of ``data`` (an array, a sequence, a tensor), never sharing memory
+        with it (``flow.from_numpy`` shares); ``flow.Tensor(2, 3)`` and
+        ``flow.Tensor(flow.Size([2, 3]))`` are zeros of that size, ``flow.Tensor()`` is empty."""
+        np_dtype = (dtypes.as_dtype(dtype) if dtype else dtypes.float32).np
+        if len(args) == 1 and not isinstance(args[0], (int, Size)):
+            data = np.array(array_from(args[0]), dtype=np_dtype, copy=True, order="C")
         else:
-            data = np.zeros(tuple(args), dtype=(dtypes.as_dtype(dtype) if dtype else dtypes.float32).np)
+            data = np.zeros(tuple(args[0]) if len(args) == 1 and isinstance(args[0], Size) else args or (0,),
+                            dtype=np_dtype)
         d = as_device(device) if device is not None else CPU
         self._set(to_device_array(data, d), None, d)
         self._requires_grad = bool(requires_grad)

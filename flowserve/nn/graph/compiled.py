@@ -1,13 +1,15 @@
 """A compiled signature of an ``nn.Graph``: its ONNX Runtime session and state plumbing.
 
 Training graphs take parameters and optimizer state as inputs and return their new
-values. The session is persistent and IO-bound: every state tensor has two host buffers
-used in turn (ping-pong) — the call reads the current one and ONNX Runtime writes the
-new value straight into the other, which the eager tensor then holds. No state is
-copied per call, and the eager module always holds the graph's values (as in OneFlow,
-an array taken with ``.numpy()`` from a graph-updated parameter is a view of such a
-buffer; copy it to keep it beyond the next call). User outputs rotate through
-``config.set_outputs_buffer_size(n)`` sets of buffers per shape and are copied out.
+values. The session is persistent and IO-bound: every state tensor has two buffers of
+the graph's own used in turn (ping-pong, ``state_buffers.StatePair``) — the call reads
+the current one and ONNX Runtime writes the new value straight into the other, which
+the eager tensor then holds. No state is copied per call, the eager module always holds
+the graph's values, and the graph never writes into an array it did not allocate or one
+still read elsewhere (the user's array of ``flow.from_numpy``, an array taken with
+``.numpy()``, a view of a parameter): those keep their values, as in eager mode. User
+outputs rotate through ``config.set_outputs_buffer_size(n)`` sets of buffers per shape
+and are copied out.
 A graph that updates no state (inference) skips the binding: ``session.run`` hands back
 new outputs for each call, so no buffer of ours is bound, rotated or copied.
 
@@ -36,6 +38,7 @@ from flowserve.device import CPU, array_module, device as Device, to_device_arra
 from flowserve.errors import GraphError
 from flowserve.nn.graph import engine
 from flowserve.nn.graph.lowering import lower_traced, static_batch
+from flowserve.nn.graph.state_buffers import StatePair
 from flowserve.nn.graph.trace import Traced
 from flowserve.onnx_backend import runtime
 from flowserve.tensor import Tensor
@@ -67,8 +70,7 @@ class CompiledGraph:
         self.batch = batch
         self.output_names = [v.name for v in traced.ir.outputs]
         self.update_names = list(traced.ir.updates)
-        self._buffers: dict = {}  # state name -> [buffer A, buffer B]
-        self._pair_values: dict = {}  # state name -> (its pair, the OrtValues over it): host runs
+        self._buffers: dict = {}  # state name -> its StatePair
         self._out_ring: list = []  # (output arrays, OrtValues over them) per set
         self._out_index = 0
         self.peak_memory = None
@@ -305,7 +307,8 @@ class CompiledGraph:
             binding.bind_input(name, kind, index, array.dtype.type, list(array.shape), _address(array))
         new_state = {}
         for name in self.update_names:
-            target = new_state[name] = self._state_target(name, device)
+            pair, i = self._state_target(name, device)
+            target = new_state[name] = pair.arrays[i]
             binding.bind_output(name + ":new", kind, index, target.dtype.type, list(target.shape), _address(target))
         outs = []
         for v, shape in zip(self.traced.ir.outputs, self._output_shapes(inputs)):
@@ -335,24 +338,20 @@ class CompiledGraph:
         """Bind each updated state's output to the buffer its tensor does not hold now."""
         new = {}
         for name in self.update_names:
-            target = new[name] = self._state_target(name, CPU)
-            pair, values = self._buffers[name], self._pair_values.get(name)
-            if values is None or values[0] is not pair:  # OrtValues over a pair, made once per pair
-                values = self._pair_values[name] = (pair, [runtime.ort_value(a) for a in pair])
-            binding.bind_ortvalue_output(name + ":new", values[1][0 if target is pair[0] else 1])
+            pair, i = self._state_target(name, CPU)
+            new[name] = pair.arrays[i]
+            binding.bind_ortvalue_output(name + ":new", pair.values[i])
         return new
 
-    def _state_target(self, name: str, device: Device):
-        """Where the run writes the new value of state ``name``: of the two buffers on
-        ``device`` it takes turns in, the one its tensor does not hold now."""
+    def _state_target(self, name: str, device: Device) -> tuple:
+        """Where the run writes the new value of state ``name``: ``(pair, index)`` of the
+        buffer of its pair on ``device`` that its tensor does not hold now (a new pair
+        where the tensor holds an array of none: a first call, or ``p.data = ...``)."""
         current = self.traced.state[name]._data
         pair = self._buffers.get(name)
-        if pair is None or not any(current is b for b in pair):
-            xp = array_module(device)
-            held = current if isinstance(current, xp.ndarray) and current.flags.c_contiguous else \
-                xp.empty(current.shape, current.dtype)
-            pair = self._buffers[name] = [held, xp.empty(current.shape, current.dtype)]
-        return pair[1] if current is pair[0] else pair[0]
+        if pair is None or not pair.holds(current):
+            pair = self._buffers[name] = StatePair(current, array_module(device))
+        return pair, pair.target(current)
 
     def _bind_user_outputs(self, binding, inputs) -> list:
         """Output buffers for this call: one of ``outputs_buffer_size`` sets, reused while
