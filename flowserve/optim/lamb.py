@@ -58,8 +58,6 @@ class LAMB(Optimizer):
     them ``<param>-step``, ``<param>-m``, ``<param>-v``.
     """
 
-    elementwise_update = False
-
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, adam_w_mode: bool = True, do_bias_correction: bool = True,
                  amsgrad: bool = False, contiguous_params: bool = False):

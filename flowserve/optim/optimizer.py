@@ -47,9 +47,6 @@ class Optimizer(ABC):
 
     # ``_foreach_update(params, states, group, lr)``: the eager multi-tensor update, where one exists
     _foreach_update = None
-    # whether the update of a concatenation of parameters is the concatenation of their updates,
-    # so that a graph may fuse (allow_fuse_model_update_ops) or shard (ZeRO) it; LAMB's is not
-    elementwise_update = True
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
