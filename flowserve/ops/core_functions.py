@@ -335,7 +335,19 @@ def unsqueeze(x, dim: int):
     d = normalize_axis("unsqueeze", dim, x.ndim + 1)
     shape = list(x.shape)
     shape.insert(d, 1)
-    return reshape(x, shape)
+    out = reshape(x, shape)
+    if d == x.ndim and out._lazy is None:
+        out._data = _unit_last_stride(out._data, x._device.xp)
+    return out
+
+
+def _unit_last_stride(a, xp):
+    """``a``, whose last dim (of size 1) ``unsqueeze`` has just added, with that dim's stride
+    1 as PyTorch and OneFlow give it (numpy's reshape gives it the stride of the dim
+    before); the stride of a size-1 dim moves no element."""
+    if a.strides[-1] == a.itemsize:
+        return a
+    return xp.lib.stride_tricks.as_strided(a, a.shape, a.strides[:-1] + (a.itemsize,))
 
 
 def squeeze(x, dim=None):

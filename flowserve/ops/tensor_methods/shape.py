@@ -52,7 +52,9 @@ class ShapeMethods:
         return self.ndim
 
     def contiguous(self, memory_format=None):
-        return self
+        """This tensor where it is contiguous, else a C-ordered copy of it (``clone``), as in
+        PyTorch and OneFlow. Lazy tensors (inside ``nn.Graph.build``) have no layout: ``self``."""
+        return self if self.is_contiguous() else functional.clone(self)
 
     def stride(self, dim: int | None = None):
         return strides(self) if dim is None else strides(self)[dim]
