@@ -40,11 +40,12 @@ from flowserve._repr import tensor_repr
 from flowserve.device import as_device
 from flowserve.distributed import sbp as sbp_types
 from flowserve.distributed.sbp_rules import Call, piece, plan
-from flowserve.errors import DistributedError
+from flowserve.errors import DistributedError, GraphError
 from flowserve.ops import creation
 from flowserve.ops import functional as ops_functional
 from flowserve.ops.collective import all_reduce
 from flowserve.tensor import Size, Tensor, inherit_methods
+from flowserve.utils.tree import flatten, unflatten
 
 MAX_DIMS = 8  # the metadata the ranks exchange to check a local -> global conversion
 
@@ -463,6 +464,37 @@ def _as_global(value, where: str) -> GlobalTensor:
     if not isinstance(value, GlobalTensor):
         raise DistributedError(f"{where}: expected a global tensor, got a local tensor of size {tuple(value.shape)}")
     return value
+
+
+# -- global tensors at an nn.Graph's boundary ---------------------------------------------------
+
+
+def graph_inputs_as_local(leaves: list, graph_name: str) -> tuple[list, sbp_types.placement | None]:
+    """The inputs an ``nn.Graph`` runs on, and the placement of its global inputs (None when
+    it has none). In a run of one process a global tensor's piece is its whole logical value
+    whatever its sbp, so the graph runs on the pieces; a launched run's graph is data
+    parallel by itself and takes this rank's local tensors."""
+    globals_ = [t for t in leaves if isinstance(t, GlobalTensor)]
+    if not globals_:
+        return leaves, None
+    if env.get_world_size() > 1:
+        t = globals_[0]
+        raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {graph_name} in a "
+                         f"run of {env.get_world_size()} processes: graphs there take local tensors; pass "
+                         "x.to_local() (a graph run in a launched process is data parallel by itself, see "
+                         "docs/distributed.md)")
+    placements = {t.placement for t in globals_}
+    if len(placements) > 1:
+        raise GraphError(f"nn.Graph {graph_name}: its global inputs have different placements "
+                         f"{sorted(map(repr, placements))}")
+    return [t.to_local() if isinstance(t, GlobalTensor) else t for t in leaves], placements.pop()
+
+
+def graph_outputs_as_global(outputs, placement: sbp_types.placement):
+    """A graph's outputs (a nest of tensors) as global tensors on ``placement``, sbp broadcast:
+    the whole value, as every sbp is on the one rank of ``graph_inputs_as_local``'s runs."""
+    leaves, spec = flatten(outputs)
+    return unflatten(spec, [GlobalTensor._make(t, placement, sbp_types.broadcast, tuple(t.shape)) for t in leaves])
 
 
 # -- ops on global tensors ---------------------------------------------------------------------

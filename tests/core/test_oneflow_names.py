@@ -173,3 +173,100 @@ def test_sbp_objects_are_also_called():
     assert flow.sbp.split(0) == flow.sbp.split(0)() and flow.sbp.split(0) != flow.sbp.split(1)
     x = flow.ones(4, 2, placement=flow.placement.all("cpu"), sbp=flow.sbp.broadcast())
     assert x.sbp == (flow.sbp.broadcast,)
+
+
+# -- fx.symbolic_trace, fx.Node -------------------------------------------------------------------
+
+
+class _Net(flow.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = flow.nn.Sequential(flow.nn.Conv2d(3, 4, 3, padding=1), flow.nn.ReLU(), flow.nn.MaxPool2d(2))
+        self.head = flow.nn.Linear(16, 5)
+        self.scale = flow.nn.Parameter(flow.ones(1) * 2)
+
+    def forward(self, x):
+        x = flow.flatten(self.features(x), 1)
+        y = self.head(x)
+        return self.scale * F.relu(y) + y.size(1) - x.shape[0]
+
+
+def test_symbolic_trace_records_the_module_as_nodes_and_code():
+    model = _Net().eval()
+    gm = flow.fx.symbolic_trace(model)
+    nodes = gm.graph.nodes
+    assert all(isinstance(n, flow.fx.Node) for n in nodes)
+    assert [n.op for n in nodes][0] == "placeholder" and nodes[-1].op == "output"
+    modules = [n.target for n in nodes if n.op == "call_module"]
+    assert modules == ["features.0", "features.1", "features.2", "head"]
+    functions = {n.target for n in nodes if n.op == "call_function"}
+    assert {flow.flatten, F.relu} <= functions
+    assert [n.target for n in nodes if n.op == "get_attr"] == ["scale"]
+    assert "flowserve.flatten(" in gm.code and "self.head(" in gm.code and "def forward(self, x):" in gm.code
+    head = next(n for n in nodes if n.target == "head")
+    assert {u.op for u in head.users} == {"call_function", "call_method"}
+    x = flow.randn(2, 3, 4, 4)
+    np.testing.assert_array_equal(gm(x).numpy(), model(x).numpy())
+    assert isinstance(gm, flow.nn.Module) and type(gm).__name__ == "_Net"
+    assert gm.head is model.head and gm.scale is model.scale  # the same objects: training one trains the other
+    with flow.no_grad():
+        model.scale.fill_(3.0)
+    np.testing.assert_array_equal(gm(x).numpy(), model(x).numpy())
+
+
+def test_symbolic_trace_gradients_match_the_module():
+    model = _Net()
+    gm = flow.fx.symbolic_trace(model)
+    x = flow.randn(2, 3, 4, 4)
+    gm(x).sum().backward()
+    traced_grad = model.head.weight.grad.numpy().copy()
+    model.zero_grad()
+    model(x).sum().backward()
+    np.testing.assert_allclose(traced_grad, model.head.weight.grad.numpy(), rtol=1e-6)
+
+
+def test_symbolic_trace_functions_with_list_arguments_and_tensor_first_operators():
+    class M(flow.nn.Module):
+        def forward(self, x, w1, w2):
+            m1 = flow.cat([flow.neg(w1), w2]).sum()
+            return 2 * x + flow.max(m1) + flow.tensor([1.0, 2.0, 3.0]) * x
+
+    traced = flow.fx.symbolic_trace(M())
+    assert "flowserve.cat([neg, w2])" in traced.code and "flowserve.max(" in traced.code
+    args = [flow.randn(3) for _ in range(3)]
+    np.testing.assert_allclose(traced(*args).numpy(), M()(*args).numpy(), rtol=1e-6)
+
+
+def test_fx_graph_edits_recompile():
+    class M(flow.nn.Module):
+        def forward(self, x):
+            return flow.neg(x) + 1
+
+    gm = flow.fx.symbolic_trace(M())
+    neg = next(n for n in gm.graph.nodes if n.op == "call_function" and n.target is flow.neg)
+    x_node = gm.graph.nodes[0]
+    assert neg.replace_all_uses_with(x_node) and not neg.users
+    gm.graph.erase_node(neg)
+    gm.recompile()
+    assert "neg" not in gm.code
+    assert gm(flow.tensor([1.0, 2.0])).tolist() == [2.0, 3.0]
+
+
+def test_symbolic_trace_refuses_what_it_cannot_see():
+    class Branchy(flow.nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    with pytest.raises(flow.fx.TraceError, match="cannot be used in control flow"):
+        flow.fx.symbolic_trace(Branchy())
+
+    class Outsider(flow.nn.Module):
+        def forward(self, x):
+            return _OUTSIDE(x)
+
+    with pytest.raises(flow.fx.TraceError, match="is not a submodule of the traced module"):
+        flow.fx.symbolic_trace(Outsider())
+    assert flow.relu(flow.tensor([-1.0])).tolist() == [0.0]  # tracing put every function back
+
+
+_OUTSIDE = flow.nn.Linear(2, 2)

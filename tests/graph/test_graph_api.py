@@ -53,7 +53,7 @@ def test_proxy_gives_graph_module_and_module():
     g = Infer(model)
     assert g.model.to(nn.Module) is model
     gm = g.model[0].to(GraphModule)
-    assert gm is g.model[0].to(GraphModule) and gm.name == "model.0"
+    assert gm is g.model[0].to(GraphModule) and (gm.name_prefix, gm.name, gm.full_name) == ("model.", "0", "model.0")
     gm.set_stage(0, "cpu")
     with pytest.raises(ValueError, match="non-negative int stage_id"):
         gm.set_stage(-1)

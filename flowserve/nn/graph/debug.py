@@ -4,12 +4,42 @@
 - ``1``: also each module's inputs, parameters, buffers and outputs as it is called;
 - ``2``: also each op as it is recorded: name, inputs and outputs with shapes, device;
 - ``3``: also the user's source line that issued each op.
+
+With the environment variable ``ONEFLOW_DEBUG_MODE`` set (``1``/``true``), a training graph
+also writes the learning rate of each of its steps to ``log/<rank>/train_step2lr.csv``, as
+OneFlow does: a ``train_step,lr`` header, then one ``step,lr`` line per call, the rate that
+call's update used (the first optimizer's first parameter group). Each graph starts the file
+afresh at its first call.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from flowserve._repr import meta_repr
 from flowserve.utils.tree import flatten
+
+DEBUG_MODE_ENV = "ONEFLOW_DEBUG_MODE"
+LR_LOG_NAME = "train_step2lr.csv"
+
+
+def debug_mode() -> bool:
+    """Whether ``ONEFLOW_DEBUG_MODE`` is set to a true value (``1``, ``true``, ``yes``, ``on``)."""
+    return os.environ.get(DEBUG_MODE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class LearningRateLog:
+    """``log/<rank>/train_step2lr.csv`` of one training graph (see the module's docstring)."""
+
+    def __init__(self, rank: int, root: str = "log"):
+        self.path = Path(root) / str(rank) / LR_LOG_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("train_step,lr\n")
+
+    def write(self, step: int, lr: float) -> None:
+        with self.path.open("a") as f:
+            f.write(f"{step},{float(lr)!r}\n")
 
 
 class DebugPrinter:

@@ -9,13 +9,15 @@ from collections import OrderedDict, defaultdict
 
 import numpy as np
 
+from flowserve import env
 from flowserve.amp import GradScaler, StaticGradScaler
+from flowserve.distributed.global_tensor import graph_inputs_as_local, graph_outputs_as_global
 from flowserve.distributed.graph_step import DataParallelStep
 from flowserve.errors import FlowserveError, GraphError
 from flowserve.nn.graph import signature as sig
 from flowserve.nn.graph.batching import batch_mismatch, failure_origin
 from flowserve.nn.graph.config import GraphConfig
-from flowserve.nn.graph.debug import DebugPrinter
+from flowserve.nn.graph.debug import DebugPrinter, LearningRateLog, debug_mode
 from flowserve.nn.graph.executor import ExecutorSpec, make_executor
 from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
@@ -61,7 +63,7 @@ class Graph:
         parts = GraphParts(train_step=creation.zeros((), dtype="int64"))
         for name, value in [("config", GraphConfig()), ("_modules", OrderedDict()), ("_parts", parts),
                             ("_forms", {}), ("_modes", None), ("_cache", None),
-                            ("_debug", None), ("_input_names", []), ("_batch_verdicts", {}),
+                            ("_debug", None), ("_lr_log", None), ("_input_names", []), ("_batch_verdicts", {}),
                             ("_warned_modules", set()), ("_retraces", {}), ("_traced_setup", None)]:
             object.__setattr__(self, name, value)
 
@@ -237,6 +239,24 @@ class Graph:
 
         return decorate
 
+    @staticmethod
+    def trace(func):
+        """Decorate a function to run it as an ``nn.Graph`` (OneFlow's ``nn.Graph.trace``): the
+        result is a graph whose ``build`` is ``func``, traced at its first call and compiled;
+        tensors it reads from its closure are constants of the graph. For training, or to save
+        the graph, subclass ``nn.Graph`` instead.
+
+        >>> import flowserve as flow
+        >>> @flow.nn.Graph.trace
+        ... def double(x):
+        ...     return x * 2
+        >>> double(flow.tensor([1.0, 2.0])).tolist()
+        [2.0, 4.0]
+        """
+        if not callable(func):
+            raise TypeError(f"nn.Graph.trace decorates a function, got {type(func).__name__}")
+        return FunctionGraph(func)
+
     # -- calling ------------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
@@ -244,14 +264,13 @@ class Graph:
         run the compiled graph. Inputs and outputs may nest tuples, lists, dicts and None."""
         args = tuple(_as_tensor_arg(a) for a in args)
         leaves, spec = flatten((args, kwargs))
-        for t in leaves:
-            if getattr(t, "is_global", False):
-                raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {self.name}: "
-                                 "graphs take local tensors; pass x.to_local() (a graph run in a launched process "
-                                 "is data parallel by itself, see docs/distributed.md)")
+        leaves, placement = graph_inputs_as_local(leaves, self.name)
+        if placement is not None:  # one process: the graph runs on the global inputs' whole values
+            args, kwargs = unflatten(spec, leaves)
         compiled = self._compiled_for(args, kwargs, leaves, spec)
         if self.training:
             check_options_unchanged(self, compiled.traced.optimizer_options)
+            self._log_learning_rate()
         first_run = self._debug is not None and compiled.peak_memory is None
         self._parts.last = compiled
         if first_run:
@@ -269,7 +288,17 @@ class Graph:
             for _, sched in self._parts.optimizers:
                 if sched is not None:
                     sched.step()
-        return unflatten(compiled.traced.out_spec, outputs)
+        result = unflatten(compiled.traced.out_spec, outputs)
+        return result if placement is None else graph_outputs_as_global(result, placement)
+
+    def _log_learning_rate(self) -> None:
+        """Under ``ONEFLOW_DEBUG_MODE``: this step's learning rate into ``train_step2lr.csv``."""
+        if not debug_mode():
+            return
+        if self._lr_log is None:
+            object.__setattr__(self, "_lr_log", LearningRateLog(env.get_rank()))
+        optimizer = self._parts.optimizers[0][0]
+        self._lr_log.write(int(self._parts.train_step.item()), optimizer.param_groups[0]["lr"])
 
     def _compiled_for(self, args, kwargs, leaves, spec):
         """The compiled form for these inputs and the modules' modes (``modes.py``): one per
@@ -455,6 +484,17 @@ class _ModuleGraph(Graph):
 
     def build(self, *args):
         return getattr(self, self._attr)(*args)
+
+
+class FunctionGraph(Graph):
+    """The graph ``nn.Graph.trace`` makes of a function: ``build`` calls it."""
+
+    def __init__(self, func):
+        super().__init__()
+        functools.update_wrapper(self, func, updated=())
+
+    def build(self, *args, **kwargs):
+        return self.__wrapped__(*args, **kwargs)
 
 
 def _as_tensor_arg(a):
