@@ -286,16 +286,20 @@ class HealthServicer:
             self.watches -= 1
 
     async def _changes(self, service: str):
-        """``service``'s status at once, then each change, until a shutdown (NOT_SERVING)."""
+        """``service``'s status at once, then each change, until a shutdown: NOT_SERVING,
+        then the end. Whether the server is closing is read before the status, never after
+        a yield: a shutdown that starts while a message is being written (the generator
+        suspended at its yield) is seen on the next round, which sends NOT_SERVING."""
         last = None
         while True:
-            status = self.status(service)
+            closing = self.closing.is_set()
+            status = health.HealthCheckResponse.NOT_SERVING if closing else self.status(service)
             if status is None:
                 status = health.HealthCheckResponse.SERVICE_UNKNOWN
             if status != last:
                 yield status
                 last = status
-            if self.closing.is_set():
+            if closing:
                 return
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.closing.wait(), WATCH_POLL_S)

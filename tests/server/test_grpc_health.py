@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2
@@ -10,6 +14,7 @@ from flowserve.clients import GRPCClient
 from flowserve.clients.errors import InferenceServerError
 from flowserve.protocol import protos
 from flowserve.protocol.protos import health
+from flowserve.server.grpc.app import HealthServicer
 
 from .conftest import running_server
 
@@ -120,9 +125,62 @@ def test_shutdown_turns_watches_not_serving_and_ends_them(mlp_file, stub):
         assert [r.status for r in watch] == [NOT_SERVING]  # then the stream ends with OK
 
 
+# a CPU hog beside the server (as bench/busy.py is beside a benchmark), a process of its own
+# (not forked: a fork of a process running grpc cancels its calls), that ends by itself
+HOG = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_every_watch_open_at_a_shutdown_under_load_sends_not_serving(mlp_file):
+    """Forty watches on four connections and a busy core beside the server; the shutdown is
+    asked for as soon as each watch has its first answer (on the server, writes may still
+    be completing): every one is sent NOT_SERVING, then ends with OK. (A call grpc-core
+    has taken but not yet handed to the server when the shutdown starts is cancelled by
+    grpc.aio's stop: only watches the server has answered are open to it.)"""
+    hog = subprocess.Popen([sys.executable, "-c", HOG])
+    try:
+        with running_server(mlp_file) as server:
+            channels = [grpc.insecure_channel(server.grpc_address) for _ in range(4)]
+            for channel in channels:
+                grpc.channel_ready_future(channel).result(timeout=30)
+            stubs = [health_pb2_grpc.HealthStub(channel) for channel in channels]
+            watches = [stubs[i % 4].Watch(health_pb2.HealthCheckRequest(service="" if i % 2 else "tiny"),
+                                          timeout=60) for i in range(40)]
+            assert {next(watch).status for watch in watches} == {SERVING}
+            server.stop()
+            assert [[r.status for r in watch] for watch in watches] == [[NOT_SERVING]] * 40
+            for channel in channels:
+                channel.close()
+    finally:
+        hog.kill()
+        hog.wait(30)
+
+
 def test_grpc_client_health(repo_server):
     with GRPCClient(repo_server.grpc_address) as client:
         assert (client.health(), client.health("mlp"), client.health("broken")) == (
             "NOT_SERVING", "SERVING", "NOT_SERVING")
         with pytest.raises(InferenceServerError, match="unknown service 'nope'"):
             client.health("nope")
+
+
+class _ReadyPlane:
+    """What the health service asks of a data plane: the server is ready."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_a_shutdown_during_a_watchs_write_still_sends_not_serving():
+    """The race of a full-suite run (``[] == [2]``): the shutdown starts while the watch's
+    SERVING message is being written (its generator suspended at the yield); the watch
+    must still send NOT_SERVING before it ends."""
+    async def watch() -> list:
+        closing = asyncio.Event()
+        checker = HealthServicer(_ReadyPlane(), closing, authorize=lambda context: None)
+        statuses = checker.Watch(health_pb2.HealthCheckRequest(service=""), None)
+        sent = [(await anext(statuses)).status]
+        closing.set()  # while the first message is on its way
+        sent += [response.status async for response in statuses]
+        return sent
+
+    assert asyncio.run(watch()) == [SERVING, NOT_SERVING]
