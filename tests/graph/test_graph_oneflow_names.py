@@ -244,3 +244,22 @@ def test_symbolically_traced_module_in_a_graph_gives_eager_numbers():
     for _ in range(2):
         x = flow.randn(2, 3, 6, 6)
         np.testing.assert_allclose(graph(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_init_takes_oneflows_debug_keywords(capsys):
+    class Verbose(nn.Graph):
+        def __init__(self, **debug):
+            super().__init__(**debug)
+            self.m = nn.Linear(2, 2)
+
+        def build(self, x):
+            return self.m(x)
+
+    Verbose(debug_v_level=1)(flow.ones(1, 2))
+    out = capsys.readouterr().out
+    assert "start building graph." in out and "(MODULE:m:Linear(" in out
+    Verbose(debug_v_level=0, debug_ranks=[1])(flow.ones(1, 2))  # this process is rank 0: not printed
+    Verbose()(flow.ones(1, 2))
+    assert capsys.readouterr().out == ""
+    with pytest.raises(GraphError, match="max verbose debug info level is 3"):
+        Verbose(debug_v_level=4)

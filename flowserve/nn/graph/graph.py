@@ -55,8 +55,11 @@ class Graph:
 
     _child_init_cnt: dict = defaultdict(int)
 
-    def __init__(self):
-        """Initializes internal Graph states. It MUST be called in ``__init__`` of a subclass."""
+    def __init__(self, *, debug_v_level: int = -1, debug_ranks=None, debug_max_py_stack_depth: int = 2,
+                 debug_only_user_py_stack: bool = True, debug_op_repr_with_py_stack: bool = False):
+        """Initializes internal Graph states. It MUST be called in ``__init__`` of a subclass.
+        The ``debug_*`` keywords are OneFlow's: ``super().__init__(debug_v_level=1)`` is
+        ``self.debug(1)`` (see ``debug``)."""
         cls = type(self)
         object.__setattr__(self, "_name", f"{cls.__name__}_{Graph._child_init_cnt[cls.__name__]}")
         Graph._child_init_cnt[cls.__name__] += 1
@@ -66,6 +69,8 @@ class Graph:
                             ("_debug", None), ("_lr_log", None), ("_input_names", []), ("_batch_verdicts", {}),
                             ("_warned_modules", set()), ("_retraces", {}), ("_traced_setup", None)]:
             object.__setattr__(self, name, value)
+        self.debug(debug_v_level, ranks=debug_ranks, max_py_stack_depth=debug_max_py_stack_depth,
+                   only_user_py_stack=debug_only_user_py_stack, op_repr_with_py_stack=debug_op_repr_with_py_stack)
 
     # -- attributes (OneFlow's rules) ------------------------------------------------------
 
