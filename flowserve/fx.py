@@ -138,6 +138,19 @@ class Graph:
             source.users.pop(node, None)
         self.nodes.remove(node)
 
+    def lint(self) -> None:
+        """Check that every node reads only nodes of this graph defined before it, and that
+        the graph ends with its one ``output``."""
+        seen: set = set()
+        for node in self.nodes:
+            missing = [n.name for n in node.all_input_nodes if n not in seen]
+            if node.graph is not self or missing:
+                raise TraceError(f"graph lint: node {node.name} reads {missing or 'nodes of another graph'} "
+                                 "before they are defined in this graph")
+            seen.add(node)
+        if not self.nodes or self.nodes[-1].op != "output" or [n.op for n in self.nodes].count("output") != 1:
+            raise TraceError("graph lint: a graph ends with exactly one output node")
+
     def _unique(self, base: str) -> str:
         base = re.sub(r"\W", "_", base).strip("_") or "node"
         base = base if base[0].isalpha() else f"_{base}"  # submodule "0" of a Sequential: node "_0"

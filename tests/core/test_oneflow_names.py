@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 import textwrap
@@ -270,3 +271,53 @@ def test_symbolic_trace_refuses_what_it_cannot_see():
 
 
 _OUTSIDE = flow.nn.Linear(2, 2)
+
+
+def test_fx_pass_folds_batch_norm_into_the_convolution_before_it():
+    """A conv-bn folding pass written against the fx graph, as OneFlow's fx tutorial writes it."""
+
+    class M(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = flow.nn.Conv2d(1, 2, 1), flow.nn.BatchNorm2d(2)
+            self.nested = flow.nn.Sequential(flow.nn.Conv2d(2, 2, 1), flow.nn.BatchNorm2d(2))
+
+        def forward(self, x):
+            return self.nested(self.bn1(self.conv1(x)))
+
+    model = M()
+    model.train()
+    model(flow.randn(8, 1, 4, 4) * 3 + 1)  # running statistics away from (0, 1)
+    model.eval()
+    gm = flow.fx.symbolic_trace(copy.deepcopy(model))  # the pass replaces submodules, which gm shares
+    modules = dict(gm.named_modules())
+    for node in list(gm.graph.nodes):
+        source = node.args[0] if node.args else None
+        if node.op == "call_module" and isinstance(modules[node.target], flow.nn.BatchNorm2d) \
+                and isinstance(source, flow.fx.Node) and isinstance(modules.get(source.target), flow.nn.Conv2d):
+            conv, bn = modules[source.target], modules[node.target]
+            scale = bn.weight * flow.rsqrt(bn.running_var + bn.eps)
+            fused = flow.nn.Conv2d(conv.in_channels, conv.out_channels, 1)
+            fused.weight = flow.nn.Parameter((conv.weight * scale.reshape(-1, 1, 1, 1)).detach())
+            fused.bias = flow.nn.Parameter(((conv.bias - bn.running_mean) * scale + bn.bias).detach())
+            parent, _, name = source.target.rpartition(".")
+            setattr(modules[parent], name, fused)
+            node.replace_all_uses_with(source)
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_module", "call_module", "output"]
+    x = flow.randn(3, 1, 4, 4)
+    np.testing.assert_allclose(gm(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fx_graph_lint_finds_a_node_read_before_it_is_defined():
+    class M(flow.nn.Module):
+        def forward(self, x):
+            return flow.neg(x) * 2
+
+    gm = flow.fx.symbolic_trace(M())
+    nodes = gm.graph.nodes
+    nodes[1], nodes[2] = nodes[2], nodes[1]  # mul before the neg it reads
+    with pytest.raises(flow.fx.TraceError, match="reads \\['neg'\\] before"):
+        gm.graph.lint()
