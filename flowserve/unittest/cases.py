@@ -44,6 +44,22 @@ def skip_unless_2n4d():
     return skip_unless(2, 4)
 
 
+class MLIRTestCase(unittest.TestCase):
+    """OneFlow's base for its MLIR tests: each test's ``ONEFLOW_MLIR*`` environment variables
+    are removed after it."""
+
+    def tearDown(self):
+        for key in [k for k in os.environ if k.startswith("ONEFLOW_MLIR")]:
+            os.environ.pop(key)
+
+
+def dataset_dir(sub_dir: str | None = None) -> str:
+    """Where the test datasets are: ``ONEFLOW_TEST_DATASET_DIR`` (default ``/dataset``), joined
+    with ``sub_dir`` when given."""
+    base = os.getenv("ONEFLOW_TEST_DATASET_DIR") or "/dataset"
+    return base if sub_dir is None else os.path.join(base, sub_dir)
+
+
 NUM_NODES_ATTR = "__oneflow_test_case_num_nodes_required__"
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 import textwrap
@@ -321,3 +322,18 @@ def test_fx_graph_lint_finds_a_node_read_before_it_is_defined():
     nodes[1], nodes[2] = nodes[2], nodes[1]  # mul before the neg it reads
     with pytest.raises(flow.fx.TraceError, match="reads \\['neg'\\] before"):
         gm.graph.lint()
+
+
+def test_unittest_dataset_dir_and_mlir_test_case(monkeypatch):
+    monkeypatch.delenv("ONEFLOW_TEST_DATASET_DIR", raising=False)
+    assert flow.unittest.dataset_dir() == "/dataset"
+    monkeypatch.setenv("ONEFLOW_TEST_DATASET_DIR", "/data/of")
+    assert flow.unittest.dataset_dir("imagenet") == "/data/of/imagenet"
+
+    class Case(flow.unittest.MLIRTestCase):
+        def test_sets(self):
+            os.environ["ONEFLOW_MLIR_ENABLE_ROUND_TRIP"] = "1"
+
+    monkeypatch.delenv("ONEFLOW_MLIR_ENABLE_ROUND_TRIP", raising=False)
+    assert _run_suite(Case).wasSuccessful()
+    assert "ONEFLOW_MLIR_ENABLE_ROUND_TRIP" not in os.environ
