@@ -108,3 +108,90 @@ def test_cuda_lowering_trains_as_eager_and_compiles_an_entry_per_batch_size():
         assert not compiled.dynamic_batch and compiled.batch == x.shape[0]
         assert "Shape" not in [n.op_type for n in compiled.model.graph.node]
     _assert_same_state(graph_model, eager_model)
+
+
+class _Residual(nn.Module):
+    """Two batch norms reading the same gradient (a block and its downsampling branch), one
+    without affine parameters, and a BatchNorm1d on (N, C) features."""
+
+    def __init__(self):
+        super().__init__()
+        flow.manual_seed(1)
+        self.conv = nn.Conv2d(3, 6, 3, 2, 1, bias=False)
+        self.bn = nn.BatchNorm2d(6)
+        self.down = nn.Conv2d(3, 6, 1, 2, bias=False)
+        self.down_bn = nn.BatchNorm2d(6, affine=False)
+        self.fc = nn.Linear(6, 6)
+        self.bn1d = nn.BatchNorm1d(6)
+        self.head = nn.Linear(6, 5)
+
+    def forward(self, x):
+        x = (self.bn(self.conv(x)) + self.down_bn(self.down(x))).relu()
+        x = x.mean((2, 3))
+        return self.head(self.bn1d(self.fc(x)).relu())
+
+
+def _ir_ops(graph) -> dict:
+    counts: dict = {}
+    for node in graph._compiled.model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("make", [_convnet, _Residual], ids=["convnet", "residual"])
+def test_cuda_batch_norm_and_relu_backward_train_as_eager(make):
+    graph_model, eager_model = make(), make()
+    graph, opt = _cuda_graph(graph_model), _sgd(eager_model)
+    for step in range(STEPS):
+        x, y = _data(4, seed=step)
+        assert_close(float(graph(flow.tensor(x), flow.tensor(y)).numpy()), _eager_step(eager_model, opt, x, y),
+                     what=f"loss {step}")
+    _assert_same_state(graph_model, eager_model)  # weights, momenta, running mean and unbiased running var
+    layers = sum(isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)) for m in graph_model.modules())
+    ops = _ir_ops(graph)
+    # batch norm: the forward and the backward one inference-mode BatchNormalization each
+    assert ops["BatchNormalization"] == 2 * layers
+    modes = [a for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization" for a in n.attribute
+             if a.name == "training_mode"]
+    assert not modes
+    assert ops.get("Sign", 0) == ops["Relu"] and "Greater" not in ops  # each ReLU's mask
+
+
+def test_cpu_lowering_keeps_its_batch_norm_kernel():
+    """The passes and lowerings above are the CUDA target's: on the CPU provider batch norm
+    is still its training-mode kernel and the ReLU mask a comparison."""
+    model = _convnet()
+    graph = TrainGraph(model, _sgd(model), provider="cpu")
+    x, y = _data()
+    graph(flow.tensor(x), flow.tensor(y))
+    ops = _ir_ops(graph)
+    assert "Sign" not in ops
+    modes = [a.i for n in graph._compiled.model.graph.node if n.op_type == "BatchNormalization" for a in n.attribute
+             if a.name == "training_mode"]
+    assert modes == [1, 1]
+
+
+def test_cuda_step_node_count():
+    """The whole step of the small convnet (two conv + batch norm + ReLU layers, a linear
+    head, SGD with momentum): the count this lowering reaches, so that a change that adds
+    nodes to it is seen."""
+    x, y = _data()
+    assert len(_cuda_model(_convnet(), x, y).graph.node) <= 160  # 159; 181 without the two backward passes
+
+
+def test_cuda_lowering_under_amp_trains_as_the_cpu_lowering():
+    """Emulated float16 (``enable_amp``): the CUDA lowering's losses and parameters are the
+    CPU lowering's within float16's rounding, batch norm's backward fused there too."""
+    runs = []
+    for lowering in ("cuda", "cpu"):
+        model = _convnet()
+        graph = TrainGraph(model, _sgd(model))
+        graph.config.options["lowering"] = lowering
+        graph.config.enable_amp(True)
+        graph.set_grad_scaler(flow.amp.GradScaler(init_scale=1024.0))
+        losses = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in (_data(4, s) for s in range(STEPS))]
+        runs.append((losses, model, _ir_ops(graph)))
+    (cuda, cuda_model, ops), (cpu, cpu_model, _) = runs
+    np.testing.assert_allclose(cuda, cpu, rtol=2e-3)
+    _assert_same_state(cuda_model, cpu_model, rtol=2e-3)
+    assert ops["BatchNormalization"] == 4 and "Shape" not in ops

@@ -47,11 +47,11 @@ def lower_traced(traced, training: bool, options: dict, fed: list, baked: dict, 
     """The ONNX model of ``traced`` for a session made with ``options`` on ``device``:
     ``fed`` state fed per call, ``baked`` state written as initializers, the updated state
     returned as ``<name>:new`` outputs."""
-    ir, fused = lowering_ir(traced.ir, options, training=training, constants=traced.constants)
+    target = lowering_target(options, device)
+    ir, fused = lowering_ir(traced.ir, options, training=training, constants=traced.constants, cuda=target == "cuda")
     if fused:  # constants a fusion took as attributes (attention's scale) are no initializers
         read = {name for node in ir.nodes for name in node.inputs} | {v.name for v in ir.outputs}
         baked = {k: v for k, v in baked.items() if k in read}
-    target = lowering_target(options, device)
     cpu = target == "cpu"
     # fed weights: ONNX Runtime's CPU provider blocks no convolution on its own
     blocked = cpu and training and options.get("cpu_blocked_kernels", True)

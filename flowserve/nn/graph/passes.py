@@ -5,7 +5,9 @@ On the traced IR (what a graph saves): activation checkpointing, weight-gradient
 convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fusion, the
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
 lowers: in inference graphs run by ONNX Runtime, multi-head attention as its fused kernel;
-the add-to-output fusion; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
+the add-to-output fusion; in training graphs lowered for CUDA, batch norm's backward as one
+node and ReLU's gradient mask as a sign; the ONNX backend lowering their fused nodes
+(``LOWERING_PASSES``).
 Every pass returns ``PassResult(ir, modified)``.
 """
 
@@ -17,6 +19,7 @@ from flowserve.distributed.stages import record_stages
 from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
+from flowserve.ir.passes.batch_norm_grad import fuse_batch_norm_backward
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
 from flowserve.ir.passes.conv_weight_grad import conv_weight_grad_as_matmul
@@ -24,6 +27,7 @@ from flowserve.ir.passes.fuse_add_to_output import fuse_add_to_output
 from flowserve.ir.passes.fuse_attention import fuse_multi_head_attention
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.manager import Pass, PassManager
+from flowserve.ir.passes.relu_grad import relu_grad_as_sign
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class PassContext:
     forward_values: frozenset = frozenset()
     world_size: int = 1
     constants: dict | None = None
+    cuda: bool = False  # the lowering is for ONNX Runtime's CUDA provider (``flowserve.nn.graph.lowering``)
 
     @property
     def checkpointed_scopes(self) -> list[str]:
@@ -111,6 +116,10 @@ LOWERING_PASSES = PassManager([
          when=lambda ctx: ctx.fuses_attention),
     Pass("fuse_add_to_output", lambda ir, ctx: fuse_add_to_output(ir),
          when=lambda ctx: bool(ctx.options.get("fuse_add_to_output"))),
+    Pass("fuse_batch_norm_backward", lambda ir, ctx: fuse_batch_norm_backward(ir, ctx.constants),
+         when=lambda ctx: ctx.cuda and ctx.training),
+    Pass("relu_grad_as_sign", lambda ir, ctx: relu_grad_as_sign(ir, ctx.constants),
+         when=lambda ctx: ctx.cuda and ctx.training),
 ], given=("no_dead_nodes",))
 
 
@@ -122,11 +131,13 @@ def run_graph_passes(ir: GraphIR, context: PassContext) -> list[str]:
     return applied
 
 
-def lowering_ir(ir: GraphIR, options: dict, *, training: bool = False, constants: dict | None = None) -> PassResult:
+def lowering_ir(ir: GraphIR, options: dict, *, training: bool = False, constants: dict | None = None,
+                cuda: bool = False) -> PassResult:
     """The IR graph mode lowers: a private copy when a graph-mode fusion applies (the
     ONNX backend lowers its fused nodes), else ``ir`` itself. ``training``: the graph
-    trains; ``constants``: state name -> array of the trace's constants."""
-    context = PassContext(options, training=training, constants=constants)
+    trains; ``constants``: state name -> array of the trace's constants; ``cuda``: the
+    lowering is for ONNX Runtime's CUDA provider."""
+    context = PassContext(options, training=training, constants=constants, cuda=cuda)
     if not any(p.when(context) for p in LOWERING_PASSES.passes):
         return PassResult(ir, False)
     result, _ = LOWERING_PASSES.run(ir.copy(), context)

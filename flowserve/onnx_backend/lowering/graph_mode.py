@@ -1,5 +1,6 @@
 """Lowerings of the nodes that graph mode's own IR fusions make (never in a saved graph,
 so not primitives): ``fused.AddToOutput`` is ONNX ``Gemm`` (``y = x @ w + c``),
+``fused.BatchNormBackward`` batch norm's gradient for CUDA (``lowering/norm.py``),
 ``fused.MultiHeadAttention`` ONNX Runtime's ``com.microsoft.MultiHeadAttention`` (the pass
 that makes it runs only where ONNX Runtime runs the graph)."""
 
@@ -8,8 +9,10 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from flowserve.ir.passes.attention import MULTI_HEAD_ATTENTION
+from flowserve.ir.passes.batch_norm_grad import FUSED_OP as BATCH_NORM_BACKWARD
 from flowserve.ir.passes.fuse_add_to_output import FUSED_OP as ADD_TO_OUTPUT
 from flowserve.onnx_backend.lowering.attention import lower_ort_multi_head_attention
+from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
 
 
 def lower_add_to_output(b, node, ctx) -> None:
@@ -19,4 +22,5 @@ def lower_add_to_output(b, node, ctx) -> None:
 GRAPH_MODE_LOWERINGS = MappingProxyType({
     ADD_TO_OUTPUT: lower_add_to_output,
     MULTI_HEAD_ATTENTION: lower_ort_multi_head_attention,
+    BATCH_NORM_BACKWARD: lower_batch_norm_backward,
 })

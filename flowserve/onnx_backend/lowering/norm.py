@@ -15,9 +15,20 @@ used only where ``weight`` and ``bias`` are graph inputs (parameters fed each st
 no optimizer folds into constants. Other engines keep the standard
 operators (cuDNN's running variance is the unbiased one), and so does a graph with
 ``config.allow_cpu_batch_norm_kernel(False)``.
+
+On ONNX Runtime's CUDA provider (each node a kernel launch; its CUDA kernel refuses
+training-mode ``BatchNormalization`` at opset >= 14) the statistics are two ``ReduceMean``
+(``d = x - mean`` computed once) and the normalisation one inference-mode
+``BatchNormalization`` of ``d`` (mean 0, the batch's variance): ``w * d / sqrt(var + eps) + b``,
+as eager mode computes it. The backward that ``flowserve.ir.passes.batch_norm_grad`` fuses
+(``fused.BatchNormBackward``) reuses that ``d``: two ``ReduceSum`` and, with
+``h = g - d * sum(g * d) / (n * (var + eps))``, ``gx = w * (h - sum(g) / n) / sqrt(var + eps)``,
+again one inference-mode ``BatchNormalization`` (of ``h``, with mean ``sum(g) / n``).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from flowserve import dtypes
 from flowserve.ir.interpreter import reshape_target
@@ -35,6 +46,9 @@ def lower_batch_norm_train(b, node, ctx):
     x, weight, bias = node.inputs
     y, mean, var = node.outputs
     meta = ctx.meta(x)
+    if ctx.cuda_provider:
+        _lower_batch_norm_train_cuda(b, node, ctx)
+        return
     if ctx.batch_norm_kernel and meta.dtype in ("float32", "float64") and b.opset >= 15 \
             and {weight, bias} <= {v.name for v in b.inputs}:
         zero = b.const(0, dtypes.from_name(meta.dtype).np)
@@ -51,6 +65,55 @@ def lower_batch_norm_train(b, node, ctx):
     eps = b.const(node.attrs["eps"], dtypes.from_name(meta.dtype).np)
     scale = b.op1("Reshape", [b.op1("Div", [weight, b.op1("Sqrt", [b.op1("Add", [var, eps])])]), channel])
     b.op("Add", [b.op1("Mul", [d, scale]), b.op1("Reshape", [bias, channel])], [y])
+
+
+def _stats_axes(b, meta) -> tuple:
+    """(the reduced axes, the per-channel shape ``(1, C, 1, ...)``) as int64 constants."""
+    channel = [1, int(meta.shape[1])] + [1] * (len(meta.shape) - 2)
+    return b.const([0] + list(range(2, len(meta.shape)))), b.const(channel)
+
+
+def _centred(b, x: str, mean: str, meta, ctx) -> str:
+    """``x - reshape(mean)``: the value the forward computed, else computed here."""
+    key = ("batch_norm_centred", x, mean)
+    if key not in ctx.saved:
+        ctx.saved[key] = b.op1("Sub", [x, b.op1("Reshape", [mean, _stats_axes(b, meta)[1]])])
+    return ctx.saved[key]
+
+
+def _lower_batch_norm_train_cuda(b, node, ctx):
+    """Six nodes: ``mean``, ``d = x - mean``, ``var = mean(d * d)``, ``y`` (module docstring)."""
+    x, weight, bias = node.inputs
+    y, mean, var = node.outputs
+    meta = ctx.meta(x)
+    axes, _ = _stats_axes(b, meta)
+    b.op("ReduceMean", [x, axes], [mean], keepdims=0)
+    d = _centred(b, x, mean, meta, ctx)
+    b.op("ReduceMean", [b.op1("Mul", [d, d]), axes], [var], keepdims=0)
+    zero = b.const(np.zeros(int(meta.shape[1])), dtypes.from_name(meta.dtype).np)
+    b.op("BatchNormalization", [d, weight, bias, zero, var], [y], epsilon=float(node.attrs["eps"]))
+
+
+def lower_batch_norm_backward(b, node, ctx):
+    """``fused.BatchNormBackward(g, x, weight, mean, var) -> (gx, gb[, gw])`` for CUDA: nine
+    nodes, eleven with the weight's gradient (module docstring)."""
+    g, x, weight, mean, var = node.inputs
+    gx, gb = node.outputs[:2]
+    meta = ctx.meta(x)
+    np_dtype = dtypes.from_name(meta.dtype).np
+    axes, channel = _stats_axes(b, meta)
+    n = int(np.prod([int(s) for s in meta.shape], dtype=np.int64)) // int(meta.shape[1])
+    d = _centred(b, x, mean, meta, ctx)
+    b.op("ReduceSum", [g, axes], [gb], keepdims=0)
+    sum_gd = b.op1("ReduceSum", [b.op1("Mul", [g, d]), axes], keepdims=0)
+    var_eps = b.op1("Add", [var, b.const(node.attrs["eps"], np_dtype)])
+    if len(node.outputs) > 2:
+        b.op("Div", [sum_gd, b.op1("Sqrt", [var_eps])], [node.outputs[2]])
+    q = b.op1("Div", [sum_gd, b.op1("Mul", [var_eps, b.const(float(n), np_dtype)])])
+    h = b.op1("Sub", [g, b.op1("Mul", [d, b.op1("Reshape", [q, channel])])])
+    mean_g = b.op1("Div", [gb, b.const(float(n), np_dtype)])
+    zero = b.const(np.zeros(int(meta.shape[1])), np_dtype)
+    b.op("BatchNormalization", [h, weight, zero, mean_g, var], [gx], epsilon=float(node.attrs["eps"]))
 
 
 @lowering(layer_norm_ops.layer_norm_stats)

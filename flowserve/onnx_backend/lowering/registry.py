@@ -88,6 +88,7 @@ class LoweringContext:
         self.batch_norm_kernel = cpu_provider and batch_norm_kernel
         self.cuda_provider = cuda_provider
         self.reordered: dict = {}  # value name -> its NCHWc copy (one ReorderInput per value)
+        self.saved: dict = {}  # (what, value names) -> an ONNX value a later node reuses (batch norm's x - mean)
 
     def meta(self, name: str):
         return self.ir.values[name]

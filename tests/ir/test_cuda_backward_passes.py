@@ -1,0 +1,92 @@
+"""The CUDA lowering's backward passes on traced training steps: ReLU's mask as a sign
+(the same numbers, by the IR interpreter), batch norm's backward as one fused node (and
+left alone where another node reads its intermediates)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import flowserve as flow
+import flowserve.nn as nn
+from flowserve.ir.graph import Node, Value
+from flowserve.ir.interpreter import run_ir
+from flowserve.ir.passes.batch_norm_grad import FUSED_OP, fuse_batch_norm_backward
+from flowserve.ir.passes.relu_grad import relu_grad_as_sign
+from flowserve.nn.graph.pipeline import trace_and_rewrite
+
+from tests.graph.helpers import TrainGraph
+
+
+def _traced(model, x, y):
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    return trace_and_rewrite(graph, (flow.tensor(x), flow.tensor(y)), {})
+
+
+def _state(traced) -> dict:
+    return {**traced.constants, **{k: t.numpy() for k, t in traced.state.items()}}
+
+
+def _assert_in_order(ir) -> None:
+    """Every value a node reads is defined before it (``GraphIR.validate`` knows no fused op)."""
+    defined = {v.name for v in ir.inputs} | set(ir.state)
+    for node in ir.nodes:
+        assert set(node.inputs) <= defined, (node.op, set(node.inputs) - defined)
+        defined.update(node.outputs)
+    assert {v.name for v in ir.outputs} | set(ir.updates.values()) <= defined
+
+
+def _ops(ir) -> list:
+    return [n.op for n in ir.nodes]
+
+
+def test_relu_mask_is_a_sign_with_the_same_numbers():
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5)
+    traced = _traced(model, x, y)
+    before = run_ir(traced.ir, {"x": x, "y": y}, _state(traced))
+    ir = traced.ir.copy()
+    result = relu_grad_as_sign(ir, traced.constants)
+    assert result.modified
+    assert _ops(ir).count("sign") == _ops(ir).count("relu") == 2 and "gt" not in _ops(ir)
+    ir.validate()
+    after = run_ir(ir, {"x": x, "y": y}, _state(traced))
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    assert not relu_grad_as_sign(ir, traced.constants).modified  # nothing left to rewrite
+
+
+def _bn_traced():
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Conv2d(4, 4, 3, 1, 1, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 5 * 5, 3))
+    rng = np.random.default_rng(1)
+    return _traced(model, rng.standard_normal((2, 3, 5, 5)).astype(np.float32), rng.integers(0, 3, 2))
+
+
+def test_batch_norm_backward_is_one_node_per_layer():
+    traced = _bn_traced()
+    ir = traced.ir.copy()
+    nodes = len(ir.nodes)
+    assert fuse_batch_norm_backward(ir, traced.constants).modified
+    fused = [n for n in ir.nodes if n.op == FUSED_OP]
+    assert len(fused) == _ops(ir).count("batch_norm_train") == 2
+    assert nodes - len(ir.nodes) == 2 * 22  # 23 nodes of the vjp become one, per layer
+    for node in fused:  # (g, x, weight, mean, var) -> (gx, gb, gw)
+        assert len(node.inputs) == 5 and len(node.outputs) == 3
+    _assert_in_order(ir)
+
+
+def test_a_layer_whose_intermediates_are_read_elsewhere_is_left_alone():
+    traced = _bn_traced()
+    ir = traced.ir.copy()
+    bn = next(n for n in ir.nodes if n.op == "batch_norm_train")
+    centred = next(n for n in ir.nodes if n.op == "sub" and n.inputs[0] == bn.inputs[0])  # x - mean
+    ir.add_value(Value("extra", ir.values[centred.outputs[0]].shape, "float32"))
+    ir.nodes.append(Node("neg", [centred.outputs[0]], ["extra"]))
+    ir.outputs.append(ir.values["extra"])
+    assert fuse_batch_norm_backward(ir, traced.constants).modified
+    assert _ops(ir).count(FUSED_OP) == 1  # the other layer only
+    assert centred in ir.nodes
