@@ -368,22 +368,31 @@ class Tracer:
         return (type(module).__module__.startswith("flowserve.nn.")
                 and not isinstance(module, (Sequential, ModuleList, ModuleDict)))
 
-    def trace(self, root: Module) -> Graph:
-        self.root, self.graph = root, Graph()
-        self._module_names = {id(m): name for name, m in root.named_modules()}
-        self._state_names = {id(t): n for n, t in [*root.named_parameters(), *root.named_buffers()]}
-        placeholders = self._placeholders(root.forward)
+    def trace(self, root, concrete_args: dict | None = None) -> Graph:
+        """The graph of ``root.forward`` (``root`` a module) or of ``root`` (a function); the
+        arguments named in ``concrete_args`` take those values instead of becoming inputs."""
+        forward = root.forward if isinstance(root, Module) else root
+        self.root, self.graph = (root if isinstance(root, Module) else Module()), Graph()
+        self._module_names = {id(m): name for name, m in self.root.named_modules()}
+        self._state_names = {id(t): n for n, t in [*self.root.named_parameters(), *self.root.named_buffers()]}
+        arguments = self._placeholders(forward, dict(concrete_args or {}))
         with _Patched(self):
-            result = root.forward(*placeholders)
+            result = forward(*arguments)
         self.graph.output(self._as_arg(result))
         return self.graph
 
-    def _placeholders(self, forward) -> list:
-        out = []
-        for p in inspect.signature(forward).parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+    def _placeholders(self, forward, concrete: dict) -> list:
+        out, names = [], inspect.signature(forward).parameters
+        unknown = set(concrete) - set(names)
+        if unknown:
+            raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which forward does not take")
+        for p in names.values():
+            if p.name in concrete:
+                out.append(concrete[p.name])
+            elif p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TraceError(f"symbolic_trace: forward's *{p.name} has no fixed inputs to trace")
-            out.append(Proxy(self.graph.placeholder(p.name, p.default), self))
+            else:
+                out.append(Proxy(self.graph.placeholder(p.name, p.default), self))
         return out
 
     def create_proxy(self, op: str, target, args: tuple, kwargs: dict) -> Proxy:
@@ -483,15 +492,16 @@ def _yielding(method):
     return operator_method
 
 
-def symbolic_trace(root: Module, concrete_args=None) -> GraphModule:
-    """Trace ``root.forward`` symbolically into a ``GraphModule`` (see the module's docstring)."""
-    if concrete_args:
-        raise TraceError("symbolic_trace: concrete_args is not supported by flowserve's tracer; "
-                         "bind those arguments in a wrapper module's forward instead")
-    if not isinstance(root, Module):
-        raise TypeError(f"symbolic_trace expects an nn.Module, got {type(root).__name__}")
-    graph = Tracer().trace(root)
-    return GraphModule(root, graph, type(root).__name__)
+def symbolic_trace(root, concrete_args: dict | None = None) -> GraphModule:
+    """Trace ``root`` (a module, or a function of tensors) symbolically into a ``GraphModule``
+    (see the module's docstring); ``concrete_args`` maps argument names to the values the
+    trace specializes on (``{"training": False}``), which the ``GraphModule`` then does not take."""
+    if not (isinstance(root, Module) or callable(root)):
+        raise TypeError(f"symbolic_trace expects an nn.Module or a function, got {type(root).__name__}")
+    tracer = Tracer()
+    graph = tracer.trace(root, concrete_args)
+    name = type(root).__name__ if isinstance(root, Module) else getattr(root, "__name__", "GraphModule")
+    return GraphModule(tracer.root, graph, name)
 
 
 def _namespaces() -> tuple:

@@ -337,3 +337,17 @@ def test_unittest_dataset_dir_and_mlir_test_case(monkeypatch):
     monkeypatch.delenv("ONEFLOW_MLIR_ENABLE_ROUND_TRIP", raising=False)
     assert _run_suite(Case).wasSuccessful()
     assert "ONEFLOW_MLIR_ENABLE_ROUND_TRIP" not in os.environ
+
+
+def test_symbolic_trace_of_a_function_with_concrete_args():
+    def f(a, b, scale=2.0, training=True):
+        return F.dropout(flow.cat([a, b]) * scale, 0.5, training=training)
+
+    gm = flow.fx.symbolic_trace(f, concrete_args={"training": False})
+    assert [n.name for n in gm.graph.nodes if n.op == "placeholder"] == ["a", "b", "scale"]
+    assert "training=False" in gm.code and type(gm).__name__ == "f"
+    a, b = flow.randn(2), flow.randn(3)
+    np.testing.assert_array_equal(gm(a, b).numpy(), f(a, b, training=False).numpy())
+    np.testing.assert_array_equal(gm(a, b, 3.0).numpy(), f(a, b, 3.0, False).numpy())
+    with pytest.raises(flow.fx.TraceError, match="concrete_args names \\['nope'\\]"):
+        flow.fx.symbolic_trace(f, concrete_args={"nope": 1})
