@@ -25,6 +25,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+HEADING = re.compile(r"^#+ (?P<title>.+)$", re.MULTILINE)
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```python[ \t]*$")
 MARKER = re.compile(r"#\s*docs-test:\s*(?P<what>\S+)(?P<rest>.*)$")
 REASON = re.compile(r"^\s*\((?P<reason>[^)]*\S[^)]*)\)\s*$")
@@ -131,6 +133,29 @@ def test_a_failing_block_is_named_and_stops_the_page(tmp_path):
     assert "page.md: the block starting at line 6 failed" in done.stderr
     assert 'File "page.md", line 7' in done.stderr and "ZeroDivisionError" in done.stderr
     assert (tmp_path / "made.txt").is_file() and not (tmp_path / "never.txt").exists()
+
+
+def test_links_between_pages_resolve():
+    """Every relative link of README.md and docs/ names a file that exists and, where it names
+    a section (``page.md#anchor``), a heading of that page, as GitHub makes anchors."""
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.name}: {target} (no such section)")
+    assert not broken, "\n".join(broken)
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+    titles = HEADING.findall(text)  # headings outside code blocks
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
 
 
 def run_blocks(name: str, blocks: list[tuple[int, str]], folder: Path) -> subprocess.CompletedProcess:
