@@ -93,10 +93,10 @@ class Adam(Optimizer):
         for p, state in zip(params, states):
             step = np.asarray(scalar_step(state["step"]), dtype=np.float64)
             beta1, beta2 = (np.asarray(beta, dtype=np.float64) for beta in group["betas"])
-            scalars = dict(step_size=-(lr / (1 - np.power(beta1, step))),  # as bias_corrections rounds them
-                           correction2_sqrt=np.sqrt(1 - np.power(beta2, step)))
-            if not group["do_bias_correction"]:
-                scalars = dict(step_size=-lr, correction2_sqrt=None)
+            scalars = dict(step_size=-lr, correction2_sqrt=None)  # as corrected_denominator rounds them
+            if group["do_bias_correction"]:
+                scalars = dict(step_size=-(lr / (1 - np.power(beta1, step))),
+                               correction2_sqrt=np.sqrt(1 - np.power(beta2, step)))
             views = [*writer.target(p), p.grad._data.reshape(-1)]
             for k in keys:
                 views += writer.target(state[k])
