@@ -127,6 +127,35 @@ def test_graph_tensor_and_graph_module_as_oneflows():
     np.testing.assert_allclose(g(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_build_reads_a_modules_parameter_through_the_graph_as_the_tensor_it_trains():
+    flow.manual_seed(2)
+    eager, in_graph = nn.Linear(3, 2), nn.Linear(3, 2)
+    in_graph.load_state_dict(eager.state_dict())
+    opt_e, opt_g = (flow.optim.SGD(m.parameters(), lr=0.5) for m in (eager, in_graph))
+
+    class Train(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.m = in_graph
+            self.add_optimizer(opt_g)
+
+        def build(self, x):
+            loss = (flow.matmul(x, self.m.weight.t()) ** 2).mean() + (flow.tensor(self.m.weight) * x[:2]).sum()
+            loss.backward()
+            return loss
+
+    graph = Train()
+    assert isinstance(graph.m.weight, Proxy)  # outside build: the proxy
+    for _ in range(3):
+        x = flow.randn(4, 3)
+        loss_e = (flow.matmul(x, eager.weight.t()) ** 2).mean() + (flow.tensor(eager.weight) * x[:2]).sum()
+        opt_e.zero_grad()
+        loss_e.backward()
+        opt_e.step()
+        np.testing.assert_allclose(graph(x).numpy(), loss_e.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(in_graph.weight.numpy(), eager.weight.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def _placement():
     return flow.placement.all("cpu")
 

@@ -5,7 +5,8 @@ submodules come back as proxies (``graph.model.features``), and ``.to(GraphModul
 gives the graph options of that module, ``.to(nn.Module)`` the module itself. A parameter or
 buffer read from a proxy (``graph.model.weight``) is a ``ProxyTensor``: ``.to(GraphTensor)``
 gives its graph representation (name and type), ``.to(flow.Tensor)`` the tensor, and its
-other attributes are the tensor's. Inside ``build()`` modules see their own tensors.
+other attributes are the tensor's. Inside ``build()`` (while the graph traces) ``graph.model.weight``
+is the tensor itself, so build code reads the parameter the graph trains.
 
 >>> import flowserve as flow
 >>> from flowserve.nn.graph import GraphModule, GraphTensor
@@ -21,6 +22,7 @@ other attributes are the tensor's. Inside ``build()`` modules see their own tens
 from __future__ import annotations
 
 from flowserve.device import as_device
+from flowserve.dispatch import current_trace
 from flowserve.nn.module import Module
 from flowserve.tensor import Tensor
 
@@ -169,9 +171,11 @@ class ProxyModule(Proxy):
     def _wrap(self, value, name: str):
         if isinstance(value, Module):
             return ProxyModule(value, f"{self._name}.{name}", self._options)
+        if not isinstance(value, Tensor) or current_trace() is not None:
+            return value  # inside build() a module's tensor is the tensor itself, as in OneFlow
         module = self._oneflow_internal_origin
         for kind, states in (("PARAMETER", module._parameters), ("BUFFER", module._buffers)):
-            if isinstance(value, Tensor) and states.get(name) is value:
+            if states.get(name) is value:
                 return ProxyTensor(value, f"{self._name}.{name}", kind)
         return value
 
