@@ -1,4 +1,4 @@
-"""RMSprop (centered and with momentum): OneFlow's update rule; Adagrad: PyTorch's."""
+"""RMSprop (centered and with momentum) and Adagrad: OneFlow's update rules (Adagrad's is PyTorch's)."""
 
 from __future__ import annotations
 
@@ -73,10 +73,11 @@ class Adagrad(Optimizer):
     >>> import flowserve as flow
     >>> opt = flow.optim.Adagrad(flow.nn.Linear(4, 2).parameters(), lr=1e-2, lr_decay=1e-3)
 
-    State per parameter, as PyTorch: ``step`` and ``sum`` (created with the optimizer).
+    ``lr`` defaults to 1e-3, as in OneFlow (PyTorch: 1e-2). State per parameter, as PyTorch:
+    ``step`` and ``sum`` (created with the optimizer).
     """
 
-    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+    def __init__(self, params, lr: float = 1e-3, lr_decay: float = 0.0, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0, eps: float = 1e-10, foreach=None, *,
                  maximize: bool = False, differentiable: bool = False, fused=None):
         check_options("Adagrad", lr=lr, eps=eps, weight_decay=weight_decay)

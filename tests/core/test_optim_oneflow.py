@@ -153,6 +153,7 @@ def test_oneflow_defaults_and_positional_arguments():
     params = [flow.nn.Parameter(flow.ones(2))]
     assert flow.optim.AdamW(params).defaults["weight_decay"] == 0.0  # PyTorch: 1e-2
     assert flow.optim.RMSprop(params).defaults["lr"] == 1e-3  # PyTorch: 1e-2
+    assert flow.optim.Adagrad(params).defaults["lr"] == 1e-3  # PyTorch: 1e-2
     # OneFlow's order: Adam(params, lr, betas, eps, weight_decay, amsgrad, do_bias_correction)
     assert flow.optim.Adam(params, 0.1, (0.9, 0.99), 1e-8, 0.0, False, False).defaults["do_bias_correction"] is False
     # SGD(params, lr, momentum, dampening, weight_decay, nesterov, maximize)
