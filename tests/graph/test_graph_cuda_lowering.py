@@ -9,6 +9,7 @@ checked here. ``lower_traced(..., device="cuda")`` gives the model a real CUDA g
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import flowserve as flow
@@ -179,9 +180,20 @@ def test_cuda_step_node_count():
     assert len(_cuda_model(_convnet(), x, y).graph.node) <= 160  # 159; 181 without the two backward passes
 
 
-def test_cuda_lowering_under_amp_trains_as_the_cpu_lowering():
-    """Emulated float16 (``enable_amp``): the CUDA lowering's losses and parameters are the
-    CPU lowering's within float16's rounding, batch norm's backward fused there too."""
+def _compute_input_dtypes(model) -> set:
+    """The element types of the first inputs of the model's Conv/ConvTranspose/MatMul/Gemm nodes."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             list(inferred.graph.value_info) + list(inferred.graph.input)}
+    types.update({t.name: t.data_type for t in model.graph.initializer})
+    return {types.get(n.input[0]) for n in model.graph.node if n.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm")}
+
+
+def test_cuda_lowering_under_amp_runs_float16_kernels_and_trains_as_the_cpu_lowering():
+    """``enable_amp``: on CUDA every convolution and matrix product reads float16
+    (``flowserve.ir.passes.amp_native``), where the CPU lowering emulates float16 in float32;
+    losses and parameters agree within float16's rounding, batch norm's backward is fused
+    there too, and the traced IR (what ``flow.save`` writes) is the emulated one on both."""
     runs = []
     for lowering in ("cuda", "cpu"):
         model = _convnet()
@@ -190,8 +202,13 @@ def test_cuda_lowering_under_amp_trains_as_the_cpu_lowering():
         graph.config.enable_amp(True)
         graph.set_grad_scaler(flow.amp.GradScaler(init_scale=1024.0))
         losses = [float(graph(flow.tensor(x), flow.tensor(y)).numpy()) for x, y in (_data(4, s) for s in range(STEPS))]
-        runs.append((losses, model, _ir_ops(graph)))
-    (cuda, cuda_model, ops), (cpu, cpu_model, _) = runs
+        runs.append((losses, model, graph))
+    (cuda, cuda_model, cuda_graph), (cpu, cpu_model, cpu_graph) = runs
     np.testing.assert_allclose(cuda, cpu, rtol=2e-3)
     _assert_same_state(cuda_model, cpu_model, rtol=2e-3)
+    ops = _ir_ops(cuda_graph)
     assert ops["BatchNormalization"] == 4 and "Shape" not in ops
+    assert _compute_input_dtypes(cuda_graph._compiled.model) == {onnx.TensorProto.FLOAT16}
+    assert _compute_input_dtypes(cpu_graph._compiled.model) == {onnx.TensorProto.FLOAT}
+    for graph in (cuda_graph, cpu_graph):
+        assert graph._compiled.traced.ir.attrs["amp"] == {"dtype": "float16", "native": False}

@@ -1,6 +1,6 @@
-"""The CUDA lowering's backward passes on traced training steps: ReLU's mask as a sign
-(the same numbers, by the IR interpreter), batch norm's backward as one fused node (and
-left alone where another node reads its intermediates)."""
+"""The CUDA lowering's passes on traced training steps: ReLU's mask as a sign (the same
+numbers, by the IR interpreter), batch norm's backward as one fused node (and left alone
+where another node reads its intermediates), AMP's emulated float16 as native float16."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import flowserve as flow
 import flowserve.nn as nn
 from flowserve.ir.graph import Node, Value
 from flowserve.ir.interpreter import run_ir
+from flowserve.ir.passes.amp_native import amp_native_float16
 from flowserve.ir.passes.batch_norm_grad import FUSED_OP, fuse_batch_norm_backward
 from flowserve.ir.passes.relu_grad import relu_grad_as_sign
 from flowserve.nn.graph.pipeline import trace_and_rewrite
@@ -17,8 +18,10 @@ from flowserve.nn.graph.pipeline import trace_and_rewrite
 from tests.graph.helpers import TrainGraph
 
 
-def _traced(model, x, y):
+def _traced(model, x, y, amp=None):
     graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    if amp is not None:
+        graph.config.enable_amp(True, dtype=amp)
     return trace_and_rewrite(graph, (flow.tensor(x), flow.tensor(y)), {})
 
 
@@ -90,3 +93,30 @@ def test_a_layer_whose_intermediates_are_read_elsewhere_is_left_alone():
     assert fuse_batch_norm_backward(ir, traced.constants).modified
     assert _ops(ir).count(FUSED_OP) == 1  # the other layer only
     assert centred in ir.nodes
+
+
+def _mlp_amp(dtype):
+    flow.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    rng = np.random.default_rng(0)
+    return _traced(model, rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5), amp=dtype)
+
+
+def test_emulated_float16_compute_becomes_native():
+    traced = _mlp_amp(flow.float16)
+    ir = traced.ir.copy()
+    casts = _ops(ir).count("cast")
+    assert amp_native_float16(ir).modified
+    matmuls = [n for n in ir.nodes if n.op == "matmul"]
+    assert matmuls and all(ir.values[i].dtype == "float16" for n in matmuls for i in n.inputs + n.outputs)
+    # each rounded input's cast back to float32 (shared by its readers) and each output's rounding cast go
+    inputs = {i for n in matmuls for i in n.inputs}
+    assert casts - _ops(ir).count("cast") == len(inputs) + len(matmuls)
+    _assert_in_order(ir)
+    assert ir.attrs["amp"]["native"] is False  # the saved form is still the emulated one
+    assert not amp_native_float16(ir).modified
+
+
+def test_bfloat16_stays_emulated():
+    traced = _mlp_amp(flow.bfloat16)
+    assert not amp_native_float16(traced.ir.copy()).modified

@@ -6,8 +6,8 @@ convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fu
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
 lowers: in inference graphs run by ONNX Runtime, multi-head attention as its fused kernel;
 the add-to-output fusion; in training graphs lowered for CUDA, batch norm's backward as one
-node and ReLU's gradient mask as a sign; the ONNX backend lowering their fused nodes
-(``LOWERING_PASSES``).
+node and ReLU's gradient mask as a sign; on CUDA, AMP's float16 matmuls and convolutions
+as native float16 kernels; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
 Every pass returns ``PassResult(ir, modified)``.
 """
 
@@ -19,6 +19,7 @@ from flowserve.distributed.stages import record_stages
 from flowserve.ir.graph import GraphIR, PassResult
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import LOW_PRECISION, amp_cast
+from flowserve.ir.passes.amp_native import amp_native_float16
 from flowserve.ir.passes.batch_norm_grad import fuse_batch_norm_backward
 from flowserve.ir.passes.checkpointing import checkpoint_activations
 from flowserve.ir.passes.clamp_grad import fold_clamp_gradient_masks
@@ -120,6 +121,8 @@ LOWERING_PASSES = PassManager([
          when=lambda ctx: ctx.cuda and ctx.training),
     Pass("relu_grad_as_sign", lambda ir, ctx: relu_grad_as_sign(ir, ctx.constants),
          when=lambda ctx: ctx.cuda and ctx.training),
+    Pass("amp_native_float16", lambda ir, ctx: amp_native_float16(ir),
+         when=lambda ctx: ctx.cuda and bool(ctx.options.get("amp")) and ctx.amp_dtype == "float16"),
 ], given=("no_dead_nodes",))
 
 
