@@ -42,9 +42,6 @@ NOT_YET_RUNNABLE = {
     "docs/training.md": ("the update_bn block reads undefined calibration_loader and example_loader, and "
                          "the autocast block an undefined dtype",
                          "name 'calibration_loader' is not defined"),
-    "docs/distributed.md": ("unsqueeze(-1) of a global tensor reads its _data, so clip_grad_norm_ of global "
-                            "parameters fails in the model-parallel block",
-                            "GlobalOperand"),
 }
 
 RUNNER = r"""

@@ -336,7 +336,7 @@ def unsqueeze(x, dim: int):
     shape = list(x.shape)
     shape.insert(d, 1)
     out = reshape(x, shape)
-    if d == x.ndim and out._lazy is None:
+    if d == x.ndim and out._lazy is None and not out.is_global:  # a global tensor's pieces keep theirs
         out._data = _unit_last_stride(out._data, x._device.xp)
     return out
 
