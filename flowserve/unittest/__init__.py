@@ -36,6 +36,7 @@ from flowserve.unittest.cases import (
 )
 
 __all__ = [
-    "MLIRTestCase", "TestCase", "dataset_dir", "env", "num_nodes_required", "register_test_cases", "skip_unless", "skip_unless_1n1d",
-    "skip_unless_1n2d", "skip_unless_1n4d", "skip_unless_2n1d", "skip_unless_2n2d", "skip_unless_2n4d",
+    "MLIRTestCase", "TestCase", "dataset_dir", "env", "num_nodes_required", "register_test_cases", "skip_unless",
+    "skip_unless_1n1d", "skip_unless_1n2d", "skip_unless_1n4d", "skip_unless_2n1d", "skip_unless_2n2d",
+    "skip_unless_2n4d",
 ]
