@@ -87,22 +87,29 @@ def _match(g: PatternGraph, bn: Node):
         return None
     m.found.append(g.producer(sum_g))
     sum_gd = m.user("mul", dy, d) and m.user("sum", m.found[-1].outputs[0])
-    t1 = sum_gd and m.user("mul", k, r)
-    t1 = t1 and m.user("mul", t1, r)
-    t1 = t1 and m.user("mul", t1, sum_gd)
-    t1 = t1 and m.user("mul", t1, const=-1.0 / n)
-    t1 = t1 and m.user("reshape", t1)
-    t1 = t1 and m.user("mul", d, t1)
-    t2 = t1 and m.user("mul", k, sum_g)
-    t2 = t2 and m.user("mul", t2, const=-1.0 / n)
-    t2 = t2 and m.user("reshape", t2)
-    inner = t2 and m.user("add", t1, t2)
-    gx = inner and m.user("add", grad.outputs[0], inner)
+    gx = sum_gd and _input_gradient(m, grad.outputs[0], d, k, r, sum_g, sum_gd, -1.0 / n)
     if not gx:
         return None
     gw = m.user("mul", sum_gd, r)
     outputs = [gx, sum_g] + ([gw] if gw else [])
     return [dy, x, weight, mean, var], outputs, m.found
+
+
+def _input_gradient(m: _Matcher, scaled: str, d: str, k: str, r: str, sum_g: str, sum_gd: str,
+                    inv_n: float) -> str | None:
+    """``scaled + (d * reshape(k * r * r * sum_gd * inv_n) + reshape(k * sum_g * inv_n))``:
+    the input gradient, where ``scaled = g * reshape(k)``."""
+    t1 = m.user("mul", k, r)
+    t1 = t1 and m.user("mul", t1, r)
+    t1 = t1 and m.user("mul", t1, sum_gd)
+    t1 = t1 and m.user("mul", t1, const=inv_n)
+    t1 = t1 and m.user("reshape", t1)
+    t1 = t1 and m.user("mul", d, t1)
+    t2 = t1 and m.user("mul", k, sum_g)
+    t2 = t2 and m.user("mul", t2, const=inv_n)
+    t2 = t2 and m.user("reshape", t2)
+    inner = t2 and m.user("add", t1, t2)
+    return inner and m.user("add", scaled, inner)
 
 
 def _sum_of(g: PatternGraph, dy: str, ndim: int, candidates: list) -> str | None:

@@ -73,7 +73,9 @@ def _native_low_precision(dtype: str) -> bool:
     machine that traced it. Native float16 rounds on CUDA but not on ONNX Runtime's CPU
     provider (which runs float16 Conv/MatMul in float32 with the casts removed), and the
     CPU provider has no bfloat16 kernels; the emulated form (inputs and outputs rounded
-    through ``dtype``, float32 compute, as tensor cores accumulate) is the same on both."""
+    through ``dtype``, float32 compute, as tensor cores accumulate) is the same on both.
+    The CUDA lowering runs float16 natively on its private copy (``amp_native_float16`` in
+    ``LOWERING_PASSES``): the saved IR stays emulated."""
     if dtype not in LOW_PRECISION:
         raise ValueError(f"AMP dtype must be one of {LOW_PRECISION}, got {dtype!r}")
     return False
