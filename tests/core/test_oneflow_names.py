@@ -351,3 +351,38 @@ def test_symbolic_trace_of_a_function_with_concrete_args():
     np.testing.assert_array_equal(gm(a, b, 3.0).numpy(), f(a, b, 3.0, False).numpy())
     with pytest.raises(flow.fx.TraceError, match="concrete_args names \\['nope'\\]"):
         flow.fx.symbolic_trace(f, concrete_args={"nope": 1})
+
+
+def test_fx_replace_pattern_rewrites_each_occurrence():
+    class M(flow.nn.Module):
+        def forward(self, x, w1, w2):
+            m1 = flow.cat([flow.neg(w1), w2]).sum()
+            m2 = flow.cat([flow.neg(w1), w2]).sum()
+            return x + flow.max(m1) + flow.max(m2) + flow.neg(x)  # the last neg is not in an occurrence
+
+    def pattern(a1, a2):
+        return flow.cat([flow.neg(a1), a2]).sum()
+
+    def replacement(w1, w2):
+        return flow.stack([w1, w2])
+
+    traced = flow.fx.symbolic_trace(M())
+    matches = flow.fx.replace_pattern(traced, pattern, replacement)
+    assert len(matches) == 2 and all(isinstance(m, flow.fx.Match) for m in matches)
+    assert "cat" not in traced.code and traced.code.count("flowserve.stack([w1, w2])") == 2
+    assert traced.code.count("flowserve.neg(") == 1
+    x, a, b = flow.randn(3), flow.randn(3), flow.randn(3)
+    expected = x + 2 * flow.max(flow.stack([a, b])) + flow.neg(x)
+    np.testing.assert_allclose(traced(x, a, b).numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_fx_replace_pattern_leaves_an_occurrence_whose_inner_value_is_read_elsewhere():
+    class M(flow.nn.Module):
+        def forward(self, x, y):
+            n = flow.neg(x)
+            return (n + y) * n  # n is read outside the pattern neg(a) + b
+
+    traced = flow.fx.symbolic_trace(M())
+    assert flow.fx.replace_pattern(traced, lambda a, b: flow.neg(a) + b, lambda a, b: b - a) == []
+    x, y = flow.tensor([1.0, 2.0]), flow.tensor([3.0, 4.0])
+    assert traced(x, y).tolist() == M()(x, y).tolist()
