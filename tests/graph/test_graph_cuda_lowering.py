@@ -15,7 +15,12 @@ import pytest
 import flowserve as flow
 import flowserve.nn as nn
 from flowserve.nn.graph.lowering import lower_traced, lowering_target, static_batch
+from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.onnx_backend.builder import Builder
+from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
+from flowserve.onnx_backend.lowering.registry import LoweringContext
+from flowserve.onnx_backend import runtime
 
 from tests.graph.helpers import TrainGraph, assert_close
 
@@ -67,8 +72,13 @@ def _assert_same_state(ours, reference, rtol=1e-5):
         assert_close(value.numpy(), expected[name].numpy(), rtol=rtol, what=name)
 
 
-def test_lowering_target_follows_the_provider():
+def test_lowering_target_follows_the_provider(monkeypatch):
     assert lowering_target({}, "cpu") == "cpu"
+    assert lowering_target({}, "cuda") == "cpu"  # no usable GPU here: the session runs on the CPU provider
+    monkeypatch.setattr(runtime, "cuda_usable", lambda: True)
+    assert lowering_target({}, "cuda") == "cuda" and lowering_target({}, "cpu") == "cpu"
+    assert static_batch(True, {}, "cuda")
+    monkeypatch.undo()
     assert lowering_target({"execution_provider": "cuda"}, "cuda") == "cuda"
     assert lowering_target({"execution_provider": "openvino"}, "cpu") == "standard"
     assert lowering_target({"lowering": "cuda"}, "cpu") == "cuda"
@@ -212,3 +222,20 @@ def test_cuda_lowering_under_amp_runs_float16_kernels_and_trains_as_the_cpu_lowe
     assert _compute_input_dtypes(cpu_graph._compiled.model) == {onnx.TensorProto.FLOAT}
     for graph in (cuda_graph, cpu_graph):
         assert graph._compiled.traced.ir.attrs["amp"] == {"dtype": "float16", "native": False}
+
+
+@pytest.mark.parametrize("outputs, nodes", [(["gx", "gb", "gw"], 13), (["gx", "gb"], 11)])
+def test_batch_norm_backward_node_count(outputs, nodes):
+    """The fused backward's ONNX nodes, given the forward's ``x - mean`` (PyTorch: one
+    ``native_batch_norm_backward``); without it, two more compute it."""
+    ir = GraphIR("g")
+    for name, shape in [("g", (2, 4, 3, 3)), ("x", (2, 4, 3, 3)), ("gx", (2, 4, 3, 3))] + \
+            [(n, (4,)) for n in ("w", "mean", "var", "gb", "gw")]:
+        ir.add_value(Value(name, shape, "float32"))
+    b = Builder(21)
+    ctx = LoweringContext(ir, b, False, cuda_provider=True)
+    ctx.saved[("batch_norm_centred", "x", "mean")] = "d"
+    lower_batch_norm_backward(b, Node("fused.BatchNormBackward", ["g", "x", "w", "mean", "var"], outputs,
+                                      {"eps": 1e-5}), ctx)
+    assert len(b.nodes) == nodes
+    assert [n.op_type for n in b.nodes].count("BatchNormalization") == 1
