@@ -32,7 +32,6 @@ ADVICE = {
         "SparseAdam": "use Adam (flowserve has no sparse gradients)",
         "ASGD": "ASGD is not in flowserve; use SGD",
         "Rprop": "Rprop is not in flowserve; use Adam or RMSprop",
-        "LAMB": "LAMB is not in flowserve; use AdamW",
     },
     "flowserve.optim.lr_scheduler": {
         "OneCycleLR": "compose LinearLR and CosineAnnealingLR with SequentialLR",

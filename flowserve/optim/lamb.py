@@ -33,14 +33,15 @@ def trust_ratio(p, u):
 
 
 def _refuse_flattened(p) -> None:
-    """In a graph, ``p`` must be a parameter itself: the trust ratio of a concatenation of
-    parameters (a fused model update) or of a ZeRO shard is not any parameter's."""
+    """In a graph, ``p`` must be a parameter itself: the trust ratio of a ZeRO shard (a slice
+    of several parameters concatenated) is not any parameter's. A fused model update leaves
+    LAMB's parameters alone (``ELEMENTWISE_UPDATE``)."""
     trace = current_trace()
     if trace is not None and not any(p is t for t in trace.state_tensors.values()):
         raise GraphError(
             f"LAMB updates each parameter with its own trust ratio ||p|| / ||step||, but nn.Graph gave it a "
-            f"flattened tensor of {p.numel()} elements (several parameters or a shard of them): turn off "
-            "config.allow_fuse_model_update_ops and ZeRO for a graph that trains with LAMB")
+            f"flattened tensor of {p.numel()} elements (a ZeRO shard of several parameters): "
+            "train with LAMB without config.enable_zero")
 
 
 class LAMB(Optimizer):
@@ -57,6 +58,8 @@ class LAMB(Optimizer):
     parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq``); nn.Graph names
     them ``<param>-step``, ``<param>-m``, ``<param>-v``.
     """
+
+    ELEMENTWISE_UPDATE = False  # the trust ratio reads the whole parameter
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, adam_w_mode: bool = True, do_bias_correction: bool = True,

@@ -47,6 +47,9 @@ class Optimizer(ABC):
 
     # ``_foreach_update(params, states, group, lr)``: the eager multi-tensor update, where one exists
     _foreach_update = None
+    # whether ``_update`` may run on several parameters concatenated (nn.Graph's fused model
+    # update): False for a rule that reads a whole parameter at once, such as a norm
+    ELEMENTWISE_UPDATE = True
 
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)

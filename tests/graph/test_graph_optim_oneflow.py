@@ -98,14 +98,18 @@ def test_graph_lamb_state_saves_and_resumes(tmp_path):
     assert_steps_close([[model.p0.numpy(), model.p1.numpy()]], [final])
 
 
-def test_graph_lamb_refuses_a_fused_update():
-    """A fused model update concatenates parameters: LAMB's per-parameter trust ratio would
-    be the concatenation's, so the graph says so instead of training with it."""
+def test_graph_lamb_keeps_its_trust_ratios_under_a_fused_update():
+    """A fused model update concatenates small parameters; LAMB's trust ratio is each
+    parameter's own, so its parameters update one by one and give OneFlow's numbers."""
+    options = dict(lr=0.1, weight_decay=0.1)
     params, grads = values()
     model = Masked(params)
-    graph = TrainGraph(model, flow.optim.LAMB(model.parameters(), lr=0.1), fuse=True)
-    with pytest.raises(flow.errors.GraphError, match="trust ratio"):
-        graph(flow.tensor(grads[0][0]), flow.tensor(grads[0][1]))
+    graph = TrainGraph(model, flow.optim.LAMB(model.parameters(), **options), fuse=True)
+    history = []
+    for g0, g1 in grads:
+        graph(flow.tensor(g0), flow.tensor(g1))
+        history.append([model.p0.numpy().copy(), model.p1.numpy().copy()])
+    assert_steps_close(history, expected(oneflow.lamb, options, params, grads))
 
 
 def test_graph_schedule_with_warm_restarts_decay():

@@ -97,7 +97,7 @@ def apply_optimizers(tracer, graph, scaler_state: dict) -> None:
             if sharded:
                 zero.update(opt, group, lr, items, states)
             else:
-                _update_group(opt, group, lr, items, states, fuse)
+                _update_group(opt, group, lr, items, states, fuse and opt.ELEMENTWISE_UPDATE)
             if found_inf is not None:
                 _keep_old_if(found_inf, snapshot, tracer)
         if found_inf is not None:
