@@ -39,9 +39,6 @@ NOT_YET_RUNNABLE = {
     "docs/nn.md": ("the checkpoint block loads resnet18.pth, ckpt.pt and model.safetensors that no block "
                    "writes, and the fine-tuning block reads an undefined train_dataloader",
                    "resnet18.pth: no such file or directory"),
-    "docs/training.md": ("the update_bn block reads undefined calibration_loader and example_loader, and "
-                         "the autocast block an undefined dtype",
-                         "name 'calibration_loader' is not defined"),
 }
 
 RUNNER = r"""
