@@ -42,7 +42,8 @@ def main() -> None:
         w = classifier(path)
         x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
         settings = ServerSettings(model_path=str(path), http_port=0, grpc_port=0, log_level="warning",
-                                  grpc_infer_response_compression_level="low")
+                                  grpc_infer_response_compression_level="low",
+                                  grpc_compression="gzip")  # compressed gRPC requests too
         with InferenceServer(settings).background() as server:
             http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
             tensor = httpclient.InferInput("x", list(x.shape), "FP32")

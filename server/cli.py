@@ -108,6 +108,20 @@ def serve(
         60.0, help="Seconds a unary gRPC call may take to send its whole request message once "
                    "its headers are in (DEADLINE_EXCEEDED beyond)."
     ),
+    grpc_compression: str = typer.Option(
+        "identity", help="identity or gzip: compressed gRPC request messages accepted (identity: "
+                         "refused, UNIMPLEMENTED; gzip: gzip and deflate, inflated up to "
+                         "--max-request-bytes, for trusted clients)."
+    ),
+    grpc_receive_buffer_bytes: int = typer.Option(
+        128 * 1024 * 1024, help="Bytes of gRPC request messages received at once, all "
+        "connections together, each counted as --max-request-bytes while it arrives (beyond, "
+        "a call waits for room)."
+    ),
+    grpc_receive_stall_timeout: float = typer.Option(
+        2.0, help="Seconds a gRPC request message may hold its room while still arriving and "
+                  "other calls wait (RESOURCE_EXHAUSTED beyond)."
+    ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),
     workers: int = typer.Option(
         1, help="Server processes sharing the HTTP and gRPC ports (SO_REUSEPORT); each loads "
@@ -164,7 +178,9 @@ def serve(
             ssl_ca_certs=ssl_ca_certs,
             http_infer_response_compression_level=http_infer_response_compression_level,
             grpc_infer_response_compression_level=grpc_infer_response_compression_level,
-            grpc_message_timeout_s=grpc_message_timeout,
+            grpc_message_timeout_s=grpc_message_timeout, grpc_compression=grpc_compression,
+            grpc_receive_buffer_bytes=grpc_receive_buffer_bytes,
+            grpc_receive_stall_timeout_s=grpc_receive_stall_timeout,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 CompressionLevel = Literal["none", "low", "medium", "high"]  # compression.LEVELS' names
+GrpcRequestEncodings = Literal["identity", "gzip"]  # grpc.app.REQUEST_ENCODINGS' names
 CpuPolicy = Literal["auto", "fixed", "wide-narrow"]  # how a model's CPU sessions share the cores
 
 
@@ -127,6 +128,22 @@ class ServerSettings(BaseSettings):
     grpc_message_timeout_s: float = Field(
         60.0, gt=0, description="Seconds a unary gRPC call may take to send its whole request "
         "message once its headers are in (DEADLINE_EXCEEDED beyond)."
+    )
+    grpc_compression: GrpcRequestEncodings = Field(
+        "identity", description="Compressed gRPC request messages accepted: identity (none: a "
+        "compressed message is refused before it is read, UNIMPLEMENTED) or gzip (gzip and "
+        "deflate, inflated up to --max-request-bytes: 64 KiB on the wire can cost 64 MiB and "
+        "its CPU, so for trusted clients). Answers follow "
+        "--grpc-infer-response-compression-level either way."
+    )
+    grpc_receive_buffer_bytes: int = Field(
+        128 * 1024 * 1024, ge=1, description="Bytes of gRPC request messages received at once, "
+        "all connections together, each unary call's counted as --max-request-bytes (the most "
+        "it can pin) while it arrives; beyond, a call waits for room (one message at least)."
+    )
+    grpc_receive_stall_timeout_s: float = Field(
+        2.0, gt=0, description="Seconds a gRPC request message may hold its room while it is "
+        "still arriving and other calls wait for room (RESOURCE_EXHAUSTED beyond)."
     )
     graceful_timeout_s: float = Field(
         10.0, ge=0, description="Seconds shutdown waits for in-flight requests."

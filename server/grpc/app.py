@@ -34,6 +34,7 @@ from ..dataplane import DataPlane
 from ..datatypes import OFFLOAD_BYTES, DecodeLimits
 from ..errors import ServerConfigError, ServerError, UnauthorizedError
 from .codec import decode_infer_request, encode_infer_response, plain_parameters, split_raw_inputs
+from .receive import MessageReads, MessageStalled, MessageTimeout
 
 log = logging.getLogger("flowserve.server")
 
@@ -57,6 +58,10 @@ MAX_CONCURRENT_STREAMS = 100  # calls open at once on one connection
 # --grpc-infer-response-compression-level as grpc-core's levels (as Triton sets them): the
 # core picks an algorithm the client accepts (grpc-accept-encoding), else sends plain
 COMPRESSION_LEVELS = types.MappingProxyType({"none": 0, "low": 1, "medium": 2, "high": 3})
+# --grpc-compression as grpc-core's bitset of the encodings it inflates (bit 0 identity,
+# 1 deflate, 2 gzip): a message in another is refused before it is read, UNIMPLEMENTED
+# "Compression algorithm 'gzip' is disabled."; answers are compressed all the same
+REQUEST_ENCODINGS = types.MappingProxyType({"identity": 0b001, "gzip": 0b111})
 
 
 class CallError(Exception):
@@ -327,60 +332,16 @@ class _StreamBudget:
         self._freed.set()
 
 
-class MessageDeadlines:
-    """Reads of unary calls' request messages, each of which must finish within
-    ``timeout_s``: one sweep every quarter of it (at most every second) cancels the overdue
-    ones, which then raise ``TimeoutError``. A timer per call (``asyncio.timeout``) would
-    cost the event loop ~20-50 µs of every request; a read is cut off between ``timeout_s``
-    and a quarter more after it began."""
-
-    def __init__(self, timeout_s: float):
-        self.timeout_s = timeout_s
-        self._reads: dict[asyncio.Task, float] = {}  # reading task -> its deadline
-        self._overdue: set[asyncio.Task] = set()
-        self._sweeper: Optional[asyncio.Task] = None
-
-    async def read(self, context):
-        """``context.read()``, or ``TimeoutError`` once it took longer than ``timeout_s``."""
-        task, loop = asyncio.current_task(), asyncio.get_running_loop()
-        if self._sweeper is None:
-            self._sweeper = loop.create_task(self._sweep())
-        self._reads[task] = loop.time() + self.timeout_s
-        try:
-            return await context.read()
-        except asyncio.CancelledError:
-            if task not in self._overdue:
-                raise  # the call went away: not ours
-            task.uncancel()
-            raise TimeoutError from None
-        finally:
-            self._reads.pop(task, None)
-            self._overdue.discard(task)
-
-    async def _sweep(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(min(1.0, self.timeout_s / 4))
-            now = loop.time()
-            for task, deadline in list(self._reads.items()):
-                if deadline <= now and task not in self._overdue:
-                    self._overdue.add(task)
-                    task.cancel()
-
-    def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-
-
 class GrpcHandlers(grpc.GenericRpcHandler):
     """Every method of both services as a grpcio handler on raw bytes, with the token
     checked before a protected method runs (grpc answers UNIMPLEMENTED for the rest)."""
 
     def __init__(self, plane: DataPlane, closing: asyncio.Event):
         self.token = plane.settings.auth_token
-        self.message_timeout_s = plane.settings.grpc_message_timeout_s
-        self.deadlines = MessageDeadlines(self.message_timeout_s)
+        settings = plane.settings
+        self.message_timeout_s = settings.grpc_message_timeout_s
+        self.stall_s = settings.grpc_receive_stall_timeout_s
+        self.reads = MessageReads(self.message_timeout_s, receive_slots(settings), self.stall_s)
         self.servicer = InferenceServicer(plane)
         self.checker = checker = HealthServicer(plane, closing, self.authorize)
         self.handlers: dict[str, tuple[str, Any, Any]] = {}
@@ -430,12 +391,17 @@ class GrpcHandlers(grpc.GenericRpcHandler):
 
     async def _request(self, context) -> bytes:
         """A unary call's one request message, which must be whole within
-        ``--grpc-message-timeout`` (grpc-core would hold a half-sent one for ever)."""
+        ``--grpc-message-timeout`` (grpc-core would hold a half-sent one for ever), read
+        when there is room for it (``receive.MessageReads``)."""
         try:
-            raw = await self.deadlines.read(context)
-        except TimeoutError:
+            raw = await self.reads.read(context)
+        except MessageTimeout:
             raise CallError(Code.DEADLINE_EXCEEDED, "the request message did not arrive within "
                             f"{self.message_timeout_s:g} s (--grpc-message-timeout)") from None
+        except MessageStalled:
+            raise CallError(Code.RESOURCE_EXHAUSTED, "the request message was still arriving "
+                            f"after {self.stall_s:g} s while other calls waited for room to receive "
+                            "theirs (--grpc-receive-stall-timeout, --grpc-receive-buffer-bytes)") from None
         if raw is grpc.aio.EOF:
             raise CallError(Code.INTERNAL, "a unary call must send one message; none came")
         return raw
@@ -509,11 +475,19 @@ async def _refused(request, context):
     await context.abort(Code.UNAUTHENTICATED, "authorization: missing or wrong bearer token")
 
 
+def receive_slots(settings) -> int:
+    """How many request messages may be received at once: ``--grpc-receive-buffer-bytes``
+    over ``--max-request-bytes`` (what each may pin), one at least."""
+    return max(1, settings.grpc_receive_buffer_bytes // settings.max_request_bytes)
+
+
 def server_options(settings, reuse_port: bool) -> list[tuple[str, Any]]:
     """grpc-core's channel arguments for the server: Triton's keepalive policy and limits,
-    the message size from ``--max-request-bytes`` and the handshake from
-    ``--header-timeout-s``."""
+    the message size from ``--max-request-bytes``, the handshake from
+    ``--header-timeout-s`` and the request encodings from ``--grpc-compression``."""
     return [
+        ("grpc.compression_enabled_algorithms_bitset",
+         REQUEST_ENCODINGS[settings.grpc_compression]),
         ("grpc.default_compression_level",
          COMPRESSION_LEVELS[settings.grpc_infer_response_compression_level]),
         ("grpc.max_receive_message_length", settings.max_request_bytes),  # inflated too
@@ -568,4 +542,4 @@ class GrpcServer:
         while self.handlers.checker.watches and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # each watch sends NOT_SERVING and ends before GOAWAY
         await self._server.stop(grace_s)
-        self.handlers.deadlines.stop()
+        self.handlers.reads.stop()

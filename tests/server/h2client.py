@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 import hpack
 
@@ -127,3 +128,65 @@ class RawH2:
                 raise AssertionError(f"stream reset: {struct.unpack('>L', payload)[0]}")
             if flags & wire.END_STREAM:
                 return blocks[0], data, blocks[-1]
+
+
+ZEROS = memoryview(bytes(1 << 20))  # the body bytes of every half-sent message
+
+
+def send_half(client: RawH2, announced: int, seconds: float) -> tuple[int, str | None]:
+    """A unary call announcing an ``announced``-byte message, sent for ``seconds`` as far as
+    the server's flow-control windows allow and never finished (its last byte is held back).
+    Returns the bytes sent and how the call ended meanwhile ("reset", "trailers",
+    "goaway"), or None while it is open."""
+    stream = client.new_stream()
+    client.send_headers(stream, grpc_headers())
+    client.send(wire.DATA, 0, stream, struct.pack(">BL", 0, announced))
+    windows = {"connection": 65535 - 5, "stream": 65535 - 5, "frame": 16384}
+    deadline, sent = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        size = min(windows["connection"], windows["stream"], announced - 1 - sent, len(ZEROS))
+        if size > 0:  # all the windows allow at once, in frames of the largest size
+            step = windows["frame"]
+            client.sock.sendall(b"".join(wire.frame(wire.DATA, 0, stream, ZEROS[at:min(at + step, size)])
+                                         for at in range(0, size, step)))
+            windows["connection"] -= size
+            windows["stream"] -= size
+            sent += size
+        ended = _window_frames(client, stream, windows, 0.0001 if size > 0 else 0.05)
+        if ended:
+            return sent, ended
+    return sent, None
+
+
+def _window_frames(client: RawH2, stream: int, windows: dict, timeout_s: float) -> str | None:
+    """Read the frames that came within ``timeout_s``, updating ``windows``; how ``stream``
+    ended, if it did."""
+    client.sock.settimeout(timeout_s)
+    try:
+        while (got := client.read()) is not None:
+            kind, flags, stream_id, payload = got
+            if kind == wire.WINDOW_UPDATE:
+                windows["connection" if stream_id == 0 else "stream"] += struct.unpack(">L", payload)[0]
+            elif kind == wire.SETTINGS and not flags & wire.ACK:
+                for offset in range(0, len(payload), 6):
+                    key, value = struct.unpack(">HL", payload[offset:offset + 6])
+                    if key == 4:  # INITIAL_WINDOW_SIZE: open streams' windows move with it
+                        windows["stream"] += value - windows.get("initial", 65535)
+                        windows["initial"] = value
+                    elif key == 5:
+                        windows["frame"] = value
+                client.send(wire.SETTINGS, wire.ACK, 0)
+            elif kind == wire.PING and not flags & wire.ACK:
+                client.send(wire.PING, wire.ACK, 0, payload)
+            elif kind == wire.GOAWAY:
+                return "goaway"
+            elif stream_id == stream and kind == wire.RST_STREAM:
+                return "reset"
+            elif stream_id == stream and kind == wire.HEADERS and flags & wire.END_STREAM:
+                return "trailers"
+            client.sock.settimeout(0.0001)
+    except (TimeoutError, BlockingIOError):
+        pass
+    finally:
+        client.sock.settimeout(20.0)
+    return None

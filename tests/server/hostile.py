@@ -180,3 +180,13 @@ def request_repository(root: pathlib.Path) -> pathlib.Path:
     write_model(root / "heavy" / "1", heavy_model(layers=24))
     (root / "heavy" / "config.json").write_text('{"max_batch_size": 0}')
     return root
+
+
+def sum_model() -> onnx.ModelProto:
+    """``y = sum(x)`` of FP32 x [rows, cols]: a one-number answer to however large a request."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "sum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", "cols"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                             ir_version=IR_VERSION)

@@ -44,7 +44,8 @@ def wide_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(wide_file):
-    with running_server(wide_file, grpc_infer_response_compression_level="high") as running:
+    with running_server(wide_file, grpc_infer_response_compression_level="high",
+                        grpc_compression="gzip") as running:
         yield running
 
 

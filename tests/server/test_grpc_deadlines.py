@@ -1,5 +1,6 @@
-"""MessageDeadlines on its own: a read that takes too long ends in TimeoutError, others
-are left as they are."""
+"""MessageReads on its own: a read that takes too long ends in MessageTimeout, others are
+left as they are; reads beyond the room wait for it, and while they wait a read that held
+room too long is cut off (MessageStalled)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import asyncio
 
 import pytest
 
-from flowserve.server.grpc.app import MessageDeadlines
+from flowserve.server.grpc.receive import MessageReads, MessageStalled, MessageTimeout
 
 
 class Context:
-    """A call whose message arrives after ``delay_s`` (never: None)."""
+    """A call on connection ``peer`` whose message arrives after ``delay_s`` (never: None)."""
 
-    def __init__(self, delay_s):
-        self.delay_s = delay_s
+    def __init__(self, delay_s, peer: str = "ipv4:127.0.0.1:1"):
+        self.delay_s, self.where = delay_s, peer
+
+    def peer(self) -> str:
+        return self.where
 
     async def read(self):
         if self.delay_s is None:
@@ -29,12 +33,12 @@ def run(coro):
 
 def test_a_read_in_time_returns_the_message_and_an_overdue_one_times_out():
     async def main():
-        deadlines = MessageDeadlines(0.2)
-        fast = await deadlines.read(Context(0.0))
-        with pytest.raises(TimeoutError):
-            await deadlines.read(Context(None))
-        again = await deadlines.read(Context(0.0))  # the task is usable after its timeout
-        deadlines.stop()
+        reads = MessageReads(0.2, slots=4, stall_s=60)
+        fast = await reads.read(Context(0.0))
+        with pytest.raises(MessageTimeout):
+            await reads.read(Context(None))
+        again = await reads.read(Context(0.0))  # the task is usable after its timeout
+        reads.stop()
         return fast, again
 
     assert run(main()) == (b"message", b"message")
@@ -42,26 +46,89 @@ def test_a_read_in_time_returns_the_message_and_an_overdue_one_times_out():
 
 def test_a_call_that_goes_away_is_cancelled_not_timed_out():
     async def main():
-        deadlines = MessageDeadlines(60)
-        reading = asyncio.ensure_future(deadlines.read(Context(None)))
+        reads = MessageReads(60, slots=1, stall_s=60)
+        reading = asyncio.ensure_future(reads.read(Context(None)))
+        waiting = asyncio.ensure_future(reads.read(Context(None)))  # no room: waits
         await asyncio.sleep(0.01)
-        reading.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await reading
-        deadlines.stop()
+        for call in (reading, waiting):
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        done = await reads.read(Context(0.0))  # the room is free again
+        reads.stop()
+        return done
 
-    run(main())
+    assert run(main()) == b"message"
 
 
 def test_only_the_overdue_reads_are_cut_off():
     async def main():
-        deadlines = MessageDeadlines(0.2)
-        slow = asyncio.ensure_future(deadlines.read(Context(None)))
+        reads = MessageReads(0.2, slots=4, stall_s=60)
+        slow = asyncio.ensure_future(reads.read(Context(None)))
         await asyncio.sleep(0.1)
-        late = asyncio.ensure_future(deadlines.read(Context(0.12)))  # done at 0.22 s: in time
+        late = asyncio.ensure_future(reads.read(Context(0.12)))  # done at 0.22 s: in time
         results = await asyncio.gather(slow, late, return_exceptions=True)
-        deadlines.stop()
+        reads.stop()
         return results
 
     slow, late = run(main())
-    assert isinstance(slow, TimeoutError) and late == b"message"
+    assert isinstance(slow, MessageTimeout) and late == b"message"
+
+
+def test_stalled_reads_keep_their_room_until_others_wait_then_are_cut_off():
+    """Two rooms held by messages that never come: nothing happens while nobody waits
+    (past the stall time); a third call waits, the oldest stalled read is cut off
+    (MessageStalled) and the third is read."""
+    async def main():
+        reads = MessageReads(60, slots=2, stall_s=0.05)
+        stalled = [asyncio.ensure_future(reads.read(Context(None, f"ipv4:10.0.0.1:{port}")))
+                   for port in (1, 2)]
+        await asyncio.sleep(0.2)
+        assert not any(call.done() for call in stalled)
+        third = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
+        outcomes = [call.done() and isinstance(call.exception(), MessageStalled) for call in stalled]
+        for call in stalled:
+            call.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+        reads.stop()
+        return third, outcomes
+
+    third, outcomes = run(main())
+    assert third == b"message" and outcomes == [True, False]
+
+
+def test_freed_room_goes_to_the_connection_holding_least_then_to_the_latest_come():
+    """Connection 1 holds both rooms (one for good) and waits with two more calls; connection
+    2's call, come between them, is read first when a room frees; then connection 1's later
+    call, then its earlier one."""
+    async def main():
+        reads, order = MessageReads(60, slots=2, stall_s=60), []
+        release, keep = asyncio.Event(), asyncio.Event()
+
+        class Held(Context):
+            def __init__(self, event):
+                super().__init__(None, "ipv4:10.0.0.1:1")
+                self.event = event
+
+            async def read(self):
+                await self.event.wait()
+                return b"held"
+
+        async def call(name: str, peer: str):
+            order.append(await reads.read(Context(0.0, peer)) and name)
+
+        holders = [asyncio.ensure_future(reads.read(Held(event))) for event in (keep, release)]
+        await asyncio.sleep(0)
+        calls = []
+        for name, peer in (("a1", "ipv4:10.0.0.1:1"), ("b", "ipv4:10.0.0.2:1"),
+                           ("a2", "ipv4:10.0.0.1:1")):
+            calls.append(asyncio.ensure_future(call(name, peer)))
+            await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(*calls)
+        keep.set()
+        await asyncio.gather(*holders)
+        reads.stop()
+        return order
+
+    assert run(main()) == ["b", "a2", "a1"]

@@ -6,6 +6,7 @@ honest client's latency, are in ``bench/bench_hostile.py``."""
 from __future__ import annotations
 
 import gzip
+import statistics
 import struct
 import threading
 import time
@@ -21,7 +22,7 @@ from flowserve.clients import http2_wire as wire
 
 from . import hostile
 from .conftest import running_server
-from .h2client import RawH2, grpc_headers, message
+from .h2client import RawH2, grpc_headers, message, send_half
 
 WIDE = 4096  # columns of the FP32 identity model "wide"
 ENHANCE_YOUR_CALM = 0xB
@@ -35,7 +36,7 @@ def server(tmp_path_factory):
                         hostile.identity_model("x", "y", TensorProto.FLOAT, WIDE))
     (root / "wide" / "config.json").write_text('{"max_batch_size": 0}')
     with running_server(root, header_timeout_s=1.0, grpc_message_timeout_s=1.0,
-                        max_request_bytes=16 << 20) as running:
+                        max_request_bytes=16 << 20, grpc_compression="gzip") as running:
         yield running
 
 
@@ -295,3 +296,147 @@ def test_a_models_health_needs_the_token(mlp_file):
                     check(health.HealthCheckRequest(service=name), timeout=10)
                 assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert check(health.HealthCheckRequest(service=""), timeout=10).status == 1
+
+
+# -- 9. gzip bombs and half-sent messages (issue 46) -------------------------------------------
+
+MIB = 1 << 20
+STALL_S = 1.0  # --grpc-receive-stall-timeout of the guarded server
+MESSAGE_TIMEOUT_S = 4.0  # its --grpc-message-timeout
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """A server with the defaults that guard it (identity requests only, 64 MiB messages,
+    128 MiB of them received at once), its timeouts shortened for the tests."""
+    root = hostile.good_repository(tmp_path_factory.mktemp("guarded") / "repo")
+    hostile.write_model(root / "sum" / "1", hostile.sum_model())
+    (root / "sum" / "config.json").write_text('{"max_batch_size": 0}')
+    with running_server(root, grpc_message_timeout_s=MESSAGE_TIMEOUT_S,
+                        grpc_receive_stall_timeout_s=STALL_S) as running:
+        yield running
+
+
+def _rss_mb(field: str = "VmRSS") -> float:
+    """This process's (and so the in-process server's) resident memory, or its peak."""
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field}")
+
+
+def _reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")  # VmHWM back to the current RSS
+
+
+def _honest(server, stop: threading.Event, latencies: list) -> None:
+    """ModelInfer calls of an honest client of ``sum`` (the bombs' model) on its own
+    connection until ``stop`` (one at least)."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    request = grpc_client.encode_infer("sum", {"x": x}, None, "", "")
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        infer = _method(channel, "ModelInfer")
+        while not latencies or not stop.is_set():
+            started = time.perf_counter()
+            infer(request, timeout=30)
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.02)
+
+
+def _bomb() -> bytes:
+    """A ModelInfer message of 63 MiB of zeros for ``sum``, gzip-compressed to about 64 KB."""
+    x = np.zeros((63 * MIB // (4 * WIDE), WIDE), np.float32)
+    body = grpc_client.encode_infer("sum", {"x": x}, None, "", "").SerializeToString()
+    return message(gzip.compress(body, 6), compressed=True)
+
+
+def _bombard(server, bomb: bytes, seconds: float, statuses: list) -> None:
+    """One connection sending ``bomb`` call after call for ``seconds``."""
+    client, deadline = RawH2(server.grpc_address, timeout_s=60), time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            _, _, trailers = client.call(bomb, grpc_headers(**{"grpc-encoding": "gzip"}))
+            statuses.append((trailers["grpc-status"], trailers.get("grpc-message", "")))
+    finally:
+        client.close()
+
+
+def test_gzip_bombs_are_refused_unread_so_others_are_served_at_once(guarded):
+    """One connection of 64 KB gzip messages that inflate to 63 MiB, back to back for 3 s:
+    refused before they are read (UNIMPLEMENTED, the algorithm named), so an honest client
+    of the same model keeps a median under 100 ms (when the server inflated and ran them,
+    each of its calls waited behind one)."""
+    bomb, statuses, latencies, stop = _bomb(), [], [], threading.Event()
+    prober = threading.Thread(target=_honest, args=(guarded, stop, latencies))
+    prober.start()
+    try:
+        _bombard(guarded, bomb, 3.0, statuses)
+    finally:
+        stop.set()
+        prober.join(60)
+    assert len(latencies) >= 5 and statistics.median(latencies) <= 0.1, latencies
+    assert statuses and {code for code, _ in statuses} == {str(grpc.StatusCode.UNIMPLEMENTED.value[0])}
+    assert "'gzip' is disabled" in statuses[0][1]
+
+
+def test_compressed_requests_are_refused_by_default_and_the_channel_goes_on(guarded):
+    """grpcio's own client, deflate: UNIMPLEMENTED naming the algorithm (--grpc-compression
+    gzip accepts it); the same channel's next plain call is answered."""
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    request = grpc_client.encode_infer("good", {"x": x}, None, "", "")
+    with grpc.insecure_channel(guarded.grpc_address) as channel:
+        infer = _method(channel, "ModelInfer")
+        with pytest.raises(grpc.RpcError) as caught:
+            infer(request, timeout=10, compression=grpc.Compression.Deflate)
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "'deflate' is disabled" in caught.value.details()
+        assert infer(request, timeout=10).model_name == "good"
+
+
+def test_four_connections_of_gzip_bombs_hold_under_256_mb(guarded):
+    bomb, statuses = _bomb(), []
+    _good_call(guarded)
+    _reset_peak()
+    before = _rss_mb()
+    attackers = [threading.Thread(target=_bombard, args=(guarded, bomb, 2.0, statuses))
+                 for _ in range(4)]
+    for attacker in attackers:
+        attacker.start()
+    for attacker in attackers:
+        attacker.join(60)
+    assert statuses and _rss_mb("VmHWM") - before <= 256
+    _good_call(guarded)
+
+
+def test_ten_half_sent_messages_hold_under_256_mb_and_are_all_ended(guarded):
+    """Ten connections each announce a 48 MiB message and send it as far as the windows
+    allow for 3 s, never finishing it: two are let in at once (128 MiB / 64 MiB), the others
+    are held to their initial window and wait; while they wait, the ones let in are cut off
+    after the stall timeout (RESOURCE_EXHAUSTED), and every call is ended within
+    --grpc-message-timeout of its start (the server took all 480 MiB, for 60 s, before)."""
+    _good_call(guarded)
+    _reset_peak()
+    before = _rss_mb()
+    clients = [RawH2(guarded.grpc_address) for _ in range(10)]
+    outcomes: list = [None] * 10
+
+    def stall(index: int) -> None:
+        _, ended = send_half(clients[index], 48 * MIB, 3.0)
+        outcomes[index] = ended or _outcome(clients[index], MESSAGE_TIMEOUT_S + 6)[0]
+
+
+    threads = [threading.Thread(target=stall, args=(i,)) for i in range(10)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    _good_call(guarded)  # served meanwhile, once the stall timeout made room
+    for thread in threads:
+        thread.join(30)
+    took = time.monotonic() - started
+    for client in clients:
+        client.close()
+    assert _rss_mb("VmHWM") - before <= 256
+    assert all(outcome in ("trailers", "reset") for outcome in outcomes), outcomes
+    assert took <= 3.0 + MESSAGE_TIMEOUT_S + 6

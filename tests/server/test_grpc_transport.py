@@ -44,7 +44,7 @@ def server(tmp_path_factory):
                         hostile.identity_model("x", "y", TensorProto.FLOAT, WIDE))
     (root / "wide" / "config.json").write_text('{"max_batch_size": 0}')
     with running_server(root, header_timeout_s=1.0, max_request_bytes=MAX_REQUEST_BYTES,
-                        auth_token=None) as running:
+                        auth_token=None, grpc_compression="gzip") as running:
         yield running
 
 

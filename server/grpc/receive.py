@@ -1,0 +1,152 @@
+"""How unary gRPC calls receive their request messages: each within
+``--grpc-message-timeout``, and only as many at once as ``--grpc-receive-buffer-bytes``
+holds.
+
+grpc-core takes a call's message as fast as the client sends it once the call asks for it
+(the stream's flow-control window opens to the length the message announces, up to
+``--max-request-bytes``), and only one initial window (64 KiB) before. So each read of a
+message holds *room*, counted as ``--max-request-bytes`` (the most it can pin), and the
+room of all connections together is ``--grpc-receive-buffer-bytes`` (four 64 MiB messages
+by default; one at least). A call that finds no room waits for it, holding at most its
+initial window. While calls wait, a read that has held its room for
+``--grpc-receive-stall-timeout`` without its message being whole is cut off
+(``RESOURCE_EXHAUSTED``): messages stalled half-way cannot keep the room from others.
+Freed room goes to the waiting call whose connection holds the least of it, the latest
+come among equals (a batch of stalled calls, all come together, waits behind a new call)::
+
+    reads = MessageReads(timeout_s=60, slots=4, stall_s=2)
+    raw = await reads.read(context)   # or MessageTimeout / MessageStalled
+    reads.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+TIMEOUT, STALLED = "timeout", "stalled"  # why a read was cut off
+
+
+class MessageTimeout(Exception):
+    """The message was not whole within ``--grpc-message-timeout``."""
+
+
+class MessageStalled(Exception):
+    """The message held its room for ``--grpc-receive-stall-timeout`` while others waited."""
+
+
+class MessageReads:
+    """The reads of unary calls' request messages, with their deadlines and their room.
+
+    One sweep every quarter of ``timeout_s`` (at most every second) cancels the overdue
+    reads: a timer per call (``asyncio.timeout``) would cost the event loop ~20-50 µs of
+    every request; a read is cut off between ``timeout_s`` and a quarter more after it
+    began (its wait for room included). A read with room free costs two dict entries."""
+
+    def __init__(self, timeout_s: float, slots: int, stall_s: float):
+        self.timeout_s, self.slots, self.stall_s = timeout_s, max(1, slots), stall_s
+        self._deadlines: dict[asyncio.Task, float] = {}  # reading task -> its deadline
+        self._cut: dict[asyncio.Task, str] = {}  # tasks cancelled here -> TIMEOUT / STALLED
+        self._holders: dict[asyncio.Task, list] = {}  # -> [since, context, peer or None]
+        self._waiters: dict[asyncio.Task, tuple[asyncio.Future, Any, str]] = {}  # in order come
+        self._sweeper: Optional[asyncio.Task] = None
+
+    async def read(self, context):
+        """``context.read()`` once there is room; ``MessageTimeout`` or ``MessageStalled``
+        when it is cut off."""
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        if self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep())
+        self._deadlines[task] = loop.time() + self.timeout_s
+        try:
+            await self._room(task, context, loop)
+            try:
+                return await context.read()
+            finally:
+                self._give(task, loop)
+        except asyncio.CancelledError:
+            why = self._cut.get(task)
+            if why is None:
+                raise  # the call went away: not ours
+            task.uncancel()
+            raise (MessageTimeout if why == TIMEOUT else MessageStalled) from None
+        finally:
+            self._deadlines.pop(task, None)
+            self._cut.pop(task, None)
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    # -- room ---------------------------------------------------------------------------------
+
+    async def _room(self, task: asyncio.Task, context, loop) -> None:
+        """Return once ``task`` holds room: at once when some is free and nobody waits."""
+        if len(self._holders) < self.slots and not self._waiters:
+            self._holders[task] = [loop.time(), context, None]
+            return
+        granted = loop.create_future()
+        self._waiters[task] = (granted, context, context.peer())
+        self._give(None, loop)  # room free (waiters only ever wait for a full room)
+        try:
+            while not granted.done():
+                self._cut_stalled(loop.time())
+                await asyncio.wait((granted,), timeout=self._until_stalled(loop.time()))
+        except BaseException:
+            self._waiters.pop(task, None)
+            if granted.done():  # room was handed over as the wait ended: pass it on
+                self._give(task, loop)
+            raise
+
+    def _give(self, task: Optional[asyncio.Task], loop) -> None:
+        """``task``'s room (if it holds some) to the waiting calls, best first."""
+        self._holders.pop(task, None)
+        while self._waiters and len(self._holders) < self.slots:
+            chosen = self._best_waiter()
+            granted, context, peer = self._waiters.pop(chosen)
+            self._holders[chosen] = [loop.time(), context, peer]
+            granted.set_result(None)
+
+    def _best_waiter(self) -> asyncio.Task:
+        """The waiting call whose connection holds the least room; the latest come of those."""
+        held: dict[str, int] = {}
+        for holder in self._holders.values():
+            if holder[2] is None:
+                holder[2] = holder[1].peer()
+            held[holder[2]] = held.get(holder[2], 0) + 1
+        best, best_held = None, None
+        for task, (_, _, peer) in self._waiters.items():  # in the order they came
+            if best_held is None or held.get(peer, 0) <= best_held:
+                best, best_held = task, held.get(peer, 0)
+        return best
+
+    def _cut_stalled(self, now: float) -> None:
+        """Cut off the reads that held room ``stall_s`` or more, oldest first, one for each
+        waiting call that the reads already cut off do not make room for."""
+        pending_cuts = sum(1 for task in self._holders if task in self._cut)
+        wanted = len(self._waiters) - pending_cuts
+        for task, (since, _, _) in sorted(self._holders.items(), key=lambda item: item[1][0]):
+            if wanted <= 0 or since + self.stall_s > now:
+                return
+            if task not in self._cut:
+                self._cut[task] = STALLED
+                task.cancel()
+                wanted -= 1
+
+    def _until_stalled(self, now: float) -> Optional[float]:
+        """Seconds until the oldest read not yet cut off has held room ``stall_s``."""
+        since = [holder[0] for task, holder in self._holders.items() if task not in self._cut]
+        return None if not since else max(0.0, min(since) + self.stall_s - now) + 1e-3
+
+    # -- deadlines ----------------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, self.timeout_s / 4))
+            now = loop.time()
+            for task, deadline in list(self._deadlines.items()):
+                if deadline <= now and task not in self._cut:
+                    self._cut[task] = TIMEOUT
+                    task.cancel()
