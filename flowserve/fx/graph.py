@@ -41,6 +41,7 @@ class Node:
         self.graph, self.name, self.op, self.target = graph, name, op, target
         self.args, self.kwargs = tuple(args), dict(kwargs)
         self.users: dict = {}
+        self.meta: dict = {}  # facts a pass or the code generator reads ("keyword_only" placeholders)
         for node in self.all_input_nodes:
             node.users[self] = None
 
@@ -77,9 +78,11 @@ class Graph:
         self.nodes.insert(len(self.nodes) if index is None else index, node)
         return node
 
-    def placeholder(self, name: str, default=inspect.Parameter.empty) -> Node:
-        return self.create_node("placeholder", name, () if default is inspect.Parameter.empty else (default,),
+    def placeholder(self, name: str, default=inspect.Parameter.empty, keyword_only: bool = False) -> Node:
+        node = self.create_node("placeholder", name, () if default is inspect.Parameter.empty else (default,),
                                 name=name)
+        node.meta["keyword_only"] = keyword_only
+        return node
 
     def output(self, result) -> Node:
         return self.create_node("output", "output", (result,), name="output")
@@ -118,14 +121,16 @@ class Graph:
     def python_code(self) -> tuple[str, dict]:
         """The source of ``forward`` and the globals it runs with."""
         namespace = _CodeNamespace()
-        params, body = ["self"], []
+        params, keyword_only, body = ["self"], [], []
         for node in self.nodes:
             if node.op == "placeholder":
-                params.append(node.name if not node.args else f"{node.name}={namespace.value(node.args[0])}")
+                spelled = node.name if not node.args else f"{node.name}={namespace.value(node.args[0])}"
+                (keyword_only if node.meta.get("keyword_only") else params).append(spelled)
             elif node.op == "output":
                 body.append(f"return {namespace.value(node.args[0])}")
             else:
                 body.append(f"{node.name} = {namespace.expression(node)}")
+        params += ["*", *keyword_only] if keyword_only else []
         lines = [f"def forward({', '.join(params)}):"] + [f"    {line}" for line in body or ["pass"]]
         return "\n\n\n" + "\n".join(lines) + "\n", namespace.globals
 

@@ -115,25 +115,30 @@ class Tracer:
         self.root, self.graph = (root if isinstance(root, Module) else Module()), Graph()
         self._module_names = {id(m): name for name, m in self.root.named_modules()}
         self._state_names = {id(t): n for n, t in [*self.root.named_parameters(), *self.root.named_buffers()]}
-        arguments = self._placeholders(forward, dict(concrete_args or {}))
+        args, kwargs = self._placeholders(forward, dict(concrete_args or {}))
         with _Patched(self):
-            result = forward(*arguments)
+            result = forward(*args, **kwargs)
         self.graph.output(self._as_arg(result))
         return self.graph
 
-    def _placeholders(self, forward, concrete: dict) -> list:
-        out, names = [], inspect.signature(forward).parameters
+    def _placeholders(self, forward, concrete: dict) -> tuple[list, dict]:
+        """``forward``'s arguments for the trace: a proxy of a new placeholder for each, or its
+        ``concrete`` value; keyword-only ones as keywords."""
+        args, kwargs, names = [], {}, inspect.signature(forward).parameters
         unknown = set(concrete) - set(names)
         if unknown:
             raise TraceError(f"symbolic_trace: concrete_args names {sorted(unknown)}, which forward does not take")
         for p in names.values():
-            if p.name in concrete:
-                out.append(concrete[p.name])
-            elif p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise TraceError(f"symbolic_trace: forward's *{p.name} has no fixed inputs to trace")
+            keyword_only = p.kind == p.KEYWORD_ONLY
+            value = concrete[p.name] if p.name in concrete else Proxy(
+                self.graph.placeholder(p.name, p.default, keyword_only), self)
+            if keyword_only:
+                kwargs[p.name] = value
             else:
-                out.append(Proxy(self.graph.placeholder(p.name, p.default), self))
-        return out
+                args.append(value)
+        return args, kwargs
 
     def create_proxy(self, op: str, target, args: tuple, kwargs: dict) -> Proxy:
         return Proxy(self.graph.create_node(op, target, self._as_arg(args), self._as_arg(kwargs)), self)

@@ -386,3 +386,15 @@ def test_fx_replace_pattern_leaves_an_occurrence_whose_inner_value_is_read_elsew
     assert flow.fx.replace_pattern(traced, lambda a, b: flow.neg(a) + b, lambda a, b: b - a) == []
     x, y = flow.tensor([1.0, 2.0]), flow.tensor([3.0, 4.0])
     assert traced(x, y).tolist() == M()(x, y).tolist()
+
+
+def test_symbolic_trace_keeps_keyword_only_arguments():
+    class M(flow.nn.Module):
+        def forward(self, x, *, scale=2.0, shift):
+            return x * scale + shift
+
+    gm = flow.fx.symbolic_trace(M())
+    assert "def forward(self, x, *, scale=2.0, shift):" in gm.code
+    x, s = flow.ones(2), flow.full((2,), 3.0)
+    assert gm(x, shift=s).tolist() == M()(x, shift=s).tolist() == [5.0, 5.0]
+    assert gm(x, scale=1.0, shift=s).tolist() == [4.0, 4.0]
