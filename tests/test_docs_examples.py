@@ -32,14 +32,6 @@ MARKER = re.compile(r"#\s*docs-test:\s*(?P<what>\S+)(?P<rest>.*)$")
 REASON = re.compile(r"^\s*\((?P<reason>[^)]*\S[^)]*)\)\s*$")
 #: the only reasons a block may be left out for: hardware or processes a test machine lacks
 ALLOWED_REASONS = ("needs a CUDA GPU", "needs several processes")
-#: pages that do not run yet: what stops each, and the text its failure shows. Such a page must
-#: fail with exactly that text (any other failure fails the test), and the entry has to go as soon
-#: as the page runs.
-NOT_YET_RUNNABLE = {
-    "docs/nn.md": ("the checkpoint block loads resnet18.pth, ckpt.pt and model.safetensors that no block "
-                   "writes, and the fine-tuning block reads an undefined train_dataloader",
-                   "resnet18.pth: no such file or directory"),
-}
 
 RUNNER = r"""
 import json, sys, traceback
@@ -111,11 +103,6 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     name = page.relative_to(ROOT).as_posix()
     done = run_blocks(name, runnable, tmp_path)
-    if name in NOT_YET_RUNNABLE:
-        reason, failure = NOT_YET_RUNNABLE[name]
-        assert done.returncode != 0, f"{name} runs now: remove its NOT_YET_RUNNABLE entry"
-        assert failure in done.stderr, done.stderr[-6000:]
-        pytest.xfail(reason)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
