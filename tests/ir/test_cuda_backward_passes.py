@@ -1,10 +1,12 @@
 """The CUDA lowering's passes on traced training steps: ReLU's mask as a sign (the same
 numbers, by the IR interpreter), batch norm's backward as one fused node (and left alone
-where another node reads its intermediates), AMP's emulated float16 as native float16."""
+where another node reads its intermediates), AMP's emulated float16 as native float16, a
+convolution gradient's reshape-permute-reshape as one permute."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import flowserve as flow
 import flowserve.nn as nn
@@ -13,6 +15,7 @@ from flowserve.ir.interpreter import run_ir
 from flowserve.ir.passes.amp_native import amp_native_float16
 from flowserve.ir.passes.batch_norm_grad import FUSED_OP, fuse_batch_norm_backward
 from flowserve.ir.passes.relu_grad import relu_grad_as_sign
+from flowserve.ir.passes.unit_reshapes import collapsed_permutation, collapse_unit_reshapes
 from flowserve.nn.graph.pipeline import trace_and_rewrite
 
 from tests.graph.helpers import TrainGraph
@@ -120,3 +123,29 @@ def test_emulated_float16_compute_becomes_native():
 def test_bfloat16_stays_emulated():
     traced = _mlp_amp(flow.bfloat16)
     assert not amp_native_float16(traced.ir.copy()).modified
+
+
+@pytest.mark.parametrize("s0, s1, perm, s3, expected", [
+    ((2, 3, 5, 5), (2, 1, 3, 5, 5), [2, 1, 0, 3, 4], (3, 2, 5, 5), [1, 0, 2, 3]),  # one group
+    ((1, 4, 3, 3), (1, 1, 4, 3, 3), [2, 1, 0, 3, 4], (4, 1, 3, 3), [1, 0, 2, 3]),  # batch 1
+    ((2, 6, 5, 5), (2, 2, 3, 5, 5), [2, 1, 0, 3, 4], (3, 4, 5, 5), None),  # two groups: a real regroup
+    ((2, 3, 5, 5), (2, 1, 3, 5, 5), [2, 1, 0, 3, 4], (3, 2, 25), None),  # the output merges dims
+])
+def test_unit_reshape_permutation(s0, s1, perm, s3, expected):
+    assert collapsed_permutation(s0, s1, perm, s3) == expected
+
+
+def test_unit_reshapes_collapse_with_the_same_numbers():
+    traced = _bn_traced()
+    state = _state(traced)
+    rng = np.random.default_rng(1)
+    inputs = {"x": rng.standard_normal((2, 3, 5, 5)).astype(np.float32), "y": rng.integers(0, 3, 2)}
+    before = run_ir(traced.ir, inputs, state)
+    ir = traced.ir.copy()
+    reshapes = _ops(ir).count("reshape")
+    assert collapse_unit_reshapes(ir).modified
+    assert reshapes - _ops(ir).count("reshape") >= 4  # each conv's weight gradient: two chains
+    ir.validate()
+    after = run_ir(ir, inputs, state)
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)

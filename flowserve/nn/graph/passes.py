@@ -6,8 +6,9 @@ convolutions as matrix products, one gradient mask per clamp, AMP casts, cast fu
 stage/ZeRO records, dead-code removal (``GRAPH_PASSES``). On the private copy graph mode
 lowers: in inference graphs run by ONNX Runtime, multi-head attention as its fused kernel;
 the add-to-output fusion; in training graphs lowered for CUDA, batch norm's backward as one
-node and ReLU's gradient mask as a sign; on CUDA, AMP's float16 matmuls and convolutions
-as native float16 kernels; the ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
+node, ReLU's gradient mask as a sign, a convolution gradient's reshape-permute-reshape as
+one permute; on CUDA, AMP's float16 matmuls and convolutions as native float16 kernels; the
+ONNX backend lowering their fused nodes (``LOWERING_PASSES``).
 Every pass returns ``PassResult(ir, modified)``.
 """
 
@@ -29,6 +30,7 @@ from flowserve.ir.passes.fuse_attention import fuse_multi_head_attention
 from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.manager import Pass, PassManager
 from flowserve.ir.passes.relu_grad import relu_grad_as_sign
+from flowserve.ir.passes.unit_reshapes import collapse_unit_reshapes
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ LOWERING_PASSES = PassManager([
     Pass("fuse_batch_norm_backward", lambda ir, ctx: fuse_batch_norm_backward(ir, ctx.constants),
          when=lambda ctx: ctx.cuda and ctx.training),
     Pass("relu_grad_as_sign", lambda ir, ctx: relu_grad_as_sign(ir, ctx.constants),
+         when=lambda ctx: ctx.cuda and ctx.training),
+    Pass("collapse_unit_reshapes", lambda ir, ctx: collapse_unit_reshapes(ir),
          when=lambda ctx: ctx.cuda and ctx.training),
     Pass("amp_native_float16", lambda ir, ctx: amp_native_float16(ir),
          when=lambda ctx: ctx.cuda and bool(ctx.options.get("amp")) and ctx.amp_dtype == "float16"),
