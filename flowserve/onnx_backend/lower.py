@@ -15,6 +15,7 @@ from flowserve.onnx_backend.lowering.affine import fold_channel_affine, fold_cha
 from flowserve.onnx_backend.lowering.clip import fold_clip
 from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.onnx_backend.lowering.scalars import full_rank_scalars
+from flowserve.onnx_backend.lowering.split import merge_slices_into_split
 
 UPDATE_SUFFIX = ":new"
 
@@ -100,7 +101,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     (``flowserve.onnx_backend.lowering.affine``). ``dynamic_dims``:
     input or output name -> {axis: dim name}, dims written as those named ``dim_param``s.
     ``cuda_provider``: graph mode runs the model on ONNX Runtime's CUDA provider (each node a
-    kernel launch: the formulations with the fewest nodes).
+    kernel launch: the formulations with the fewest nodes, consecutive slices as one ``Split``,
+    ``flowserve.onnx_backend.lowering.split``).
     """
     ir = _widen_bfloat16(ir)
     b = Builder(opset)
@@ -129,6 +131,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     if cpu_provider:
         fold_channel_affine(b, ir.values, keep=user_outputs | set(updates.values()))
         fold_channel_scale_shift(b, ir.values, keep=user_outputs | set(updates.values()))
+    if cuda_provider:
+        merge_slices_into_split(b, ir.values)
     if updates and training.fuse_weight_gradient_gemms(b, keep=user_outputs | set(updates.values())):
         still_read = {n for node in b.nodes for n in node.input} | user_outputs | set(updates.values())
         b.drop_initializers([n for n in b.initializers if n not in still_read])  # the momenta's factors

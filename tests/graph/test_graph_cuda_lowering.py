@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 import flowserve as flow
 import flowserve.nn as nn
@@ -20,6 +21,7 @@ from flowserve.nn.graph.pipeline import trace_and_rewrite
 from flowserve.onnx_backend.builder import Builder
 from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
 from flowserve.onnx_backend.lowering.registry import LoweringContext
+from flowserve.onnx_backend.lowering.split import merge_slices_into_split
 from flowserve.onnx_backend import runtime
 
 from tests.graph.helpers import TrainGraph, assert_close
@@ -239,3 +241,44 @@ def test_batch_norm_backward_node_count(outputs, nodes):
                                       {"eps": 1e-5}), ctx)
     assert len(b.nodes) == nodes
     assert [n.op_type for n in b.nodes].count("BatchNormalization") == 1
+
+
+def test_fused_model_update_takes_its_pieces_back_in_one_split():
+    """``allow_fuse_model_update_ops``: each flat buffer (parameters, momenta) is cut back
+    into its tensors by one ``Split`` instead of one ``Slice`` per tensor; eager's numbers."""
+    graph_model, eager_model = _convnet(), _convnet()
+    graph, opt = _cuda_graph(graph_model), _sgd(eager_model)
+    graph.config.allow_fuse_model_update_ops(True)
+    for step in range(STEPS):
+        x, y = _data(4, seed=step)
+        assert_close(float(graph(flow.tensor(x), flow.tensor(y)).numpy()), _eager_step(eager_model, opt, x, y),
+                     what=f"loss {step}")
+    _assert_same_state(graph_model, eager_model)
+    model = graph._compiled.model
+    constants = {t.name: numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    assert _ir_ops(graph)["Split"] == 2
+    assert not [n for n in model.graph.node if n.op_type == "Slice" and constants[n.input[3]] == [0]]  # no piece left
+
+
+def _slices(ranges: list, length: int = 10):
+    ir = GraphIR("g")
+    ir.add_value(Value("flat", (length,), "float32"))
+    b = Builder(21)
+    for i, (start, end) in enumerate(ranges):
+        b.op("Slice", ["flat", b.const([start]), b.const([end]), b.const([0]), b.const([1])], [f"piece{i}"])
+    return b, ir
+
+
+@pytest.mark.parametrize("ranges, splits", [([(0, 3), (3, 7)], 1), ([(3, 7), (0, 3), (7, 10)], 1),
+                                            ([(0, 3), (4, 7)], 0), ([(0, 3)], 0), ([(1, 3), (3, 5)], 0)])
+def test_consecutive_slices_become_one_split(ranges, splits):
+    b, ir = _slices(ranges)
+    assert merge_slices_into_split(b, ir.values) == splits
+    if splits:
+        (node,) = b.nodes
+        assert node.op_type == "Split" and list(node.output[:len(ranges)]) == \
+            [f"piece{i}" for i, _ in sorted(enumerate(ranges), key=lambda p: p[1][0])]
+        sizes = list(numpy_helper.to_array(b.initializers[node.input[1]]))
+        assert sum(sizes) == 10 and len(node.output) == len(sizes)  # a tail nothing reads is one more output
+    else:
+        assert [n.op_type for n in b.nodes] == ["Slice"] * len(ranges)
