@@ -75,7 +75,8 @@ def export(source, path=None, *, target: str = "portable", opset: int | None = N
     if src.batch_note:  # the server repeats it when a request has another batch size
         model.metadata_props.add(key=BATCH_NOTE_KEY, value=src.batch_note)
     report = ExportReport(source=src.where, target=target, opset=opset, ir_version=model.ir_version,
-                          fused=graph.groups, folded=graph.folded, nodes_before=unfused_nodes,
+                          fused=graph.groups, folded=graph.folded, passes=graph.applied,
+                          nodes_before=unfused_nodes,
                           nodes_after=len(model.graph.node), ops_after=_op_counts(model))
     path = Path(path) if path is not None else None
     if path is not None:

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from flowserve.errors import ExportError
-from flowserve.exporter.passes import FUSED_PREFIX
+from flowserve.exporter.passes.export_graph import FUSED_PREFIX
 from flowserve.exporter.passes.act_match import clip_bounds
 from flowserve.onnx_backend.versions import MS_DOMAIN
 

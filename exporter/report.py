@@ -13,6 +13,7 @@ class ExportReport:
     ir_version: int
     fused: list = field(default_factory=list)  # FusedGroup
     folded: int = 0
+    passes: list = field(default_factory=list)  # the export passes that changed the graph, in order
     nodes_before: int = 0  # ONNX nodes of the same graph lowered without fusion
     nodes_after: int = 0
     ops_after: dict = field(default_factory=dict)
@@ -30,7 +31,7 @@ class ExportReport:
         return {
             "source": self.source, "target": self.target, "opset": self.opset, "ir_version": self.ir_version,
             "fused": [g.to_json() for g in self.fused], "fused_counts": self.fused_counts(),
-            "folded": self.folded, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+            "folded": self.folded, "passes": self.passes, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
             "ops_after": self.ops_after, "parity": [p.to_json() for p in self.parity],
             "external_data": self.external_data, "seconds": round(self.seconds, 4),
         }

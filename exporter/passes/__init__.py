@@ -1,96 +1,63 @@
 """Exporter passes: rewrite an inference IR before it is lowered to ONNX.
 
 Each pass is one file with one job. A pass takes an ``ExportGraph`` (the IR, the arrays
-that will become initializers, the fused groups formed so far) and returns
-``PassResult(g, modified)``, the convention of the core's IR passes too. Fusion passes replace a matched group of nodes by one node whose op
-is ``fused.<Kind>`` (see ``exporter/fused.py`` for how each kind is emitted).
+that will become initializers, the fused groups formed so far; ``export_graph.py``) and
+returns ``PassResult(g, modified)``. They run in ``EXPORT_PASSES``, the core's one pass
+runner (``flowserve.ir.passes.manager.PassManager``), and ``g.applied`` names the ones
+that changed the graph.
 
 >>> g = ExportGraph.of(ir, arrays)          # doctest: +SKIP
 >>> run_passes(g)                            # doctest: +SKIP
 >>> [grp.kind for grp in g.groups]           # doctest: +SKIP
 ['Gemm', 'Gemm']
+
+The order: constant folding runs first (eval-mode BatchNorm's statistics become
+per-channel constants) but keeps transposes of parameters, so that the Gemm pass can
+absorb them and initializers keep their ``state_dict`` names; activations are matched
+before the conv and matmul passes so that those can absorb them; a last folding pass
+takes what is left. The context of a run is whether it fuses (``fuse``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from flowserve.exporter.passes.activations import fuse_gelu, fuse_silu
+from flowserve.exporter.passes.attention import fuse_attention
+from flowserve.exporter.passes.constant_folding import fold_constants, fold_constants_early
+from flowserve.exporter.passes.conv_bn import fuse_conv
+from flowserve.exporter.passes.export_graph import FUSED_PREFIX, ExportGraph, FusedGroup, fused_node
+from flowserve.exporter.passes.gemm import fuse_gemm
+from flowserve.exporter.passes.layernorm import fuse_layernorm
+from flowserve.ir.passes.manager import Pass, PassManager
 
-from flowserve import dtypes
-from flowserve.ir.graph import GraphIR, Node, Value
-from flowserve.ir.passes import eliminate_dead_code
-from flowserve.ir.passes.pattern import PatternGraph
-
-FUSED_PREFIX = "fused."
-
-
-@dataclass
-class FusedGroup:
-    """One fused subgraph: its kind, where it came from, what it replaced."""
-
-    kind: str
-    scope: str
-    ops: list
-    output: str
-    detail: str = ""
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "scope": self.scope, "ops": self.ops, "output": self.output,
-                "detail": self.detail}
+__all__ = ["EXPORT_PASSES", "FUSED_PREFIX", "ExportGraph", "FusedGroup", "fused_node", "run_passes"]
 
 
-@dataclass
-class ExportGraph(PatternGraph):
-    """What the passes rewrite: the IR, the arrays baked as initializers, the groups
-    (the queries and the node replacement are the core's ``PatternGraph``)."""
-
-    groups: list = field(default_factory=list)
-    folded: int = 0
-
-    @classmethod
-    def of(cls, ir: GraphIR, arrays: dict) -> "ExportGraph":
-        """A private copy of ``ir`` (passes never touch the caller's graph)."""
-        copy = ir.copy()
-        return cls(copy, {k: arrays[k] for k in copy.state})
-
-    def is_quantized_const(self, name: str) -> bool:
-        """A constant fake-quantized (a QAT weight): its lowering stores the integers, so a
-        fusion may take it as a weight as long as it does not rescale it."""
-        node = self.producer(name)
-        return node is not None and node.op == "fake_quant" and all(self.is_const(i) for i in node.inputs)
-
-    def add_const(self, name: str, array) -> str:
-        self.consts[name] = array
-        value = Value(name, tuple(array.shape), dtypes.from_numpy(array.dtype).name)
-        self.ir.values[name] = value
-        self.ir.state[name] = value
-        self.ir.state_kinds[name] = "constant"
-        return name
-
-    def replace(self, old: list, new: Node, group: FusedGroup | None = None) -> None:
-        """Put ``new`` where the last of ``old`` was, drop ``old``, record ``group``."""
-        if group is not None:
-            self.groups.append(group)
-        super().replace(old, new)
-
-    def prune(self) -> None:
-        """Drop nodes whose outputs nobody reads, and state nothing reads (the core's DCE)."""
-        eliminate_dead_code(self.ir, drop_unused_state=True)
-        for name in [k for k in self.consts if k not in self.ir.state]:
-            del self.consts[name]
-        self.refresh()
+def _fusion(name: str, fn) -> Pass:
+    return Pass(name, lambda g, fuse: fn(g), when=lambda fuse: fuse)
 
 
-def fused_node(kind: str, inputs: list, outputs: list, attrs: dict, like: Node) -> Node:
-    return Node(FUSED_PREFIX + kind, list(inputs), list(outputs), dict(attrs), like.scope, like.loc)
+def _always(name: str, fn) -> Pass:
+    return Pass(name, lambda g, fuse: fn(g))
+
+
+EXPORT_PASSES = PassManager([
+    _always("constant_folding", fold_constants_early),
+    _fusion("layernorm", fuse_layernorm),
+    _fusion("gelu", fuse_gelu),
+    _fusion("silu", fuse_silu),
+    _fusion("attention", fuse_attention),
+    _fusion("conv", fuse_conv),
+    _fusion("gemm", fuse_gemm),
+    _always("constant_folding_rest", fold_constants),
+])
 
 
 def run_passes(g: ExportGraph, *, fuse: bool = True) -> ExportGraph:
-    """Constant folding, then the fusion passes in order (most specific first)."""
-    from flowserve.exporter.passes.pipeline import PIPELINE  # local: the passes it lists import this module
-
+    """Constant folding, then the fusion passes in order (most specific first); records in
+    ``g.applied`` the passes that changed the graph."""
     g.refresh()
-    for name, fn, is_fusion in PIPELINE:
-        if fuse or not is_fusion:
-            fn(g)
+    result, applied = EXPORT_PASSES.run(g, fuse)
+    g = result.ir
+    g.applied = applied
     g.prune()
     return g

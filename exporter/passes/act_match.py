@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.exporter.passes import ExportGraph
+from flowserve.exporter.passes.export_graph import ExportGraph
 
 SIMPLE = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid"}
 

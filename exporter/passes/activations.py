@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.exporter.passes.export_graph import ExportGraph, FusedGroup, fused_node
 from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
 

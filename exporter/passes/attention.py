@@ -7,7 +7,7 @@ too); this pass records each match as a fused group of the export report.
 
 from __future__ import annotations
 
-from flowserve.exporter.passes import ExportGraph, FusedGroup
+from flowserve.exporter.passes.export_graph import ExportGraph, FusedGroup
 from flowserve.ir.graph import PassResult
 from flowserve.ir.passes.attention import match_fused_attention
 

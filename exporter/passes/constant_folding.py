@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.exporter.passes import FUSED_PREFIX, ExportGraph
+from flowserve.exporter.passes.export_graph import FUSED_PREFIX, ExportGraph
 from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node
 from flowserve.ops.fake_quant import QUANTIZE_PRIMITIVES

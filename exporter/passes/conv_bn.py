@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.exporter.passes.export_graph import ExportGraph, FusedGroup, fused_node
 from flowserve.exporter.passes.act_match import activation_after
 from flowserve.ir.graph import PassResult
 

@@ -18,7 +18,7 @@ import itertools
 
 import numpy as np
 
-from flowserve.exporter.passes import ExportGraph, FusedGroup, fused_node
+from flowserve.exporter.passes.export_graph import ExportGraph, FusedGroup, fused_node
 from flowserve.exporter.passes.activations import sub_cone
 from flowserve.ir.graph import PassResult
 from flowserve.ir.interpreter import run_node

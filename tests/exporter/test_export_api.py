@@ -36,6 +36,7 @@ def test_export_dir_runs_in_onnxruntime_at_any_batch(saved, tmp_path, target):
         assert_close(session.run(None, {session.get_inputs()[0].name: x})[0], model(flow.tensor(x)).numpy())
     report = result.report
     assert report.fused_counts() == {"Gemm": 3}
+    assert "gemm" in report.passes and report.to_json()["passes"] == report.passes
     assert report.nodes_before > report.nodes_after == 3
     assert sorted({p.batch for p in report.parity}) == [2, 5]
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import flowserve
-from flowserve.exporter.passes import ExportGraph, run_passes
-from flowserve.exporter.passes.pipeline import PIPELINE
+from flowserve.exporter.passes import EXPORT_PASSES, ExportGraph, run_passes
 from flowserve.ir.graph import GraphIR, Node, PassResult, Value
 from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.amp import amp_cast
@@ -50,12 +49,16 @@ def test_exporter_passes_return_pass_results_and_prune_with_the_core_dce():
     ir, arrays = linear_ir()
     g = ExportGraph.of(ir, arrays)
     g.refresh()
-    results = {name: fn(g) for name, fn, _ in PIPELINE}
+    results = {p.name: p.run(g, True) for p in EXPORT_PASSES.passes}
     assert all(isinstance(r, PassResult) and r.ir is g for r in results.values())
     assert results["gemm"].modified and not results["layernorm"].modified
     g.prune()
     assert "spare" not in g.ir.state and "spare" not in g.consts and "spare" in ir.state
-    assert [n.op for n in run_passes(ExportGraph.of(ir, arrays)).ir.nodes] == [n.op for n in g.ir.nodes]
+    ran = run_passes(ExportGraph.of(ir, arrays))
+    assert [n.op for n in ran.ir.nodes] == [n.op for n in g.ir.nodes]
+    assert ran.applied == [name for name, r in results.items() if r.modified]  # what run_passes records
+    unfused = run_passes(ExportGraph.of(ir, arrays), fuse=False)
+    assert "gemm" not in unfused.applied and not unfused.groups
 
 
 def test_ir_copy_is_independent_and_equal():
