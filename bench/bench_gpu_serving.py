@@ -6,7 +6,7 @@ Models: MobileNetV2 and ResNet-50 at 224² (random weights, batch norm folded), 
 
 1. engine: images/s of ONNX Runtime CUDA in process at batch 1..64, three ways of
    feeding it: ``session.run`` on numpy arrays, the server's own IO binding
-   (``flowserve.server.runtime.DeviceIO``: reused device buffers), and IO binding from
+   (``flowserve.server.runner.DeviceIO``: reused device buffers), and IO binding from
    page-locked host memory (CuPy's pinned allocator; measured, not what the server does);
    plus float32 against float16 (``flowserve export --precision fp16``'s conversion).
 2. server: the server under ``flowserve.clients.perf`` load (several client processes)
@@ -43,7 +43,7 @@ from bench_serving import _ConvBuilder, _model, free_port, mobilenet_v2_model, s
 from flowserve.clients.perf import run_load
 from flowserve.exporter.precision import reduce_precision
 from flowserve.onnx_backend.runtime import create_session, cuda_usable
-from flowserve.server.runtime import DeviceIO
+from flowserve.server.runner import DeviceIO
 
 BATCHES = (1, 4, 16, 32, 64)  # batches the engine is timed at; the server forms batches up to 64
 

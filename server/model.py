@@ -29,7 +29,7 @@ from .batcher import BatchRecord, DynamicBatcher
 from .config import ResolvedModelConfig
 from .datatypes import DATATYPE_BY_ONNX
 from .errors import InferenceFailedError, InvalidRequestError, ModelLoadError
-from .runtime import OrtRunner
+from .runner import OrtRunner
 
 
 @dataclasses.dataclass(frozen=True)

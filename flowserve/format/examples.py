@@ -9,7 +9,7 @@ model it writes on these examples, and the server verifies its sessions on them 
 it reports ready.
 
 This module reads and writes the folder (it imports no tensor, op or ``nn`` module, so
-the server reads examples without them); ``flowserve.serialization.examples`` makes the
+the server reads examples without them); ``flowserve.serialization.example_batches`` makes the
 examples a save stores.
 
 >>> flow.save(graph, "mlp_dir", examples=loader)          # doctest: +SKIP

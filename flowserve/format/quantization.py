@@ -3,7 +3,7 @@ trained graph keeps what it learned. Each fake-quantized tensor of the inference
 listed with the names of its scale and zero point in ``params.safetensors`` and its integer
 range; ``flowserve export --precision int8`` deploys with them instead of calibrating.
 Checked on load: every named tensor is in ``params.safetensors``, ranges hold 0.
-(``flowserve.serialization.quantization`` makes the record from a graph's IR.)
+(``flowserve.serialization.quantization_record`` makes the record from a graph's IR.)
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from flowserve.format.manifest import (
     SavedGraphManifest,
 )
 from flowserve.format.tensors import write_bytes, write_tensors
-from flowserve.serialization.examples import collect_examples
+from flowserve.serialization.example_batches import collect_examples
 from flowserve.serialization.graph_read import file_sha256, graph_signature, input_batch, read_graph_dir
-from flowserve.serialization.quantization import quantization_record
+from flowserve.serialization.quantization_record import quantization_record
 
 
 def save_graph(graph, directory, model=None, examples=None, tolerance: float | None = None,
@@ -44,7 +44,7 @@ def save_graph(graph, directory, model=None, examples=None, tolerance: float | N
     """Write ``graph`` as a deployable directory from ``graph.deployable_state(model,
     dynamic_dims)`` (what its traces hold: an inference graph's calls traced it already, a
     training graph traces its deployed module once); ``examples`` and ``tolerance`` as
-    described in ``flowserve.serialization.examples``; ``dynamic_dims`` as in
+    described in ``flowserve.serialization.example_batches``; ``dynamic_dims`` as in
     ``flowserve.nn.graph.named_dims``."""
     deployed = graph.deployable_state(model, dynamic_dims)
     ir, batch, named = deployed.ir, deployed.batch, deployed.dynamic_dims

@@ -14,7 +14,7 @@ from flowserve.format.tensors import read_tensors, write_bytes, write_tensors
 from flowserve.nn.graph.graph import Graph
 from flowserve.ops.creation import from_numpy
 from flowserve.serialization.graph_dir import load_graph, save_graph
-from flowserve.serialization.tensors import decode_state, encode_state
+from flowserve.serialization.state_layout import decode_state, encode_state
 from flowserve.serialization.torch_checkpoint import is_pickle, is_torch_zip, read_torch_checkpoint
 
 STATE_JSON = "state.json"

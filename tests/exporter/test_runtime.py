@@ -15,7 +15,7 @@ import flowserve
 from flowserve.errors import DeviceError
 from flowserve.onnx_backend import runtime
 from flowserve.server.errors import ModelLoadError
-from flowserve.server.runtime import OrtRunner
+from flowserve.server.runner import OrtRunner
 
 ROOT = Path(flowserve.__file__).parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from flowserve.clients import GRPCClient, HTTPClient
-from flowserve.server.runtime import OrtRunner
+from flowserve.server.runner import OrtRunner
 from tests.gpu import needs_ort_cuda
 from tests.server.conftest import running_server
 

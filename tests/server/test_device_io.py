@@ -9,7 +9,7 @@ import concurrent.futures
 
 import numpy as np
 
-from flowserve.server.runtime import DeviceIO, OrtRunner, batch_buckets
+from flowserve.server.runner import DeviceIO, OrtRunner, batch_buckets
 
 from .models import mlp
 

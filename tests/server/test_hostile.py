@@ -15,7 +15,7 @@ import pytest
 
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.loading import external_tensor_names, load_model_proto
-from flowserve.server.runtime import OrtRunner
+from flowserve.server.runner import OrtRunner
 
 from . import hostile
 from .conftest import running_server

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from flowserve.clients import AsyncGRPCClient, AsyncHTTPClient
-from flowserve.server.runtime import OrtRunner
+from flowserve.server.runner import OrtRunner
 
 from .conftest import running_server
 from .models import mlp

@@ -7,7 +7,7 @@ import pytest
 
 from flowserve.onnx_backend import openvino
 from flowserve.server.errors import ModelLoadError
-from flowserve.server.runtime import OrtRunner
+from flowserve.server.runner import OrtRunner
 from flowserve.server.settings import ServerSettings
 
 from .models import mlp, mlp_reference

@@ -36,7 +36,7 @@ import numpy as np
 from flowserve import dtypes
 from flowserve.device import CPU, array_module, device as Device, to_device_array
 from flowserve.errors import GraphError
-from flowserve.nn.graph import engine
+from flowserve.nn.graph import provider_choice
 from flowserve.nn.graph.lowering import lower_traced, static_batch
 from flowserve.nn.graph.state_buffers import StatePair
 from flowserve.nn.graph.trace import Traced
@@ -156,16 +156,16 @@ class CompiledGraph:
         on this machine, else a measurement at the next call (where there is a choice)."""
         ort_name = self._ort_engine()
         self.engine = ort_name
-        names = engine.candidates(ort_name)
+        names = provider_choice.candidates(ort_name)
         if len(names) == 1:
             return
-        path = engine.cache_path(self.model)
-        choice = engine.load_cached(path, names)
+        path = provider_choice.cache_path(self.model)
+        choice = provider_choice.load_cached(path, names)
         if choice is None:
-            self._choice_pending, self._draws = path, engine.draws_random(self.model)
+            self._choice_pending, self._draws = path, provider_choice.draws_random(self.model)
             return
         self.engine_choice = choice
-        engine.LOG.info("nn.Graph %s runs on %s", self.traced.ir.name, choice.describe())
+        provider_choice.LOG.info("nn.Graph %s runs on %s", self.traced.ir.name, choice.describe())
         if choice.engine != ort_name:
             self.model, self.session, self.dynamic_batch = self._session_for(choice.engine)
 
@@ -189,10 +189,10 @@ class CompiledGraph:
                 return built[name][1]
             return make
 
-        choice = engine.measure({name: build(name) for name in engine.candidates(ort_name)}, feeds,
-                                self.output_names, self.traced.ir.name, compare=not engine.draws_random(self.model))
+        choice = provider_choice.measure({name: build(name) for name in provider_choice.candidates(ort_name)}, feeds,
+                                self.output_names, self.traced.ir.name, compare=not provider_choice.draws_random(self.model))
         self.engine_choice = choice
-        engine.save_cached(path, choice)
+        provider_choice.save_cached(path, choice)
         self.engine = choice.engine
         self.model, self.session, self.dynamic_batch = built[choice.engine]
         if self._draws:
@@ -205,13 +205,13 @@ class CompiledGraph:
         self._explicit_check = False
         chosen, ort_name = self.options["execution_provider"], self._ort_engine()
         builders = {ort_name: lambda: self._session_for(ort_name)[1], chosen: lambda: self.session}
-        choice = engine.measure(builders, feeds, self.output_names,
-                                self.traced.ir.name, quiet=True, compare=not engine.draws_random(self.model))
+        choice = provider_choice.measure(builders, feeds, self.output_names,
+                                self.traced.ir.name, quiet=True, compare=not provider_choice.draws_random(self.model))
         self.engine_choice = choice
         times = choice.step_ms
-        if chosen in choice.dropped or (ort_name in times and times[chosen] >= engine.SLOWER * times[ort_name]):
+        if chosen in choice.dropped or (ort_name in times and times[chosen] >= provider_choice.SLOWER * times[ort_name]):
             warnings.warn(f"nn.Graph {self.traced.ir.name}: execution provider {chosen!r} is "
-                          f"{engine.SLOWER:g}x slower than ONNX Runtime or more for this graph on this machine "
+                          f"{provider_choice.SLOWER:g}x slower than ONNX Runtime or more for this graph on this machine "
                           f"({choice.describe()}); set_execution_provider('auto') picks the fastest",
                           UserWarning, stacklevel=4)
 

@@ -135,7 +135,7 @@ class GraphConfig:
         """The engine that runs the compiled graph: ``"auto"`` (the default: ONNX Runtime —
         CUDA where usable, else its CPU provider — and, where OpenVINO is installed, the
         faster of the two for this graph on this machine, measured at the second call and
-        cached: ``flowserve.nn.graph.engine``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
+        cached: ``flowserve.nn.graph.provider_choice``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
         (OpenVINO through ONNX Runtime's plugin, else OpenVINO's own runtime;
         ``pip install "flowserve[openvino]"``; a training graph on which it is 3x slower
         than ONNX Runtime or more warns once). Outputs stay within eager mode's tolerance

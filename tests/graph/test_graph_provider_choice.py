@@ -1,5 +1,5 @@
 """The engine a graph runs on: ``set_execution_provider("auto")`` measures the candidates
-(``flowserve.nn.graph.engine``) and caches its choice; an explicit OpenVINO is checked
+(``flowserve.nn.graph.provider_choice``) and caches its choice; an explicit OpenVINO is checked
 against ONNX Runtime; the optimizer step is lowered without a ``Neg`` shared by updates
 (OpenVINO fused updates of different shapes through it)."""
 
@@ -15,7 +15,7 @@ import pytest
 
 import flowserve as flow
 from flowserve.onnx_backend import openvino
-from flowserve.nn.graph import engine
+from flowserve.nn.graph import provider_choice
 from flowserve import nn
 from flowserve.nn.graph.compiled import CompiledGraph
 from tests.graph.helpers import TrainGraph, data
@@ -37,8 +37,8 @@ class _Session:
         return [np.asarray(o) for o in self.outs]
 
 
-def _measure(sessions: dict) -> engine.EngineChoice:
-    return engine.measure({k: (lambda s=s: s) for k, s in sessions.items()}, {}, ["loss"], "G")
+def _measure(sessions: dict) -> provider_choice.EngineChoice:
+    return provider_choice.measure({k: (lambda s=s: s) for k, s in sessions.items()}, {}, ["loss"], "G")
 
 
 def test_measure_keeps_the_fastest_engine():
@@ -58,45 +58,45 @@ def test_measure_drops_a_different_loss_a_failure_and_a_slow_engine(caplog):
 
 
 def test_measure_drops_an_engine_compiling_beyond_the_budget(monkeypatch):
-    monkeypatch.setattr(engine, "BUDGET_S", 0.5)
+    monkeypatch.setattr(provider_choice, "BUDGET_S", 0.5)
     slow_compile = _Session(0.0, [1.0])
 
     def build_slowly():
         time.sleep(3.0)
         return slow_compile
 
-    choice = engine.measure({"cpu": lambda: _Session(0.001, [1.0]), "openvino": build_slowly}, {}, ["loss"], "G")
+    choice = provider_choice.measure({"cpu": lambda: _Session(0.001, [1.0]), "openvino": build_slowly}, {}, ["loss"], "G")
     assert choice.engine == "cpu" and choice.dropped["openvino"] == "not compiled within the 0.5 s measuring budget"
 
 
 def test_measure_without_comparing_checks_shapes_and_finiteness():
     random = {"cpu": _Session(0.002, [2.0]), "openvino": _Session(0.0, [2.3])}
-    choice = engine.measure({k: (lambda s=s: s) for k, s in random.items()}, {}, ["loss"], "G", compare=False)
+    choice = provider_choice.measure({k: (lambda s=s: s) for k, s in random.items()}, {}, ["loss"], "G", compare=False)
     assert choice.engine == "openvino" and "outputs not compared" in choice.describe()
     nan = {"cpu": _Session(0.002, [2.0]), "openvino": _Session(0.0, [float("nan")])}
-    choice = engine.measure({k: (lambda s=s: s) for k, s in nan.items()}, {}, ["loss"], "G", compare=False)
+    choice = provider_choice.measure({k: (lambda s=s: s) for k, s in nan.items()}, {}, ["loss"], "G", compare=False)
     assert choice.dropped["openvino"] == "output 0 is not finite where ONNX Runtime's is"
 
 
 def test_choice_cache_round_trip_and_damaged_files(tmp_path, monkeypatch):
     monkeypatch.setenv("FLOWSERVE_CACHE_DIR", str(tmp_path))
     model = _train("cpu")[2]._compiled.model
-    path = engine.cache_path(model)
+    path = provider_choice.cache_path(model)
     other = onnx.ModelProto()
     other.CopyFrom(model)
     other.graph.name = "another name"
-    assert path.parent == tmp_path / "engines" and path == engine.cache_path(other)
+    assert path.parent == tmp_path / "engines" and path == provider_choice.cache_path(other)
     other.graph.node[0].name += "x"
-    assert path != engine.cache_path(other)
-    choice = engine.EngineChoice("openvino", {"cpu": 3.0, "openvino": 2.0}, {}, 1.5)
-    engine.save_cached(path, choice)
+    assert path != provider_choice.cache_path(other)
+    choice = provider_choice.EngineChoice("openvino", {"cpu": 3.0, "openvino": 2.0}, {}, 1.5)
+    provider_choice.save_cached(path, choice)
     assert json.loads(path.read_text())["engine"] == "openvino"
-    loaded = engine.load_cached(path, ["cpu", "openvino"])
+    loaded = provider_choice.load_cached(path, ["cpu", "openvino"])
     assert loaded.cached and loaded.engine == "openvino" and loaded.step_ms == choice.step_ms
     assert "cached" in loaded.describe()
-    assert engine.load_cached(path, ["cpu"]) is None  # OpenVINO no longer installed: measure again
+    assert provider_choice.load_cached(path, ["cpu"]) is None  # OpenVINO no longer installed: measure again
     path.write_text("{not json")
-    assert engine.load_cached(path, ["cpu", "openvino"]) is None
+    assert provider_choice.load_cached(path, ["cpu", "openvino"]) is None
 
 
 def test_auto_with_one_engine_measures_nothing(monkeypatch):
@@ -125,12 +125,12 @@ def test_auto_measures_once_then_takes_the_cache(tmp_path, monkeypatch):
     assert f"(ENGINE:{choice.engine} (measured" in repr(graph)
     np.testing.assert_allclose(losses, expected, rtol=1e-4)
     assert len(list((tmp_path / "engines").glob("*.json"))) == 1
-    measure = engine.measure
-    monkeypatch.setattr(engine, "measure", lambda *a, **k: pytest.fail("measured again"))
+    measure = provider_choice.measure
+    monkeypatch.setattr(provider_choice, "measure", lambda *a, **k: pytest.fail("measured again"))
     again, _, graph = _train("auto")
     assert graph._compiled.engine_choice.cached and graph._compiled.engine == choice.engine
     np.testing.assert_allclose(again, expected, rtol=1e-4)
-    monkeypatch.setattr(engine, "measure", measure)
+    monkeypatch.setattr(provider_choice, "measure", measure)
 
 
 def _train_with_dropout():
@@ -164,7 +164,7 @@ def test_auto_draws_the_same_numbers_whether_it_measures_or_takes_the_cache(seco
 @needs_runtime
 def test_explicit_openvino_much_slower_than_onnx_runtime_warns_once(monkeypatch):
     monkeypatch.setattr(openvino, "plugin_devices", lambda: [])
-    monkeypatch.setattr(engine, "SLOWER", 1e-9)  # any time counts as "much slower"
+    monkeypatch.setattr(provider_choice, "SLOWER", 1e-9)  # any time counts as "much slower"
     model = _model()
     graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), provider="openvino")
     x, y = _data()

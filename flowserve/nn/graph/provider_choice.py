@@ -18,7 +18,7 @@ lowering, the graph's name left out), this machine (CPU
 model and flags, core count, threads) and the engines' versions, so that the next process
 with the same graph on the same machine takes it without measuring again.
 
->>> from flowserve.nn.graph.engine import EngineChoice
+>>> from flowserve.nn.graph.provider_choice import EngineChoice
 >>> EngineChoice("cpu", {"cpu": 4.0, "openvino": 2.5}, {}, 1.2).describe()
 'cpu (measured ms per step: cpu 4.0, openvino 2.5; 1.2 s measuring)'
 """
