@@ -1,4 +1,4 @@
-"""The code keeps DESIGN.md's layering: no import circle in flowserve/, exporter/, server/
+"""The code keeps the design's layering (README's layer table): no import circle in flowserve/, exporter/, server/
 and clients/ (installed as flowserve, flowserve.exporter, flowserve.server,
 flowserve.clients), the arrows of README's layer table between their packages, few
 function-local imports (each with its reason), a bottom dispatch layer that knows no Tensor,

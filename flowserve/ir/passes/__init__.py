@@ -1,7 +1,8 @@
 """IR passes: each one file, one job, returning ``PassResult(ir, modified)``.
 
 The exporter's passes (``exporter/passes``) follow the same convention and use the same
-dead-code elimination; no pass here emits ONNX (lowering knowledge lives in ``exporter/``).
+dead-code elimination; no pass here emits ONNX (the lowering to ONNX lives in
+``flowserve/onnx_backend/lowering/``, keyed by each op's ``Primitive``).
 """
 
 from flowserve.ir.graph import PassResult  # noqa: F401

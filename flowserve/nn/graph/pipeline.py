@@ -6,7 +6,7 @@
                  the IR as the config and the modules' options ask;
 3. ``execute``   ``flowserve.nn.graph.executor.make_executor``: the executor kind the IR needs
                  (one session, segments between collectives, a pipeline stage);
-4. ``deploy``    ``flowserve.nn.graph.deployable.deployable_state``: what ``flow.save`` and
+4. ``deploy``    ``flowserve.nn.graph.inference.deployable_state``: what ``flow.save`` and
                  export write, read from the traces the calls made.
 """
 
