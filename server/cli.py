@@ -119,7 +119,7 @@ def serve(
         "a call waits for room)."
     ),
     grpc_receive_stall_timeout: float = typer.Option(
-        2.0, help="Seconds a gRPC request message may hold its room while still arriving and "
+        1.0, help="Seconds a gRPC request message may hold its room while still arriving and "
                   "other calls wait (RESOURCE_EXHAUSTED beyond)."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning or error (JSON lines)."),

@@ -142,7 +142,7 @@ class ServerSettings(BaseSettings):
         "it can pin) while it arrives; beyond, a call waits for room (one message at least)."
     )
     grpc_receive_stall_timeout_s: float = Field(
-        2.0, gt=0, description="Seconds a gRPC request message may hold its room while it is "
+        1.0, gt=0, description="Seconds a gRPC request message may hold its room while it is "
         "still arriving and other calls wait for room (RESOURCE_EXHAUSTED beyond)."
     )
     graceful_timeout_s: float = Field(

@@ -4,13 +4,15 @@ holds.
 
 grpc-core takes a call's message as fast as the client sends it once the call asks for it
 (the stream's flow-control window opens to the length the message announces, up to
-``--max-request-bytes``), and only one initial window (64 KiB) before. So each read of a
-message holds *room*, counted as ``--max-request-bytes`` (the most it can pin), and the
-room of all connections together is ``--grpc-receive-buffer-bytes`` (four 64 MiB messages
-by default; one at least). A call that finds no room waits for it, holding at most its
-initial window. While calls wait, a read that has held its room for
-``--grpc-receive-stall-timeout`` without its message being whole is cut off
-(``RESOURCE_EXHAUSTED``): messages stalled half-way cannot keep the room from others.
+``--max-request-bytes``), and only 64 KiB before (``STREAM_LOOKAHEAD_BYTES``). So each
+read of a message holds *room*, counted as ``--max-request-bytes`` (the most it can pin),
+and the room of all connections together is ``--grpc-receive-buffer-bytes`` (two 64 MiB
+messages by default; one at least). A call that finds no room waits for it, holding at
+most those 64 KiB, and the latest come of the waiting calls may try its read in one spare
+room for ``PROBE_S``: a message already whole (one that fits in 64 KiB) is read at once,
+one still arriving by then is cut off (``RESOURCE_EXHAUSTED``). While calls wait, a read
+that has held its room for ``--grpc-receive-stall-timeout`` without its message being
+whole is cut off as well: messages stalled half-way cannot keep the room from others.
 Freed room goes to the waiting call whose connection holds the least of it, the latest
 come among equals (a batch of stalled calls, all come together, waits behind a new call)::
 
@@ -25,6 +27,7 @@ import asyncio
 from typing import Any, Optional
 
 TIMEOUT, STALLED = "timeout", "stalled"  # why a read was cut off
+PROBE_S = 0.02  # how long the spare room is lent: a whole message is read in well under it
 
 
 class MessageTimeout(Exception):
@@ -43,11 +46,13 @@ class MessageReads:
     every request; a read is cut off between ``timeout_s`` and a quarter more after it
     began (its wait for room included). A read with room free costs two dict entries."""
 
-    def __init__(self, timeout_s: float, slots: int, stall_s: float):
+    def __init__(self, timeout_s: float, slots: int, stall_s: float, probe_s: float = PROBE_S):
         self.timeout_s, self.slots, self.stall_s = timeout_s, max(1, slots), stall_s
+        self.probe_s = probe_s
         self._deadlines: dict[asyncio.Task, float] = {}  # reading task -> its deadline
         self._cut: dict[asyncio.Task, str] = {}  # tasks cancelled here -> TIMEOUT / STALLED
         self._holders: dict[asyncio.Task, list] = {}  # -> [since, context, peer or None]
+        self._probe: Optional[tuple[asyncio.Task, asyncio.TimerHandle]] = None  # the spare room
         self._waiters: dict[asyncio.Task, tuple[asyncio.Future, Any, str]] = {}  # in order come
         self._sweeper: Optional[asyncio.Task] = None
 
@@ -83,7 +88,7 @@ class MessageReads:
 
     async def _room(self, task: asyncio.Task, context, loop) -> None:
         """Return once ``task`` holds room: at once when some is free and nobody waits."""
-        if len(self._holders) < self.slots and not self._waiters:
+        if self._rooms_held() < self.slots and not self._waiters:
             self._holders[task] = [loop.time(), context, None]
             return
         granted = loop.create_future()
@@ -99,14 +104,32 @@ class MessageReads:
                 self._give(task, loop)
             raise
 
+    def _rooms_held(self) -> int:
+        return len(self._holders) - (self._probe is not None)
+
     def _give(self, task: Optional[asyncio.Task], loop) -> None:
-        """``task``'s room (if it holds some) to the waiting calls, best first."""
+        """``task``'s room (if it holds some) to the waiting calls, best first; the spare
+        room, when free, to the best of those left."""
         self._holders.pop(task, None)
-        while self._waiters and len(self._holders) < self.slots:
+        if self._probe is not None and self._probe[0] is task:
+            self._probe[1].cancel()
+            self._probe = None
+        while self._waiters and self._rooms_held() < self.slots:
+            self._grant(self._best_waiter(), loop)
+        if self._waiters and self._probe is None:
             chosen = self._best_waiter()
-            granted, context, peer = self._waiters.pop(chosen)
-            self._holders[chosen] = [loop.time(), context, peer]
-            granted.set_result(None)
+            self._probe = (chosen, loop.call_later(self.probe_s, self._cut_off, chosen))
+            self._grant(chosen, loop)
+
+    def _grant(self, chosen: asyncio.Task, loop) -> None:
+        granted, context, peer = self._waiters.pop(chosen)
+        self._holders[chosen] = [loop.time(), context, peer]
+        granted.set_result(None)
+
+    def _cut_off(self, task: asyncio.Task) -> None:
+        if task in self._holders and task not in self._cut:
+            self._cut[task] = STALLED
+            task.cancel()
 
     def _best_waiter(self) -> asyncio.Task:
         """The waiting call whose connection holds the least room; the latest come of those."""
@@ -121,22 +144,28 @@ class MessageReads:
                 best, best_held = task, held.get(peer, 0)
         return best
 
+    def _rooms(self) -> list[tuple[asyncio.Task, float]]:
+        """(task, since) of the reads holding rooms (the spare one aside), oldest first."""
+        probe = None if self._probe is None else self._probe[0]
+        return sorted(((task, holder[0]) for task, holder in self._holders.items()
+                       if task is not probe), key=lambda item: item[1])
+
     def _cut_stalled(self, now: float) -> None:
-        """Cut off the reads that held room ``stall_s`` or more, oldest first, one for each
+        """Cut off the reads that held rooms ``stall_s`` or more, oldest first, one for each
         waiting call that the reads already cut off do not make room for."""
-        pending_cuts = sum(1 for task in self._holders if task in self._cut)
-        wanted = len(self._waiters) - pending_cuts
-        for task, (since, _, _) in sorted(self._holders.items(), key=lambda item: item[1][0]):
+        rooms = self._rooms()
+        wanted = len(self._waiters) - sum(1 for task, _ in rooms if task in self._cut)
+        for task, since in rooms:
             if wanted <= 0 or since + self.stall_s > now:
                 return
             if task not in self._cut:
-                self._cut[task] = STALLED
-                task.cancel()
+                self._cut_off(task)
                 wanted -= 1
 
     def _until_stalled(self, now: float) -> Optional[float]:
-        """Seconds until the oldest read not yet cut off has held room ``stall_s``."""
-        since = [holder[0] for task, holder in self._holders.items() if task not in self._cut]
+        """Seconds until the oldest read holding a room, not yet cut off, has held it
+        ``stall_s`` (None: none will)."""
+        since = [since for task, since in self._rooms() if task not in self._cut]
         return None if not since else max(0.0, min(since) + self.stall_s - now) + 1e-3
 
     # -- deadlines ----------------------------------------------------------------------------

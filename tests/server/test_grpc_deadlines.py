@@ -75,21 +75,45 @@ def test_only_the_overdue_reads_are_cut_off():
     assert isinstance(slow, MessageTimeout) and late == b"message"
 
 
-def test_stalled_reads_keep_their_room_until_others_wait_then_are_cut_off():
-    """Two rooms held by messages that never come: nothing happens while nobody waits
-    (past the stall time); a third call waits, the oldest stalled read is cut off
-    (MessageStalled) and the third is read."""
+def test_a_whole_message_is_read_in_the_spare_room_and_one_still_arriving_is_cut_off():
+    """The only room is held by a message that never comes: a call whose message is whole is
+    read at once in the spare room; one whose message is still arriving is cut off there
+    (MessageStalled) after the spare room's lease; the stalled holder is left be."""
     async def main():
-        reads = MessageReads(60, slots=2, stall_s=0.05)
-        stalled = [asyncio.ensure_future(reads.read(Context(None, f"ipv4:10.0.0.1:{port}")))
-                   for port in (1, 2)]
+        reads = MessageReads(60, slots=1, stall_s=60, probe_s=0.05)
+        stalled = asyncio.ensure_future(reads.read(Context(None)))
+        await asyncio.sleep(0)
+        whole = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(MessageStalled):
+            await reads.read(Context(None, "ipv4:10.0.0.3:1"))
+        took = asyncio.get_running_loop().time() - started
+        assert not stalled.done()
+        stalled.cancel()
+        await asyncio.gather(stalled, return_exceptions=True)
+        reads.stop()
+        return whole, took
+
+    whole, took = run(main())
+    assert whole == b"message" and 0.04 < took < 5  # 0.05 s, with room for a loaded machine
+
+
+def test_stalled_reads_keep_their_room_until_others_wait_then_are_cut_off():
+    """The room and the spare room held by messages that never come: nothing happens while
+    nobody waits (past the stall time); a third call waits, the stalled read in the room is
+    cut off (MessageStalled) and the third is read in its place."""
+    async def main():
+        reads = MessageReads(60, slots=1, stall_s=0.05, probe_s=60)
+        holder = asyncio.ensure_future(reads.read(Context(None, "ipv4:10.0.0.1:1")))
+        await asyncio.sleep(0)
+        spare = asyncio.ensure_future(reads.read(Context(None, "ipv4:10.0.0.1:2")))
         await asyncio.sleep(0.2)
-        assert not any(call.done() for call in stalled)
+        assert not holder.done() and not spare.done()
         third = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
-        outcomes = [call.done() and isinstance(call.exception(), MessageStalled) for call in stalled]
-        for call in stalled:
-            call.cancel()
-        await asyncio.gather(*stalled, return_exceptions=True)
+        outcomes = [call.done() and isinstance(call.exception(), MessageStalled)
+                    for call in (holder, spare)]
+        spare.cancel()
+        await asyncio.gather(holder, spare, return_exceptions=True)
         reads.stop()
         return third, outcomes
 
@@ -98,16 +122,16 @@ def test_stalled_reads_keep_their_room_until_others_wait_then_are_cut_off():
 
 
 def test_freed_room_goes_to_the_connection_holding_least_then_to_the_latest_come():
-    """Connection 1 holds both rooms (one for good) and waits with two more calls; connection
-    2's call, come between them, is read first when a room frees; then connection 1's later
-    call, then its earlier one."""
+    """Connection 1 holds both rooms (one for good), connection 3 the spare one, and
+    connection 1 waits with two more calls; connection 2's call, come between them, is read
+    first when a room frees; then connection 1's later call, then its earlier one."""
     async def main():
-        reads, order = MessageReads(60, slots=2, stall_s=60), []
+        reads, order = MessageReads(60, slots=2, stall_s=60, probe_s=60), []
         release, keep = asyncio.Event(), asyncio.Event()
 
         class Held(Context):
-            def __init__(self, event):
-                super().__init__(None, "ipv4:10.0.0.1:1")
+            def __init__(self, event, peer="ipv4:10.0.0.1:1"):
+                super().__init__(None, peer)
                 self.event = event
 
             async def read(self):
@@ -117,8 +141,10 @@ def test_freed_room_goes_to_the_connection_holding_least_then_to_the_latest_come
         async def call(name: str, peer: str):
             order.append(await reads.read(Context(0.0, peer)) and name)
 
-        holders = [asyncio.ensure_future(reads.read(Held(event))) for event in (keep, release)]
-        await asyncio.sleep(0)
+        holders = []
+        for held in (Held(keep), Held(release), Held(keep, "ipv4:10.0.0.3:1")):
+            holders.append(asyncio.ensure_future(reads.read(held)))
+            await asyncio.sleep(0)
         calls = []
         for name, peer in (("a1", "ipv4:10.0.0.1:1"), ("b", "ipv4:10.0.0.2:1"),
                            ("a2", "ipv4:10.0.0.1:1")):
