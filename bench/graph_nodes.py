@@ -38,7 +38,7 @@ import flowserve as flow  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
 from flowserve.nn.graph.lowering import lower_traced  # noqa: E402
-from flowserve.nn.graph.pipeline import trace_and_rewrite  # noqa: E402
+from flowserve.nn.graph.lifecycle import trace_and_rewrite  # noqa: E402
 
 COMPUTE = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 TORCH_BATCH = 2

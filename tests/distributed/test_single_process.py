@@ -130,7 +130,7 @@ def test_segments_count_collectives_on_the_longest_path():
 def test_pipeline_stage_assignment_keeps_each_update_with_its_parameters(monkeypatch):
     from flowserve.distributed.stages import ATTR
     from flowserve.nn.graph import GraphModule
-    from flowserve.nn.graph.pipeline import trace_and_rewrite
+    from flowserve.nn.graph.lifecycle import trace_and_rewrite
     from tests.distributed.training import TrainGraph, TwoStages, batch
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # traced as rank 0 of two; nothing is compiled or joined

@@ -17,7 +17,7 @@ import flowserve as flow
 import flowserve.nn as nn
 from flowserve.nn.graph.lowering import lower_traced, lowering_target, static_batch
 from flowserve.ir.graph import GraphIR, Node, Value
-from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.nn.graph.lifecycle import trace_and_rewrite
 from flowserve.onnx_backend.builder import Builder
 from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
 from flowserve.onnx_backend.lowering.registry import LoweringContext

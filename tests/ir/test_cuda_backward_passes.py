@@ -16,7 +16,7 @@ from flowserve.ir.passes.amp_native import amp_native_float16
 from flowserve.ir.passes.batch_norm_grad import FUSED_OP, fuse_batch_norm_backward
 from flowserve.ir.passes.relu_grad import relu_grad_as_sign
 from flowserve.ir.passes.unit_reshapes import collapsed_permutation, collapse_unit_reshapes
-from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.nn.graph.lifecycle import trace_and_rewrite
 
 from tests.graph.helpers import TrainGraph
 

@@ -24,7 +24,7 @@ from flowserve.nn.graph.memory import PeakMemory
 from flowserve.nn.graph.modes import Modes, noting_module_reads
 from flowserve.nn.graph.optimizer_reads import check_options_unchanged
 from flowserve.nn.graph.parts import GraphParts
-from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.nn.graph.lifecycle import trace_and_rewrite
 from flowserve.nn.graph.printing import graph_repr
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.state import graph_state_dict, load_graph_state_dict
@@ -423,7 +423,7 @@ class Graph:
         return trace_and_rewrite(self, args, kwargs, on_start=self._watch_quietly)
 
     def _compile(self, args, kwargs, leaves):
-        """The pipeline (``flowserve.nn.graph.pipeline``): trace + passes, then the executor."""
+        """The lifecycle (``flowserve.nn.graph.lifecycle``): trace + passes, then the executor."""
         start = time.perf_counter()
         self._log(0, "start building graph.")
         if self.config.options.get("qat"):

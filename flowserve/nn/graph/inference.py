@@ -1,4 +1,4 @@
-"""The deployable part of a graph (the ``deploy`` stage of ``flowserve.nn.graph.pipeline``):
+"""The deployable part of a graph (the ``deploy`` stage of ``flowserve.nn.graph.lifecycle``):
 for an inference graph, the trace its calls made; for a training graph, its model traced
 once in eval mode. ``deployable_state`` gathers what ``flow.save`` and export write."""
 
@@ -13,7 +13,7 @@ from flowserve.device import CPU, to_device_array
 from flowserve.errors import GraphError
 from flowserve.nn.graph.batching import batch_from_marks
 from flowserve.nn.graph.named_dims import check_named_dims, grown_shapes, normalize, retrace_failure, verify_lowering
-from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.nn.graph.lifecycle import trace_and_rewrite
 from flowserve.nn.graph.proxy import ProxyModule
 from flowserve.nn.graph.trace import Traced
 from flowserve.nn.module import Module

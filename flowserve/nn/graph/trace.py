@@ -2,7 +2,7 @@
 optimizer updates, outputs. The trace is a value (``Traced``): it changes nothing on the
 graph, and carries what the later stages need, the batch marks included (which input
 and output dims hold the batch, ``BatchMarks``). The graph passes run after it
-(``flowserve.nn.graph.pipeline``)."""
+(``flowserve.nn.graph.lifecycle``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How a graph runs (``flowserve.nn.graph.pipeline``): a pure trace that carries its batch
+"""How a graph runs (``flowserve.nn.graph.lifecycle``): a pure trace that carries its batch
 marks, one pass list, executors behind one interface, and ``flow.save`` writing what the
 traces hold (an inference graph's ``build()`` never runs again; a training graph's model
 runs once, in eval mode)."""
@@ -19,7 +19,7 @@ from flowserve.ir.passes import eliminate_dead_code
 from flowserve.ir.passes.manager import Pass, PassManager
 from flowserve.nn.graph.executor import EXECUTOR_KINDS, Executor, choose_executor
 from flowserve.nn.graph.passes import GRAPH_PASSES, PassContext
-from flowserve.nn.graph.pipeline import trace_and_rewrite
+from flowserve.nn.graph.lifecycle import trace_and_rewrite
 from flowserve.nn.graph.trace import BatchMarks, trace_build
 
 
@@ -118,7 +118,7 @@ class _MeanOverBatch(nn.Module):
 def test_a_plain_number_for_the_batch_is_reported_fixed_without_tracing_again(tmp_path):
     graph = CountedInfer(_MeanOverBatch())
     graph(_x())
-    with pytest.warns(UserWarning, match=r"runs at batch size 4 only.*'div'.*test_graph_pipeline.py.*reduced over the batch"):
+    with pytest.warns(UserWarning, match=r"runs at batch size 4 only.*'div'.*test_graph_lifecycle.py.*reduced over the batch"):
         flow.save(graph, tmp_path / "g")
     assert graph.builds == 1
     assert _manifest(tmp_path / "g")["inputs"][0]["shape"] == [4, 6]
@@ -133,7 +133,7 @@ def test_a_batch_written_out_is_named_by_the_marks(tmp_path):
     graph(_x())
     deployed = graph.deployable_state()
     assert deployed.batch is None
-    assert "fixed by op 'add'" in deployed.batch_note and "test_graph_pipeline.py" in deployed.batch_note
+    assert "fixed by op 'add'" in deployed.batch_note and "test_graph_lifecycle.py" in deployed.batch_note
     assert graph.builds == 1
 
 
