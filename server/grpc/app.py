@@ -34,7 +34,7 @@ from ..dataplane import DataPlane
 from ..datatypes import OFFLOAD_BYTES, DecodeLimits
 from ..errors import ServerConfigError, ServerError, UnauthorizedError
 from .codec import decode_infer_request, encode_infer_response, plain_parameters, split_raw_inputs
-from .receive import MessageReads, MessageStalled, MessageTimeout
+from .receive import PROBE_S, MessageReads, MessageStalled, MessageTimeout
 
 log = logging.getLogger("flowserve.server")
 
@@ -402,8 +402,9 @@ class GrpcHandlers(grpc.GenericRpcHandler):
                             f"{self.message_timeout_s:g} s (--grpc-message-timeout)") from None
         except MessageStalled:
             raise CallError(Code.RESOURCE_EXHAUSTED, "the request message was still arriving "
-                            f"after {self.stall_s:g} s while other calls waited for room to receive "
-                            "theirs (--grpc-receive-stall-timeout, --grpc-receive-buffer-bytes)") from None
+                            "while other calls waited for room to receive theirs (a room is held "
+                            f"{self.stall_s:g} s at most then, --grpc-receive-stall-timeout; the "
+                            f"spare one {PROBE_S * 1000:g} ms; --grpc-receive-buffer-bytes)") from None
         if raw is grpc.aio.EOF:
             raise CallError(Code.INTERNAL, "a unary call must send one message; none came")
         return raw

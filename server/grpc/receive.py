@@ -27,7 +27,7 @@ import asyncio
 from typing import Any, Optional
 
 TIMEOUT, STALLED = "timeout", "stalled"  # why a read was cut off
-PROBE_S = 0.02  # how long the spare room is lent: a whole message is read in well under it
+PROBE_S = 0.03  # how long the spare room is lent: a whole message is read within it (50 ms let stalled ones pin 250 MB)
 
 
 class MessageTimeout(Exception):
