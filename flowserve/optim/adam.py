@@ -29,6 +29,20 @@ def corrected_denominator(second, step, group: dict):
     return correction1, ops_functional.sqrt(second) / correction2_sqrt + group["eps"]
 
 
+def update_moments(g, state: dict, step, group: dict):
+    """Adam's moments (``exp_avg``, ``exp_avg_sq`` and AMSGrad's maximum) moved by ``g`` in
+    place; returns ``corrected_denominator`` of them, the step's ``(correction1, denom)``."""
+    beta1, beta2 = group["betas"]
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
+    exp_avg_sq.copy_(addcmul(exp_avg_sq * beta2, g, g, 1 - beta2))
+    second = exp_avg_sq
+    if group["amsgrad"]:
+        second = state["max_exp_avg_sq"]
+        second.copy_(ops_functional.maximum(second, exp_avg_sq))
+    return corrected_denominator(second, step, group)
+
+
 class Adam(Optimizer):
     """Adam (Kingma & Ba), optionally AMSGrad; ``decoupled_weight_decay=True`` is AdamW.
 
@@ -68,22 +82,14 @@ class Adam(Optimizer):
         return state
 
     def _update(self, p, g, state, group, lr) -> None:
-        beta1, beta2 = group["betas"]
         weight_decay = group["weight_decay"]
         g, step = begin_update(g, state, group)
         if weight_decay and group["decoupled_weight_decay"]:
             p.copy_(p * (1 - lr * weight_decay))
         elif weight_decay:
             g = g + p * weight_decay
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
-        exp_avg_sq.copy_(addcmul(exp_avg_sq * beta2, g, g, 1 - beta2))
-        second = exp_avg_sq
-        if group["amsgrad"]:
-            second = state["max_exp_avg_sq"]
-            second.copy_(ops_functional.maximum(second, exp_avg_sq))
-        correction1, denom = corrected_denominator(second, step, group)
-        p.copy_(addcdiv(p, exp_avg, denom, -(lr / correction1)))
+        correction1, denom = update_moments(g, state, step, group)
+        p.copy_(addcdiv(p, state["exp_avg"], denom, -(lr / correction1)))
 
     def _foreach_update(self, params: list, states: list, group: dict, lr: float) -> None:
         """``_update`` of every parameter of ``group``, on numpy arrays in place."""

@@ -20,8 +20,8 @@ from flowserve.dispatch import current_trace
 from flowserve.errors import GraphError
 from flowserve.ops import creation
 from flowserve.ops import functional as ops_functional
-from flowserve.optim.adam import corrected_denominator
-from flowserve.optim.optimizer import Optimizer, addcmul, check_betas, check_options, lerp, step_tensor
+from flowserve.optim.adam import update_moments
+from flowserve.optim.optimizer import Optimizer, check_betas, check_options, step_tensor
 
 
 def trust_ratio(p, u):
@@ -78,20 +78,13 @@ class LAMB(Optimizer):
 
     def _update(self, p, g, state, group, lr) -> None:
         _refuse_flattened(p)
-        beta1, beta2 = group["betas"]
         weight_decay, decoupled = group["weight_decay"], group["adam_w_mode"]
         step = state["step"]
         step.copy_(step + 1)
         if weight_decay and not decoupled:
             g = g + p * weight_decay
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.copy_(lerp(exp_avg, g, 1 - beta1))
-        exp_avg_sq.copy_(addcmul(exp_avg_sq * beta2, g, g, 1 - beta2))
-        second = exp_avg_sq
-        if group["amsgrad"]:
-            second = state["max_exp_avg_sq"]
-            second.copy_(ops_functional.maximum(second, exp_avg_sq))
-        correction1, denom = corrected_denominator(second, step, group)
+        correction1, denom = update_moments(g, state, step, group)
+        exp_avg = state["exp_avg"]
         if not isinstance(correction1, float):
             exp_avg = exp_avg / ops_functional.cast(correction1, exp_avg.dtype)
         u = exp_avg / denom
