@@ -13,7 +13,6 @@ from flowserve.onnx_backend.builder import Builder, onnx_dtype
 from flowserve.onnx_backend.lowering import LOWERINGS, LoweringContext, training
 from flowserve.onnx_backend.lowering.affine import fold_channel_affine, fold_channel_scale_shift
 from flowserve.onnx_backend.lowering.clip import fold_clip
-from flowserve.onnx_backend.lowering.graph_mode import GRAPH_MODE_LOWERINGS
 from flowserve.onnx_backend.lowering.scalars import full_rank_scalars
 from flowserve.onnx_backend.lowering.split import merge_slices_into_split
 
@@ -89,7 +88,8 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
     constants). ``state_inputs``: state fed per call. ``state_outputs``: state whose new
     value (``ir.updates``) is returned as output ``<name>:new``. ``dynamic_batch``: dim 0 of
     the inputs (and of outputs of the same size) becomes the symbolic ``batch`` axis.
-    ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups).
+    ``lowerings``: extra op name -> lowering, consulted first (the exporter's fused groups;
+    ``Lowerings.for_op`` decides the order).
     ``nchwc_block``: ONNX Runtime's NCHWc channel block, for graph mode on its CPU provider
     only (``flowserve.onnx_backend.lowering.conv``): eligible convolutions become
     ``com.microsoft.nchwc`` operators, which no other engine runs; 0 (the default) keeps
@@ -116,7 +116,7 @@ def lower_ir(ir: GraphIR, baked: dict, *, state_inputs=(), state_outputs=(), dyn
         b.initializer(name, np.asarray(array))
     ctx = LoweringContext(ir, b, dynamic_batch, nchwc_block, cpu_provider, batch_norm_kernel, cuda_provider)
     for node in ir.nodes:
-        lower = (lowerings or {}).get(node.op) or LOWERINGS.for_op(node.op) or GRAPH_MODE_LOWERINGS.get(node.op)
+        lower = LOWERINGS.for_op(node.op, lowerings)
         if lower is None:
             raise ExportError(f"op {node.op!r} (node {node.outputs[0]!r} in scope {node.scope!r}) has no ONNX lowering")
         lower(b, node, ctx)

@@ -12,6 +12,9 @@ from flowserve.errors import ExportError
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.onnx_backend.lower import lower_ir
 from flowserve.onnx_backend.lowering import LOWERINGS, lowering
+from flowserve.onnx_backend.lowering.attention import lower_ort_multi_head_attention
+from flowserve.onnx_backend.lowering.graph_mode import lower_add_to_output
+from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
 from flowserve.onnx_backend.runtime import create_session
 from flowserve.ops.registry import REGISTRY, infer_meta
 from tests.core.op_cases import all_cases
@@ -38,7 +41,30 @@ def test_lowerings_are_keyed_by_the_registered_primitives():
     name finds it through the op registry."""
     assert all(REGISTRY.get(prim.name) is prim for prim in LOWERINGS)
     assert all(LOWERINGS.for_op(name) is not None for name, prim in REGISTRY.items() if prim in LOWERINGS)
-    assert LOWERINGS.for_op("fused.AddToOutput") is None  # a graph-mode fusion, no primitive
+    assert "fused.AddToOutput" not in REGISTRY and "fused.AddToOutput" not in {p.name for p in LOWERINGS}
+
+
+def test_one_lookup_finds_every_lowering_in_one_order():
+    """``for_op`` is the one lookup: the caller's extra lowerings (the exporter's fused
+    groups) first, then the primitive's, then graph mode's fused nodes' (registered by name)."""
+    assert LOWERINGS.for_op("fused.AddToOutput") is lower_add_to_output
+    assert LOWERINGS.for_op("fused.BatchNormBackward") is lower_batch_norm_backward
+    assert LOWERINGS.for_op("fused.MultiHeadAttention") is lower_ort_multi_head_attention
+    assert LOWERINGS.for_op("fused.NoSuchNode") is None
+
+    def mine(b, node, ctx):
+        return None
+
+    assert LOWERINGS.for_op("fused.MultiHeadAttention", {"fused.MultiHeadAttention": mine}) is mine
+    assert LOWERINGS.for_op("add", {"add": mine}) is mine
+    assert LOWERINGS.for_op("add", {"fused.Gemm": mine}) is LOWERINGS.for_op("add") is not None
+
+
+def test_a_fused_node_lowering_is_registered_by_a_name_no_primitive_has_once():
+    with pytest.raises(ExportError, match="'add' is a primitive"):
+        LOWERINGS.register_fused("add", lambda b, node, ctx: None)
+    with pytest.raises(ExportError, match="'fused.AddToOutput' is registered twice"):
+        LOWERINGS.register_fused("fused.AddToOutput", lambda b, node, ctx: None)
 
 
 def test_a_lowering_is_registered_for_a_primitive_once():

@@ -1,6 +1,9 @@
-"""Where each primitive's ONNX lowering is registered: by the ``Primitive`` object itself
-(JAX's ``mlir.register_lowering(prim, rule)``), from the lowering module named as the op
-family that declares it (``lowering/elementwise.py`` for ``flowserve.ops.elementwise``).
+"""The one table of ONNX lowerings (``LOWERINGS``), and the one lookup of an IR node's
+lowering (``Lowerings.for_op``). A primitive's lowering is registered by the ``Primitive``
+object itself (JAX's ``mlir.register_lowering(prim, rule)``), from the lowering module named
+as the op family that declares it (``lowering/elementwise.py`` for
+``flowserve.ops.elementwise``); the fused nodes that graph mode's own IR passes make (no
+primitives) are registered by op name in ``lowering/graph_mode.py``.
 
 A lowering is ``fn(b, node, ctx)``: it appends ONNX nodes to builder ``b`` that compute
 ``node.outputs`` (exact names) from ``node.inputs``; ``ctx.meta(name)`` gives a value's
@@ -9,7 +12,7 @@ shape and dtype.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from flowserve.dispatch import REGISTRY, Primitive
 from flowserve.errors import ExportError
@@ -17,11 +20,14 @@ from flowserve.ops.dims import batch_steps
 
 
 class Lowerings:
-    """Primitive -> its ONNX lowering. IR nodes name their op: ``for_op(name)`` finds the
-    primitive in the op registry (``flowserve.dispatch.REGISTRY``), then its lowering."""
+    """IR op -> its ONNX lowering. A primitive's is keyed by the ``Primitive`` (an IR node
+    names its op: ``for_op`` finds the primitive in the op registry,
+    ``flowserve.dispatch.REGISTRY``); a graph-mode fused node's by its op name
+    (``register_fused``). Iterating gives the primitives."""
 
     def __init__(self):
         self._rules: dict[Primitive, Callable] = {}
+        self._fused: dict[str, Callable] = {}
 
     def register(self, prim: Primitive, fn: Callable) -> None:
         if not isinstance(prim, Primitive):
@@ -30,11 +36,26 @@ class Lowerings:
             raise ExportError(f"ONNX lowering of {prim.name!r} is registered twice")
         self._rules[prim] = fn
 
-    def for_op(self, name: str) -> Callable | None:
-        """The lowering of the primitive named ``name``; None for an op that is no primitive
-        (graph mode's and the exporter's fused nodes) or has no lowering."""
+    def register_fused(self, op: str, fn: Callable) -> None:
+        """Register the lowering of ``op``, a node that a graph-mode IR pass makes (never in
+        a saved graph, so no primitive)."""
+        if REGISTRY.get(op) is not None:
+            raise ExportError(f"{op!r} is a primitive: its ONNX lowering is registered for the Primitive")
+        if op in self._fused:
+            raise ExportError(f"ONNX lowering of {op!r} is registered twice")
+        self._fused[op] = fn
+
+    def for_op(self, name: str, extra: Mapping[str, Callable] | None = None) -> Callable | None:
+        """The lowering of the IR op ``name``, the only place the order is decided: the
+        caller's ``extra`` (op name -> lowering: the exporter's fused groups, bound to its
+        target) first, then the primitive's, then graph mode's fused node's. None where
+        there is none."""
+        if extra and name in extra:
+            return extra[name]
         prim = REGISTRY.get(name)
-        return None if prim is None else self._rules.get(prim)
+        if prim is not None:
+            return self._rules.get(prim)
+        return self._fused.get(name)
 
     def __contains__(self, prim: Primitive) -> bool:
         return prim in self._rules
