@@ -8,15 +8,15 @@ grpc-core takes a call's message as fast as the client sends it once the call as
 read of a message holds *room*, counted as ``--max-request-bytes`` (the most it can pin),
 and the room of all connections together is ``--grpc-receive-buffer-bytes`` (two 64 MiB
 messages by default; one at least). A call that finds no room waits for it, holding at
-most those 64 KiB, and the latest come of the waiting calls may try its read in one spare
-room for ``PROBE_S``: a message already whole (one that fits in 64 KiB) is read at once,
+most those 64 KiB; once a room has been held ``PROBE_AFTER_S``, the latest come of the
+waiting calls may try its read in one spare room for ``PROBE_S``: a message already whole (one that fits in 64 KiB) is read at once,
 one still arriving by then is cut off (``RESOURCE_EXHAUSTED``). While calls wait, a read
 that has held its room for ``--grpc-receive-stall-timeout`` without its message being
 whole is cut off as well: messages stalled half-way cannot keep the room from others.
 Freed room goes to the waiting call whose connection holds the least of it, the latest
 come among equals (a batch of stalled calls, all come together, waits behind a new call)::
 
-    reads = MessageReads(timeout_s=60, slots=4, stall_s=2)
+    reads = MessageReads(timeout_s=60, slots=2, stall_s=1)
     raw = await reads.read(context)   # or MessageTimeout / MessageStalled
     reads.stop()
 """
@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 TIMEOUT, STALLED = "timeout", "stalled"  # why a read was cut off
 PROBE_S = 0.03  # how long the spare room is lent: a whole message is read within it (50 ms let stalled ones pin 250 MB)
+PROBE_AFTER_S = 0.25  # how long a room must have been held before the spare one is lent
 
 
 class MessageTimeout(Exception):
@@ -97,7 +98,9 @@ class MessageReads:
         try:
             while not granted.done():
                 self._cut_stalled(loop.time())
-                await asyncio.wait((granted,), timeout=self._until_stalled(loop.time()))
+                self._offer_spare(loop)
+                if not granted.done():
+                    await asyncio.wait((granted,), timeout=self._next_change(loop.time()))
         except BaseException:
             self._waiters.pop(task, None)
             if granted.done():  # room was handed over as the wait ended: pass it on
@@ -116,7 +119,14 @@ class MessageReads:
             self._probe = None
         while self._waiters and self._rooms_held() < self.slots:
             self._grant(self._best_waiter(), loop)
-        if self._waiters and self._probe is None:
+        self._offer_spare(loop)
+
+    def _offer_spare(self, loop) -> None:
+        """The spare room to the best waiting call, once a room has been held
+        ``PROBE_AFTER_S`` (rooms that turn over in milliseconds need no spare)."""
+        rooms = self._rooms()
+        if (self._waiters and self._probe is None and rooms
+                and rooms[0][1] + PROBE_AFTER_S <= loop.time()):
             chosen = self._best_waiter()
             self._probe = (chosen, loop.call_later(self.probe_s, self._cut_off, chosen))
             self._grant(chosen, loop)
@@ -162,11 +172,14 @@ class MessageReads:
                 self._cut_off(task)
                 wanted -= 1
 
-    def _until_stalled(self, now: float) -> Optional[float]:
+    def _next_change(self, now: float) -> Optional[float]:
         """Seconds until the oldest read holding a room, not yet cut off, has held it
-        ``stall_s`` (None: none will)."""
+        ``stall_s``, or (the spare room free) ``PROBE_AFTER_S``; None: none will."""
         since = [since for task, since in self._rooms() if task not in self._cut]
-        return None if not since else max(0.0, min(since) + self.stall_s - now) + 1e-3
+        if not since:
+            return None
+        after = self.stall_s if self._probe is not None else min(self.stall_s, PROBE_AFTER_S)
+        return max(0.0, min(since) + after - now) + 1e-3
 
     # -- deadlines ----------------------------------------------------------------------------
 

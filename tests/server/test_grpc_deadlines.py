@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from flowserve.server.grpc.receive import MessageReads, MessageStalled, MessageTimeout
+from flowserve.server.grpc.receive import PROBE_AFTER_S, MessageReads, MessageStalled, MessageTimeout
 
 
 class Context:
@@ -76,13 +76,14 @@ def test_only_the_overdue_reads_are_cut_off():
 
 
 def test_a_whole_message_is_read_in_the_spare_room_and_one_still_arriving_is_cut_off():
-    """The only room is held by a message that never comes: a call whose message is whole is
-    read at once in the spare room; one whose message is still arriving is cut off there
-    (MessageStalled) after the spare room's lease; the stalled holder is left be."""
+    """The only room is held by a message that never comes (longer than PROBE_AFTER_S): a
+    call whose message is whole is read at once in the spare room; one whose message is
+    still arriving is cut off there (MessageStalled) after the spare room's lease; the
+    stalled holder is left be."""
     async def main():
         reads = MessageReads(60, slots=1, stall_s=60, probe_s=0.05)
         stalled = asyncio.ensure_future(reads.read(Context(None)))
-        await asyncio.sleep(0)
+        await asyncio.sleep(PROBE_AFTER_S + 0.05)
         whole = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
         started = asyncio.get_running_loop().time()
         with pytest.raises(MessageStalled):
@@ -99,32 +100,28 @@ def test_a_whole_message_is_read_in_the_spare_room_and_one_still_arriving_is_cut
 
 
 def test_stalled_reads_keep_their_room_until_others_wait_then_are_cut_off():
-    """The room and the spare room held by messages that never come: nothing happens while
-    nobody waits (past the stall time); a third call waits, the stalled read in the room is
-    cut off (MessageStalled) and the third is read in its place."""
+    """A room held by a message that never comes: nothing happens while nobody waits (past
+    the stall time); then a call waits, the stalled read is cut off (MessageStalled) and the
+    waiting call is read in its place (before any spare room is lent)."""
     async def main():
         reads = MessageReads(60, slots=1, stall_s=0.05, probe_s=60)
         holder = asyncio.ensure_future(reads.read(Context(None, "ipv4:10.0.0.1:1")))
-        await asyncio.sleep(0)
-        spare = asyncio.ensure_future(reads.read(Context(None, "ipv4:10.0.0.1:2")))
         await asyncio.sleep(0.2)
-        assert not holder.done() and not spare.done()
-        third = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
-        outcomes = [call.done() and isinstance(call.exception(), MessageStalled)
-                    for call in (holder, spare)]
-        spare.cancel()
-        await asyncio.gather(holder, spare, return_exceptions=True)
+        assert not holder.done()
+        waiting = await reads.read(Context(0.0, "ipv4:10.0.0.2:1"))
+        cut = holder.done() and isinstance(holder.exception(), MessageStalled)
         reads.stop()
-        return third, outcomes
+        return waiting, cut
 
-    third, outcomes = run(main())
-    assert third == b"message" and outcomes == [True, False]
+    assert run(main()) == (b"message", True)
 
 
 def test_freed_room_goes_to_the_connection_holding_least_then_to_the_latest_come():
-    """Connection 1 holds both rooms (one for good), connection 3 the spare one, and
-    connection 1 waits with two more calls; connection 2's call, come between them, is read
-    first when a room frees; then connection 1's later call, then its earlier one."""
+    """Connection 1 holds both rooms (one for good), connection 3 waits with a call that
+    takes the next room for good, and connection 1 waits with two more calls; connection 2's
+    call, come between them, is read first when a room frees (it and connection 3 hold
+    none, and it came later); then, in the spare room, connection 1's later call, then its
+    earlier one."""
     async def main():
         reads, order = MessageReads(60, slots=2, stall_s=60, probe_s=60), []
         release, keep = asyncio.Event(), asyncio.Event()
