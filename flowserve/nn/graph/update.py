@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from flowserve.amp.grad_scaler import found_non_finite
 from flowserve.autograd.grad_mode import no_grad
-from flowserve.ir.passes.fuse_model_update import fused_update
+from flowserve.nn.graph.fused_update import update_group
 from flowserve.nn.graph.optimizer_reads import learning_rate_name
 from flowserve.ops import functional as ops_functional
 from flowserve.optim.optimizer import clip_group_grads
@@ -49,19 +49,6 @@ def _keep_old_if(found_inf, snapshot: list, tracer) -> None:
             t.copy_(ops_functional.where(found_inf, tracer._lazy(old), t._alias()))
 
 
-FUSE_MAX_NUMEL = 1 << 16  # larger parameters update alone: concatenating them costs more than it saves
-
-
-def _update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -> None:
-    """Update a group's parameters; with ``fuse``, the small ones in one flat update."""
-    small = [i for i, (p, _, _) in enumerate(items) if fuse and p.numel() <= FUSE_MAX_NUMEL]
-    if len(small) > 1:
-        fused_update(opt, group, lr, [(items[i][1], items[i][2]) for i in small], [states[i] for i in small])
-    for i, ((_, lazy_p, g), state) in enumerate(zip(items, states)):
-        if len(small) <= 1 or i not in small:
-            opt._update(lazy_p, g, state, group, lr)
-
-
 def _param_states(tracer, opt, group: dict, items: list) -> tuple[list, list]:
     """Each parameter's optimizer state as graph state; and every tensor the update writes."""
     states, touched = [], []
@@ -97,7 +84,7 @@ def apply_optimizers(tracer, graph, scaler_state: dict) -> None:
             if sharded:
                 zero.update(opt, group, lr, items, states)
             else:
-                _update_group(opt, group, lr, items, states, fuse and opt.ELEMENTWISE_UPDATE)
+                update_group(opt, group, lr, items, states, fuse)
             if found_inf is not None:
                 _keep_old_if(found_inf, snapshot, tracer)
         if found_inf is not None:

@@ -1,6 +1,6 @@
 """Graph mode on CUDA: the slices that cut one tensor into consecutive pieces as one ``Split``.
 
-The fused model update (``flowserve.ir.passes.fuse_model_update``) gives every parameter and
+The fused model update (``flowserve.nn.graph.fused_update``) gives every parameter and
 state its piece of a flat buffer back with one ``slice`` each: 161 ``Slice`` kernels per
 buffer in ResNet-50's step. Where slices of one tensor along axis 0 with step 1 follow each
 other from 0 (``[0:a], [a:b], [b:c], ...``), one ``Split`` writes all of them: the same

@@ -1,18 +1,25 @@
 """Fused model update (``config.allow_fuse_model_update_ops(True)``): one update for all
 parameters of a group instead of one per parameter.
 
+Not an IR pass: it is how the optimizer part of a training graph (``update.py``) is traced
+when the option is on. The optimizer's own functional update runs once on the flat lazy
+tensors, so the IR is traced fused; a pass over the traced IR would have to find each
+parameter's update among the step's other elementwise ops again, which the trace knows.
+
 Parameters, gradients and same-shaped optimizer states of a parameter group are
 flattened and concatenated, the optimizer's elementwise update runs once on the flat
 buffers, and each parameter and state takes back its slice. A training step of a network
 with many small parameters then runs a handful of large kernels instead of a dozen tiny
 ones per parameter. Shared scalar states (Adam's step counter) advance together.
 
->>> fused_update(opt, group, lr, [(p, g), ...], [state, ...])   # doctest: +SKIP
+>>> update_group(opt, group, lr, [(p, lazy_p, g), ...], [state, ...], fuse=True)   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 from flowserve.ops import functional as ops_functional
+
+FUSE_MAX_NUMEL = 1 << 16  # larger parameters update alone: concatenating them costs more than it saves
 
 
 def _flat(tensors: list):
@@ -51,3 +58,16 @@ def fused_update(opt, group: dict, lr, items: list, states: list[dict]) -> None:
         else:
             for t in targets:
                 t.copy_(flat_state[key])
+
+
+def update_group(opt, group: dict, lr, items: list, states: list, fuse: bool) -> None:
+    """Update a group's parameters (``items``: ``(param, lazy param, gradient)``, ``states``
+    their optimizer states); with ``fuse`` and an optimizer whose update is elementwise
+    (``Optimizer.ELEMENTWISE_UPDATE``; not LAMB's), the small ones in one flat update."""
+    fuse = fuse and opt.ELEMENTWISE_UPDATE
+    small = [i for i, (p, _, _) in enumerate(items) if fuse and p.numel() <= FUSE_MAX_NUMEL]
+    if len(small) > 1:
+        fused_update(opt, group, lr, [(items[i][1], items[i][2]) for i in small], [states[i] for i in small])
+    for i, ((_, lazy_p, g), state) in enumerate(zip(items, states)):
+        if len(small) <= 1 or i not in small:
+            opt._update(lazy_p, g, state, group, lr)
