@@ -46,7 +46,7 @@ class DataParallelStep:
         world = env.get_world_size()
         if not graph.training or world == 1:
             return None
-        if any(gm.stage_id is not None for gm in graph._graph_modules().values()):
+        if any(gm.stage_id is not None for gm in graph.graph_modules().values()):
             return None  # pipeline stages: each rank holds its stage (flowserve.distributed.pipeline)
         parts = graph.parts
         if parts.parallel is None:

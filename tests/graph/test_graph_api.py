@@ -1,7 +1,9 @@
 """nn.Graph's API rules: attributes, names, proxies, nested IO, static inputs, dynamic
 batch, per-signature cache, inference refresh, config validation, debug and repr."""
 
+import ast
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +65,36 @@ def test_proxy_gives_graph_module_and_module():
     assert g._last.traced.ir.attrs["stages"] == {"model.0": {"stage_id": 0, "placement": "cpu"}}
     assert "(GraphModule:model.0:stage_id=0, placement=cpu)" in repr(g)
 
+
+
+def test_internal_api_gives_the_registered_modules_their_names_and_options():
+    """What tracing, saving, printing and state_dict read of a graph's modules."""
+    model = mlp()
+    g = Infer(model)
+    g.model[0].to(GraphModule).activation_checkpointing = True
+    assert list(g.original_modules().items()) == [("model", model)]  # the modules, not their proxies
+    names = g.module_names()
+    assert names[id(model)] == "model" and names[id(model[0])] == "model.0"
+    options = g.graph_modules()
+    assert options["model.0"] is g.model[0].to(GraphModule) and options["model.0"].activation_checkpointing
+    assert set(options) == {name for name, _ in model.named_modules(prefix="model")}
+    with pytest.raises(KeyError, match="attribute 'original_modules' already exists"):
+        g.original_modules = nn.Linear(2, 2)
+
+
+def test_no_module_of_flowserve_reads_a_graphs_private_attributes():
+    """Other modules read a graph through its documented seam (``graph.parts``, the internal
+    API section of ``nn.Graph``), never ``graph._<name>``."""
+    package = Path(flow.__file__).parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "nn" / "graph" / "graph.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "graph" \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                offenders.append(f"{path.relative_to(package)}:{node.lineno}: graph.{node.attr}")
+    assert not offenders, "\n".join(offenders)
 
 def test_unregistered_module_warns_once():
     helper = nn.Linear(12, 12)

@@ -109,24 +109,6 @@ class Graph:
             return modules[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    def _original_modules(self) -> "OrderedDict[str, Module]":
-        return OrderedDict((k, p.to(Module)) for k, p in self._modules.items())
-
-    def _module_names(self) -> dict:
-        names = {}
-        for attr, module in self._original_modules().items():
-            for sub, m in module.named_modules(prefix=attr):
-                names.setdefault(id(m), sub)
-        return names
-
-    def _graph_modules(self) -> dict:
-        """Full module name -> its GraphModule options, for every registered module."""
-        out = {}
-        for attr, proxy in self._modules.items():
-            for sub, m in proxy.to(Module).named_modules(prefix=attr):
-                out.setdefault(sub, proxy._graph_module_of(sub, m))
-        return out
-
     # -- public API --------------------------------------------------------------------------
 
     @property
@@ -409,7 +391,7 @@ class Graph:
         if verdict not in self._batch_verdicts:
 
             try:
-                other = self._traced_quietly(args, kwargs)
+                other = self.trace_quietly(args, kwargs)
                 reason = batch_mismatch(compiled.traced, compiled.batch, other, batch)
             except FlowserveError as exc:
                 reason = failure_origin(exc, compiled.batch, batch)
@@ -417,10 +399,6 @@ class Graph:
             self._log(0, f"batch size {batch} {'runs' if reason is None else 'cannot run'} on the graph "
                          f"compiled for batch size {compiled.batch}")
         return self._batch_verdicts[verdict] is None
-
-    def _traced_quietly(self, args, kwargs):
-        """A trace that leaves no trace: no debug output, optimizer states and scaler untouched."""
-        return trace_and_rewrite(self, args, kwargs, on_start=self._watch_quietly)
 
     def _compile(self, args, kwargs, leaves):
         """The lifecycle (``flowserve.nn.graph.lifecycle``): trace + passes, then the executor."""
@@ -442,7 +420,36 @@ class Graph:
         self._log(0, f"building plan Done! Cost time: {time.perf_counter() - start:.2f}s. Runs as {compiled.describe()}.")
         return compiled
 
-    def _module_graph(self, attr: str, module: Module) -> "Graph":
+    # -- internal API: what flowserve's own modules read (tracing, passes, saving, printing,
+    # state_dict, QAT, distributed steps); not in the user docs ------------------------------
+
+    def original_modules(self) -> "OrderedDict[str, Module]":
+        """Attribute name -> the registered module itself (not its proxy), in assignment order."""
+        return OrderedDict((k, p.to(Module)) for k, p in self._modules.items())
+
+    def module_names(self) -> dict:
+        """``id(module)`` -> its full name (``model.features.0``), for every registered module
+        and submodule (the first name where one is reachable twice)."""
+        names = {}
+        for attr, module in self.original_modules().items():
+            for sub, m in module.named_modules(prefix=attr):
+                names.setdefault(id(m), sub)
+        return names
+
+    def graph_modules(self) -> dict:
+        """Full module name -> its GraphModule options, for every registered module."""
+        out = {}
+        for attr, proxy in self._modules.items():
+            for sub, m in proxy.to(Module).named_modules(prefix=attr):
+                out.setdefault(sub, proxy._graph_module_of(sub, m))
+        return out
+
+    def trace_quietly(self, args, kwargs):
+        """A trace that leaves no trace: no debug output, optimizer states and scaler
+        untouched (the batch-size check of a call, the named-dims check of ``flow.save``)."""
+        return trace_and_rewrite(self, args, kwargs, on_start=self._watch_quietly)
+
+    def module_graph(self, attr: str, module: Module) -> "Graph":
         """A graph whose ``build()`` calls ``module`` (held as ``attr``) under this graph's
         name: how a training graph's deployed module is traced (``inference_traced``)."""
         return _ModuleGraph(attr, module, self.name)

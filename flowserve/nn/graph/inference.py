@@ -46,7 +46,7 @@ def inference_traced(graph: "Graph", model=None, shapes: dict | None = None) -> 
             return compiled.traced
         samples = [_sample(v, shapes) for v in compiled.traced.ir.inputs]
         args, kwargs = unflatten(compiled.traced.in_spec, samples)
-        return graph._traced_quietly(args, kwargs)
+        return graph.trace_quietly(args, kwargs)
     traced = compiled.traced
     attr, module, args = _deployed_call(graph, traced, chosen)
     inputs = {v.name for v in traced.ir.inputs}
@@ -62,7 +62,7 @@ def inference_traced(graph: "Graph", model=None, shapes: dict | None = None) -> 
     module.eval()
     try:
         with no_grad():
-            return trace_and_rewrite(graph._module_graph(attr, module), tuple(samples), {}, names)
+            return trace_and_rewrite(graph.module_graph(attr, module), tuple(samples), {}, names)
     finally:
         for m, mode in modes.items():
             object.__setattr__(m, "training", mode)
@@ -82,7 +82,7 @@ def _deployed_call(graph: "Graph", traced: Traced, chosen) -> tuple:
                              f"got {type(chosen).__name__}")
         calls = [c for c in top if c[1] is module]
         if not calls:
-            attrs = ", ".join(repr(name) for name in graph._modules) or "none"
+            attrs = ", ".join(repr(name) for name in graph.original_modules()) or "none"
             raise GraphError(f"the module to deploy ({type(module).__name__}) is not a top-level module that "
                              f"build() of {graph.name} calls (its modules: {attrs})")
     attr, module, args, _ = calls[-1]

@@ -20,7 +20,7 @@ from flowserve.nn.graph.trace import Traced, trace_build
 def pass_context(graph, traced: Traced) -> PassContext:
     """What the graph passes read of ``graph`` (config, modules' options) and of the trace."""
     return PassContext(options=dict(graph.config.options), training=graph.training,
-                       modules=graph._graph_modules(), forward_values=traced.forward_values,
+                       modules=graph.graph_modules(), forward_values=traced.forward_values,
                        world_size=env.get_world_size(), constants=traced.constants)
 
 

@@ -113,7 +113,7 @@ class Modes:
     def of(cls, graph) -> "Modes":
         """The graph's modules (and, training, parameters) as they are held now."""
         modules, params, seen = [], [], set()
-        for attr, module in graph._original_modules().items():
+        for attr, module in graph.original_modules().items():
             for name, m in module.named_modules(prefix=attr):
                 if id(m) not in seen:
                     seen.add(id(m))

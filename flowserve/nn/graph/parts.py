@@ -1,6 +1,7 @@
 """What an ``nn.Graph`` holds besides its modules and config, behind one small interface:
 tracing, the optimizer update, ``state_dict`` and printing read ``graph.parts`` instead of
-the graph's private attributes (``flow.save`` reads ``graph.deployable_state()``)."""
+the graph's private attributes (``flow.save`` reads ``graph.deployable_state()``; the
+registered modules and the quiet traces are the internal-API section of ``nn.Graph``)."""
 
 from __future__ import annotations
 

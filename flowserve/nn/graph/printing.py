@@ -63,8 +63,8 @@ def graph_repr(graph) -> str:
     if compiled is not None:
         for i, v in enumerate(compiled.traced.ir.inputs):
             lines.append(f"  (INPUT:_{graph.name}-input_{i}:{_value_repr(v)})")
-    io, options = _module_io(graph), graph._graph_modules()
-    for name, module in graph._original_modules().items():
+    io, options = _module_io(graph), graph.graph_modules()
+    for name, module in graph.original_modules().items():
         lines += _module_lines(module, name, "  ", io, options)
     if compiled is not None:
         for i, v in enumerate(compiled.traced.ir.outputs):

@@ -18,7 +18,7 @@ from flowserve.tensor import Tensor
 
 def _param_names(graph) -> dict:
     names = {}
-    for attr, module in graph._original_modules().items():
+    for attr, module in graph.original_modules().items():
         for name, p in module.named_parameters(prefix=attr):
             names.setdefault(id(p), name)
     return names
@@ -47,7 +47,7 @@ def additional_state(graph, create: bool = False) -> "OrderedDict[str, Tensor]":
 
 def graph_state_dict(graph, destination=None) -> OrderedDict:
     destination = OrderedDict() if destination is None else destination
-    for attr, module in graph._original_modules().items():
+    for attr, module in graph.original_modules().items():
         destination[attr] = module.state_dict()
     parallel = graph.parts.parallel  # ZeRO: the optimizer states are gathered from every rank's shard
     if parallel is not None:
@@ -62,7 +62,7 @@ def graph_state_dict(graph, destination=None) -> OrderedDict:
 def load_graph_state_dict(graph, state_dict, strict: bool = True) -> None:
     if graph.is_compiled:
         raise GraphError("nn.Graph's state dict can only be loaded before the first call of a graph.")
-    modules = graph._original_modules()
+    modules = graph.original_modules()
     own = additional_state(graph, create=True)
     unexpected = []
     for name, item in state_dict.items():

@@ -122,7 +122,7 @@ def unique_output_names(names: list[str], taken) -> list[str]:
 
 def register_state(tracer: Tracer, graph) -> None:
     seen = set()
-    for attr, module in graph._original_modules().items():
+    for attr, module in graph.original_modules().items():
         for name, p in module.named_parameters(prefix=attr):
             if id(p) not in seen:
                 seen.add(id(p))
@@ -187,7 +187,7 @@ def trace_build(graph, args: tuple, kwargs: dict, names: list[str] | None = None
     leaves, spec = flatten((args, kwargs))
     names = names or input_names(graph.build, len(leaves), spec)
     tracer = Tracer(graph.name)
-    tracer.module_names = graph._module_names()
+    tracer.module_names = graph.module_names()
     tracer.batch = batch_size(leaves)
     if on_start is not None:
         on_start(tracer)

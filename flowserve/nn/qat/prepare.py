@@ -89,7 +89,7 @@ def qconfig_from_graph_options(options: dict) -> QConfig:
 def prepare_graph(graph) -> None:
     """``graph.config.enable_qat(True)``: prepare the graph's modules in place, once."""
     qconfig = qconfig_from_graph_options(graph.config.options)
-    for module in graph._original_modules().values():
+    for module in graph.original_modules().values():
         prepare_qat(module, qconfig, inplace=True)
 
 
