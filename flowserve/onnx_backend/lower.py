@@ -1,4 +1,6 @@
-"""IR -> ONNX: lower every node through its registered lowering."""
+"""IR -> ONNX: lower every node through its lowering (``LOWERINGS.for_op``, the one lookup),
+then rewrite the built nodes for the target (clips, channel affines, slices as ``Split``,
+a training step's weight gradients, steps and state outputs: ``lowering/training.py``)."""
 
 from __future__ import annotations
 
