@@ -26,7 +26,9 @@ def serve(
                                          "and keep the fastest (as torch.backends.cudnn.benchmark)."
     ),
     provider: str = typer.Option(
-        "onnxruntime", help='onnxruntime, or openvino (CPU; pip install "flowserve[openvino]").'
+        "onnxruntime", help='onnxruntime (CUDA when usable, else the CPU), cpu, cuda, tensorrt (fp16, '
+                            'engines cached; pip install "flowserve[tensorrt]"), openvino (CPU; pip install '
+                            '"flowserve[openvino]"), or auto (tensorrt where usable, else onnxruntime).'
     ),
     max_batch_size: int = typer.Option(
         64, help="Largest batch the dynamic batcher forms (0: no batching); config.json overrides."

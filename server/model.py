@@ -235,8 +235,7 @@ class ServedModel:
         if policy == "wide-narrow":  # the other level's instances and threads do not apply
             instances, threads = 1, 0
         first = make(instances, threads)
-        cores_shared = (not threads and first.device == "cpu" and first.intra_op_threads > 1
-                        and config.provider == "onnxruntime")
+        cores_shared = (not threads and first.engine.name == "cpu" and first.intra_op_threads > 1)
         wide = cores_shared and policy == "wide-narrow"
         if cores_shared and policy != "wide-narrow":
             alone_s = _fastest_run_s(first, self.inputs, 1 if self.max_batch_size else None)  # one request

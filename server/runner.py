@@ -1,7 +1,7 @@
 """One model instance's ONNX Runtime session and its batch run.
 
-Sessions, provider choice and CUDA detection come from the one runtime module,
-``flowserve.onnx_backend.runtime``. ``OrtRunner`` owns one session (one model instance),
+Sessions and the execution provider come from the backend's provider table,
+``flowserve.onnx_backend.providers`` (CUDA detection from ``flowserve.onnx_backend.runtime``). ``OrtRunner`` owns one session (one model instance),
 converts at the boundary (bfloat16, strings) and runs a dict of arrays::
 
     runner = OrtRunner(model_proto, device="cpu")
@@ -19,7 +19,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from flowserve.errors import DeviceError, GraphError
-from flowserve.onnx_backend.runtime import CUDA_PROVIDER, choose_providers, create_session
+from flowserve.onnx_backend import providers
+from flowserve.onnx_backend.session_pool import SessionPool
 
 from .errors import InferenceFailedError, ModelLoadError
 from .loading import external_tensor_names
@@ -83,15 +84,17 @@ class OrtRunner:
             raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
                                  "model with loading.load_onnx_file, which inlines them")
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
-        openvino = provider == "openvino"
         try:
-            self.providers = choose_providers("cpu" if openvino else device)
-        except DeviceError as exc:
+            entry = providers.for_serving(provider, device)  # the provider table's entry
+        except (DeviceError, ValueError) as exc:
             raise ModelLoadError(str(exc)) from None
+        options = {"cudnn_conv_heuristic_search_algo": not cudnn_benchmark}
+        if entry.name == "tensorrt":
+            options["tensorrt"] = providers.tensorrt_options_for(model, max_batch_size)
+
         def new_session():
-            return create_session(model, device=device, instances=instances, threads=intra_op_threads,
-                                  provider="openvino" if openvino else "auto",
-                                  options={"cudnn_conv_heuristic_search_algo": not cudnn_benchmark})
+            return providers.create_session(model, device=device, instances=instances, threads=intra_op_threads,
+                                            provider=entry, options=options)
         try:
             self._session = new_session()
         except (GraphError, DeviceError) as exc:  # OpenVINO not installed, CUDA not starting: one line
@@ -99,6 +102,7 @@ class OrtRunner:
         except Exception as exc:  # onnxruntime raises its own classes, all with a message
             raise ModelLoadError(f"onnxruntime could not load the model: {exc}") from None
         self.providers = self._session.get_providers()  # names, as the session took them
+        self.engine = providers.of_session(self._session)  # the entry it runs on (CPU where CUDA fell back)
         self.intra_op_threads = (self._session.get_session_options().intra_op_num_threads
                                  if hasattr(self._session, "get_session_options") else 0)
         self._string_inputs = {
@@ -112,8 +116,9 @@ class OrtRunner:
         self._converts_outputs = bool(self._bf16_outputs or self._string_outputs)
         self._device_io = None
         if self.device == "cuda" and not (self._string_inputs or self._string_outputs):
+            per_shape = self.engine.session_per_shape and max_batch_size
             self._device_io = DeviceIO(self._session, self.output_names,
-                                       buckets=batch_buckets(max_batch_size) if max_batch_size else (),
+                                       buckets=batch_buckets(max_batch_size) if per_shape else (),
                                        new_session=new_session)
 
     @property
@@ -124,7 +129,7 @@ class OrtRunner:
     @property
     def device(self) -> str:
         """``"cuda"`` or ``"cpu"``: where this session runs."""
-        return "cuda" if self.providers[0] == CUDA_PROVIDER else "cpu"
+        return self.engine.device
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the session on ``inputs`` (batch-first arrays) and return all outputs."""
@@ -190,8 +195,8 @@ class DeviceIO:
         self._device = device  # "cuda" (what the server binds), or "cpu"
         self._output_names = output_names
         self.buckets = tuple(sorted(buckets))
-        self._new_session = new_session  # None: every batch size shares ``session``
-        self._spare = session  # the first batch size's session
+        # a session per bucket (without buckets, or ``new_session``, batch sizes share ``session``)
+        self._pool = SessionPool(session, new_session, keys=max(1, len(self.buckets)))
         self._lanes: dict = {}  # batch size (None without buckets) -> _Lane
         self._staging: dict = {}  # (name, shape, dtype) -> host array a padded batch is assembled in
         self._lock = threading.Lock()
@@ -199,7 +204,7 @@ class DeviceIO:
     @property
     def sessions(self) -> int:
         """Sessions made so far (one per batch size run)."""
-        return len({id(lane.session) for lane in self._lanes.values()})
+        return self._pool.sessions
 
     def run(self, feed: dict) -> list:
         rows = next(iter(feed.values())).shape[0] if self.buckets and feed else None
@@ -215,15 +220,7 @@ class DeviceIO:
     def _lane(self, size):
         lane = self._lanes.get(size)
         if lane is None:
-            if self._spare is not None:
-                session, self._spare = self._spare, None
-            elif self._new_session is not None:
-                session = self._new_session()
-            else:
-                session = next(iter(self._lanes.values())).session
-            lane = self._lanes[size] = _Lane(session, self._device, self._output_names)
-            if len(self._lanes) >= len(self.buckets):
-                self._new_session = None  # every size has its session: let the model proto go
+            lane = self._lanes[size] = _Lane(self._pool.get(size), self._device, self._output_names)
         return lane
 
     def _pad(self, name: str, array: np.ndarray, padded: int) -> np.ndarray:

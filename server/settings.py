@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 CompressionLevel = Literal["none", "low", "medium", "high"]  # compression.LEVELS' names
 GrpcRequestEncodings = Literal["identity", "gzip"]  # grpc.app.REQUEST_ENCODINGS' names
 CpuPolicy = Literal["auto", "fixed", "wide-narrow"]  # how a model's CPU sessions share the cores
+# the execution providers' vocabulary: flowserve.onnx_backend.providers.NAMES (a test holds them equal)
+ProviderName = Literal["auto", "onnxruntime", "cpu", "cuda", "tensorrt", "openvino"]
 
 
 class ServerSettings(BaseSettings):
@@ -44,9 +46,12 @@ class ServerSettings(BaseSettings):
         "and keep the fastest (as torch.backends.cudnn.benchmark; slower first batch of each size) "
         "instead of cuDNN's heuristic choice."
     )
-    provider: Literal["onnxruntime", "openvino"] = Field(
-        "onnxruntime", description="Engine that runs the models: ONNX Runtime (on `device`) or "
-        "OpenVINO on the CPU (pip install \"flowserve[openvino]\")."
+    provider: ProviderName = Field(
+        "onnxruntime", description="Engine that runs the models: onnxruntime (ONNX Runtime's best on "
+        "`device`: CUDA when usable, else the CPU), cpu, cuda, tensorrt (ONNX Runtime's TensorRT "
+        "provider, fp16, engines cached under FLOWSERVE_CACHE_DIR; pip install \"flowserve[tensorrt]\"), "
+        "openvino (CPU; pip install \"flowserve[openvino]\"), or auto (tensorrt where usable, else "
+        "onnxruntime, with one warning)."
     )
     max_batch_size: int = Field(
         64, ge=0, description="Largest batch the dynamic batcher forms (0: no batching)."

@@ -31,6 +31,7 @@ import onnxruntime as ort
 from flowserve.errors import GraphError
 
 PLUGIN_EP = "OpenVINOExecutionProvider"
+RUNTIME_PROVIDER = "OpenVINO"  # what an OpenVINOSession's get_providers() names
 INSTALL_HINT = 'pip install "flowserve[openvino]"'
 
 
@@ -86,6 +87,13 @@ def available() -> bool:
     return bool(plugin_devices()) or runtime_available()
 
 
+def problem() -> str | None:
+    """Why OpenVINO cannot run a model here (one line), or None where it can."""
+    if available():
+        return None
+    return f"neither ONNX Runtime's OpenVINO plugin nor OpenVINO's runtime is installed ({INSTALL_HINT})"
+
+
 def add_plugin(session_options: ort.SessionOptions, threads: int | None) -> bool:
     """Put ONNX Runtime's OpenVINO plugin into ``session_options`` where it lists a device
     (``flowserve/onnx_backend/runtime.py`` then builds the ``InferenceSession``); False where it does not."""
@@ -129,7 +137,7 @@ class OpenVINOSession:
         self._ports = {name: _port(self.compiled.outputs, name) for name in self._outputs}
 
     def get_providers(self) -> list:
-        return ["OpenVINO"]
+        return [RUNTIME_PROVIDER]
 
     def get_inputs(self) -> list:
         return [_Arg(name, _shape(p), _type(p)) for name in self._inputs for p in [_port(self.compiled.inputs, name)]]

@@ -1,6 +1,8 @@
-"""The one ONNX Runtime module: CUDA detection, provider choice, session options and the
-session factory, for graph mode, the exporter's checks and the server alike; the execution
-provider as a graph option (ONNX Runtime CPU/CUDA, or OpenVINO).
+"""The one ONNX Runtime module: CUDA and TensorRT detection, the CUDA provider's options,
+session options and the ``InferenceSession`` constructor, for graph mode, the exporter's
+checks and the server alike. Which engine runs a model is the provider table's
+(``flowserve.onnx_backend.providers``: cpu, cuda, tensorrt, openvino); ``create_session``
+here is its session factory.
 
 CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver reports a
 device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import io
 import logging
 import os
@@ -32,10 +35,13 @@ from flowserve.onnx_backend import openvino
 from flowserve.utils.cpus import usable_cpus
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
+TENSORRT_PROVIDER = "TensorrtExecutionProvider"
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 CPU_PROVIDER = "CPUExecutionProvider"
 DEVICES = ("auto", "cpu", "cuda")
-EXECUTION_PROVIDERS = ("auto", "cpu", "cuda", "openvino")  # what a graph runs on (GraphConfig)
+# what onnxruntime-gpu 1.31's TensorRT provider links: TensorRT 10 (pip install "flowserve[tensorrt]")
+TENSORRT_LIBRARIES = ("libnvinfer.so.10", "libnvonnxparser.so.10")
+TENSORRT_PACKAGE = "tensorrt_libs"  # the folder tensorrt-cu13-libs installs them in
 _QUIET = 3  # ORT severity: 0 verbose .. 3 error, 4 fatal
 LOG = logging.getLogger("flowserve.runtime")
 
@@ -76,6 +82,47 @@ def cuda_problem() -> str | None:
         except OSError as exc:
             return f"its CUDA provider does not load ({' '.join(str(exc).split())}; pip install \"flowserve[cuda]\")"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_device_name() -> str:
+    """The first CUDA device's name as the driver reports it ("" without one)."""
+    if cuda_device_count() == 0:
+        return ""
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    name = ctypes.create_string_buffer(256)
+    if libcuda.cuDeviceGetName(name, len(name), 0) != 0:
+        return ""
+    return name.value.decode(errors="replace")
+
+
+def cuda_installed() -> bool:
+    """Whether this onnxruntime has its CUDA provider (onnxruntime-gpu), usable or not."""
+    return CUDA_PROVIDER in ort.get_available_providers()
+
+
+def tensorrt_installed() -> bool:
+    """Whether onnxruntime has its TensorRT provider and TensorRT's libraries are installed
+    by pip (the ``tensorrt_libs`` folder), without loading them."""
+    return TENSORRT_PROVIDER in ort.get_available_providers() and importlib.util.find_spec(TENSORRT_PACKAGE) is not None
+
+
+@functools.lru_cache(maxsize=1)
+def tensorrt_problem() -> str | None:
+    """Why onnxruntime's TensorRT provider cannot run here (one line), or None where it
+    can: the provider, TensorRT 10's libraries loaded (from pip's ``tensorrt_libs`` where
+    installed, else the loader's path), then a usable CUDA provider. Probed once."""
+    if TENSORRT_PROVIDER not in ort.get_available_providers():
+        return f"onnxruntime has no TensorRT provider (providers {ort.get_available_providers()}; install onnxruntime-gpu)"
+    spec = importlib.util.find_spec(TENSORRT_PACKAGE)
+    folder = next(iter(spec.submodule_search_locations or ()), "") if spec is not None else ""
+    for name in TENSORRT_LIBRARIES:
+        path = os.path.join(folder, name) if folder and os.path.isfile(os.path.join(folder, name)) else name
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            return f"TensorRT 10's {name} does not load ({' '.join(str(exc).split())})"
+    return cuda_problem()
 
 
 @functools.lru_cache(maxsize=1)
@@ -168,13 +215,6 @@ def session_options(*, instances: int = 1, threads: int = 0, options: dict | Non
     return so
 
 
-def runs_on_cpu_provider(options: dict | None = None, device: str = "auto") -> bool:
-    """Whether ``create_session(..., device=device, options=options)`` runs on ONNX
-    Runtime's CPU provider (not CUDA, not OpenVINO)."""
-    provider = check_execution_provider((options or {}).get("execution_provider", "auto"))
-    return provider == "cpu" or (provider == "auto" and (device == "cpu" or not cuda_usable()))
-
-
 @functools.lru_cache(maxsize=1)
 def nchwc_block_size() -> int:
     """The channel block of ONNX Runtime's NCHWc kernels on this CPU (MLAS's
@@ -198,61 +238,53 @@ def nchwc_block_size() -> int:
     return block if block > 1 and (block & (block - 1)) == 0 else 0
 
 
-def check_execution_provider(name: str) -> str:
-    if name not in EXECUTION_PROVIDERS:
-        raise ValueError(f"execution provider must be one of {EXECUTION_PROVIDERS}, got {name!r}")
-    return name
-
-
 def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", instances: int = 1,
-                   threads: int = 0, options: dict | None = None, provider: str | None = None):
-    """A session of ``model`` (a proto, its bytes, or a path). ``provider`` (else an
-    nn.Graph's ``options["execution_provider"]``) picks the engine: ``"auto"`` (ONNX
-    Runtime on ``device``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
-    (``flowserve.onnx_backend.openvino``: an ``InferenceSession`` of ONNX Runtime's OpenVINO
-    plugin, or an ``OpenVINOSession`` with the same interface)."""
-    # a path stays a path: the engines resolve external data against its directory
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    so = session_options(instances=instances, threads=threads, options=options)
-    provider = check_execution_provider(provider or (options or {}).get("execution_provider", "auto"))
-    if provider == "openvino":
-        if not openvino.add_plugin(so, so.intra_op_num_threads):
-            return openvino.runtime_session(data, so.intra_op_num_threads)
+                   threads: int = 0, options: dict | None = None, provider=None):
+    """A session of ``model`` (a proto, its bytes, or a path) on ``provider`` (else an
+    nn.Graph's ``options["execution_provider"]``; else ONNX Runtime on ``device``): the
+    provider table's factory, ``flowserve.onnx_backend.providers.create_session``."""
+    from flowserve.onnx_backend import providers  # local: the table reads this module's probes
+
+    return providers.create_session(model, device=device, instances=instances, threads=threads,
+                                    options=options, provider=provider)
+
+
+def start_session(data, so: ort.SessionOptions, providers: list | None):
+    """ONNX Runtime's ``InferenceSession`` of ``data`` on ``providers`` (None: those
+    ``so`` holds, an execution provider plugin's)."""
+    if providers is None:
         return ort.InferenceSession(data, sess_options=so)
-    if provider in ("cpu", "cuda"):
-        device = provider
-    providers = choose_providers(device, options)
-    if providers[0] == CPU_PROVIDER:
-        return ort.InferenceSession(data, sess_options=so, providers=providers)
-    return _cuda_session(data, so, providers, required=device == "cuda")
+    return ort.InferenceSession(data, sess_options=so, providers=providers)
 
 
-def _cuda_session(data, so: ort.SessionOptions, providers: list, *, required: bool):
-    """A session on the CUDA provider. Where the provider does not start (a CUDA or cuDNN
-    library missing, a driver too old) but the model loads on the CPU, ``required``
-    (device "cuda") raises a one-line ``DeviceError``; else ("auto") the session runs on
-    the CPU and one warning per process says why (a server makes a session per batch size
-    and instance). ONNX Runtime's own fallback (a printed banner) is
-    off; a model that loads nowhere raises ONNX Runtime's error."""
+def start_gpu_session(data, so: ort.SessionOptions, providers: list, *, required: bool):
+    """A session on a GPU provider (``providers[0]``: CUDA, or TensorRT before CUDA). Where
+    the provider does not start (a CUDA, cuDNN or TensorRT library missing, a driver too
+    old) but the model loads on the CPU, ``required`` (device "cuda", provider "tensorrt")
+    raises a one-line ``DeviceError``; else ("auto") the session runs on the CPU and one
+    warning per process says why (a server makes a session per batch size and instance).
+    ONNX Runtime's own fallback (a printed banner) is off; a model that loads nowhere
+    raises ONNX Runtime's error."""
+    first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
     try:
         session = ort.InferenceSession(data, sess_options=so, providers=providers, enable_fallback=0)
     except Exception as exc:
-        cuda_error = exc
+        gpu_error = exc
         session = None
     else:
-        if CUDA_PROVIDER in session.get_providers():
+        if first in session.get_providers():
             return session
-        cuda_error = f"onnxruntime left it out (providers taken: {session.get_providers()})"
+        gpu_error = f"onnxruntime left it out (providers taken: {session.get_providers()})"
     try:
         session = ort.InferenceSession(data, sess_options=so, providers=[CPU_PROVIDER])
     except Exception:
-        if isinstance(cuda_error, Exception):
-            raise cuda_error from None  # not the provider: the model itself fails to load
+        if isinstance(gpu_error, Exception):
+            raise gpu_error from None  # not the provider: the model itself fails to load
         raise
-    why = " ".join(str(cuda_error).split())[:300]
+    why = " ".join(str(gpu_error).split())[:300]
     if required:
-        raise DeviceError(f"device 'cuda': the CUDA execution provider did not start: {why}")
-    _warn_once(f"the CUDA execution provider did not start ({why}); running on the CPU")
+        raise DeviceError(f"{first} did not start: {why}")
+    _warn_once(f"{first} did not start ({why}); running on the CPU")
     return session
 
 

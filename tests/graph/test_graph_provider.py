@@ -51,7 +51,14 @@ def _train(provider):
 
 def test_unknown_provider_is_refused():
     graph = _Infer(_model(), "cpu")
-    with pytest.raises(ValueError, match="one of .*openvino.*got 'tensorrt'"):
+    with pytest.raises(ValueError, match="expected one of auto, cpu, cuda, openvino, got 'tpu'"):
+        graph.config.set_execution_provider("tpu")
+
+
+def test_a_provider_that_only_serves_is_refused_by_a_graph():
+    graph = _Infer(_model(), "cpu")
+    with pytest.raises(ValueError, match=r"'tensorrt' serves only \(flowserve serve --provider tensorrt\); "
+                                         "a graph runs on one of auto, cpu, cuda, openvino"):
         graph.config.set_execution_provider("tensorrt")
 
 

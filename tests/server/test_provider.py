@@ -31,5 +31,6 @@ def test_openvino_absent_is_a_load_error(monkeypatch):
 
 def test_provider_setting_is_checked():
     assert ServerSettings(provider="openvino").provider == "openvino"
+    assert ServerSettings(provider="tensorrt").provider == "tensorrt"
     with pytest.raises(ValueError, match="provider"):
-        ServerSettings(provider="tensorrt")
+        ServerSettings(provider="tensor-rt")

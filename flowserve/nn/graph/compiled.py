@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections import OrderedDict
 from types import MappingProxyType
 
 import numpy as np
@@ -40,7 +39,8 @@ from flowserve.nn.graph import provider_choice
 from flowserve.nn.graph.lowering import lower_traced, static_batch
 from flowserve.nn.graph.state_buffers import StatePair
 from flowserve.nn.graph.trace import Traced
-from flowserve.onnx_backend import runtime
+from flowserve.onnx_backend import providers, runtime
+from flowserve.onnx_backend.session_pool import SessionPool
 from flowserve.tensor import Tensor
 
 
@@ -80,7 +80,8 @@ class CompiledGraph:
         self._draws = False  # "auto" measuring a graph that draws random numbers (_choose_engine)
         self._runs = 0
         self._bound_session, self._device_bound = None, False  # _binds_on_device
-        self._explicit_check = self.training and self.options.get("execution_provider") == "openvino"
+        chosen = providers.PROVIDERS.get(self.options.get("execution_provider"))
+        self._explicit_check = self.training and chosen is not None and chosen.measured_by_auto
         self._build_session()
 
     def engine_options(self, engine: str | None = None) -> dict:
@@ -110,12 +111,12 @@ class CompiledGraph:
 
     def _session(self, model, options: dict):
         """A session of ``model`` on the graph's device ("auto" provider) or the configured provider."""
-        if self.device.type == "cuda" and options.get("execution_provider", "auto") == "auto" \
+        if self.device.type == "cuda" and options.get("execution_provider", providers.AUTO) == providers.AUTO \
                 and not runtime.cuda_usable():
             raise GraphError(f"nn.Graph {self.traced.ir.name}: its tensors are on {self.device}, but onnxruntime "
                              "has no usable CUDA provider (install onnxruntime-gpu: pip install "
                              "\"flowserve[cuda]\"), or move the module and inputs to the CPU")
-        return runtime.create_session(model, device=self.device.type, options=options)
+        return providers.create_session(model, device=self.device.type, options=options)
 
     def _build_session(self) -> None:
         state = self.traced.state
@@ -142,14 +143,14 @@ class CompiledGraph:
             self.session = self._session(self.model, self.engine_options())
         self.versions = _versions(state, self.update_names)
         self._out_ring = []
-        self._batch_sessions = OrderedDict()  # batch size -> session (_device_session)
-        if self.options.get("execution_provider", "auto") == "auto" and self.engine is None:
+        self._batch_sessions = None  # SessionPool by batch size, made at the first device run (_device_session)
+        if self.options.get("execution_provider", providers.AUTO) == providers.AUTO and self.engine is None:
             self._take_cached_choice()
 
     # -- the engine ("auto": measured; an explicit one: checked against ONNX Runtime) ----------
 
     def _ort_engine(self) -> str:
-        return "cuda" if self.device.type == "cuda" else "cpu"
+        return providers.onnxruntime_name(self.device.type)
 
     def _take_cached_choice(self) -> None:
         """"auto" at the first compile: the engine of an earlier measurement of this graph
@@ -266,9 +267,8 @@ class CompiledGraph:
         """Whether the session runs on the CUDA provider for a graph whose tensors are on
         the GPU (then nothing is bound in host memory); noted per session."""
         if self._bound_session is not self.session:
-            providers = getattr(self.session, "get_providers", list)()
             self._bound_session = self.session
-            self._device_bound = self.device.type == "cuda" and providers[:1] == [runtime.CUDA_PROVIDER]
+            self._device_bound = self.device.type == "cuda" and providers.of_session(self.session).device == "cuda"
         return self._device_bound
 
     def _device_session(self, inputs: list):
@@ -279,14 +279,10 @@ class CompiledGraph:
         MobileNetV2 on an H200, 2.5 ms with a session per shape)."""
         if self.training or not self.dynamic_batch or not inputs or not inputs[0].ndim:
             return self.session
-        batch = inputs[0].shape[0]
-        sessions = self._batch_sessions
-        if batch not in sessions:
-            sessions[batch] = self.session if not sessions else self._session(self.model, self.engine_options())
-            if len(sessions) > BATCH_SESSIONS:
-                sessions.popitem(last=False)
-        sessions.move_to_end(batch)
-        return sessions[batch]
+        if self._batch_sessions is None:  # the session the engine choice kept is the first size's
+            self._batch_sessions = SessionPool(self.session, lambda: self._session(self.model, self.engine_options()),
+                                               keep=BATCH_SESSIONS)
+        return self._batch_sessions.get(inputs[0].shape[0])
 
     def _run_on_device(self, inputs: list) -> list[Tensor]:
         """The run on the CUDA provider: every array stays on the device, bound by address

@@ -35,7 +35,7 @@
 from __future__ import annotations
 
 from flowserve import dtypes
-from flowserve.onnx_backend.runtime import EXECUTION_PROVIDERS
+from flowserve.onnx_backend import providers
 
 STRAIGHTEN_MODES = ("Disable", "SpeedFirst", "MemoryFirst", "OverlapCpuGpu", "DelayShortGpu")
 
@@ -138,11 +138,10 @@ class GraphConfig:
         cached: ``flowserve.nn.graph.provider_choice``), ``"cpu"``, ``"cuda"`` or ``"openvino"``
         (OpenVINO through ONNX Runtime's plugin, else OpenVINO's own runtime;
         ``pip install "flowserve[openvino]"``; a training graph on which it is 3x slower
-        than ONNX Runtime or more warns once). Outputs stay within eager mode's tolerance
-        on each."""
-        if provider not in EXECUTION_PROVIDERS:
-            raise ValueError(f"set_execution_provider expects one of {EXECUTION_PROVIDERS}, got {provider!r}")
-        self._set("execution_provider", provider)
+        than ONNX Runtime or more warns once): the providers of the table that train
+        (``flowserve.onnx_backend.providers``; ``"tensorrt"`` serves only). Outputs stay
+        within eager mode's tolerance on each."""
+        self._set("execution_provider", providers.check(provider, graph=True))
 
     def allow_cpu_blocked_kernels(self, mode: bool = True) -> None:
         """Training graphs on ONNX Runtime's CPU provider: 3x3 (and larger) convolutions

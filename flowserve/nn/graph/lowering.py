@@ -19,7 +19,7 @@ provider; ``bench/graph_nodes.py`` reads the same function).
 from __future__ import annotations
 
 from flowserve.nn.graph.passes import lowering_ir
-from flowserve.onnx_backend import lower, runtime
+from flowserve.onnx_backend import lower, providers, runtime
 
 TARGETS = ("cpu", "cuda", "standard")
 
@@ -31,7 +31,7 @@ def lowering_target(options: dict, device: str) -> str:
         if forced not in TARGETS:
             raise ValueError(f"graph option 'lowering' must be 'auto' or one of {TARGETS}, got {forced!r}")
         return forced
-    if runtime.runs_on_cpu_provider(options, device):
+    if providers.runs_on_cpu_provider(options, device):
         return "cpu"
     return "cuda" if options.get("execution_provider", "auto") in ("auto", "cuda") else "standard"
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from flowserve.errors import GraphError
-from flowserve.onnx_backend import openvino, runtime
+from flowserve.onnx_backend import openvino, providers, runtime
 from flowserve.utils.cpus import usable_cpus
 
 LOG = logging.getLogger("flowserve.graph")
@@ -83,20 +83,19 @@ class EngineChoice:
 
 
 def candidates(ort_name: str) -> list:
-    """The engines "auto" compares: ONNX Runtime first (the reference), then OpenVINO
-    where it is installed (not imported here: a candidate failing to load is dropped when
-    measured)."""
-    if ort_name != "cpu":  # a graph on the GPU: OpenVINO would run it on the CPU
-        return [ort_name]
-    return [ort_name] + (["openvino"] if openvino.installed() else [])
+    """The engines "auto" compares: ONNX Runtime first (the reference), then the provider
+    table's entries that "auto" measures, run on the same device and are installed (OpenVINO
+    on the CPU; not imported here: a candidate failing to load is dropped when measured)."""
+    device = providers.PROVIDERS[ort_name].device
+    return [ort_name] + [p.name for p in providers.PROVIDERS.values()
+                         if p.measured_by_auto and device in p.devices and p.installed()]
 
 
 # -- the cache -----------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("FLOWSERVE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "flowserve")
-    return Path(root) / "engines"
+    return providers.cache_root() / "engines"
 
 
 def machine_key(threads: int) -> dict:
