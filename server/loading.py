@@ -26,6 +26,7 @@ from onnx import TensorProto
 
 from flowserve.errors import FlowserveError
 from flowserve.format.manifest import MANIFEST, read_manifest
+from flowserve.onnx_backend import providers
 
 from .errors import ModelLoadError
 
@@ -59,11 +60,13 @@ def check_contained(path: pathlib.Path, root: pathlib.Path) -> pathlib.Path:
     return resolved
 
 
-def load_model_proto(path: pathlib.Path, root: Optional[pathlib.Path] = None) -> onnx.ModelProto:
+def load_model_proto(path: pathlib.Path, root: Optional[pathlib.Path] = None,
+                     provider: str = "onnxruntime") -> onnx.ModelProto:
     """The ONNX model of source ``path``; a ``ModelLoadError`` naming the file if bad.
 
     ``root`` (default: ``path`` itself, or the folder of the file it names) bounds every
-    file read.
+    file read. A saved directory is exported for ``provider`` (the provider table's
+    ``export_target``: OpenVINO runs no ``com.microsoft`` kernels).
     """
     root = root if root is not None else (path.resolve().parent if path.is_file() else path)
     check_contained(path, root)
@@ -74,7 +77,7 @@ def load_model_proto(path: pathlib.Path, root: Optional[pathlib.Path] = None) ->
         path = nested
     if (path / MANIFEST).is_file():
         check_contained(path, root)
-        return export_saved_directory(path)
+        return export_saved_directory(path, providers.export_target(provider))
     if (path / ONNX_FILE).is_file():
         return load_onnx_file(path / ONNX_FILE, root)
     raise ModelLoadError(f"{path}: holds neither {ONNX_FILE}, {MANIFEST} nor one saved "
@@ -178,8 +181,9 @@ def _read_external(entries: dict, folder: pathlib.Path, root: pathlib.Path, wher
         return handle.read(length)
 
 
-def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
-    """Export a ``flow.save`` directory with the fused ONNX Runtime target."""
+def export_saved_directory(path: pathlib.Path, target: str = "onnxruntime") -> onnx.ModelProto:
+    """Export a ``flow.save`` directory for ``target`` (the exporter's: ``"onnxruntime"``,
+    its fused kernels, or ``"portable"``)."""
     try:
         from flowserve.exporter import export  # local: only saved directories need the exporter and the core
     except ImportError as exc:
@@ -187,7 +191,7 @@ def export_saved_directory(path: pathlib.Path) -> onnx.ModelProto:
     try:
         # the parity check guards against lowering faults; deep float32 networks can differ
         # from flowserve's numpy execution by rounding alone (~1e-5 of the output scale)
-        return export(path, target="onnxruntime", rtol=SERVE_PARITY_RTOL).model
+        return export(path, target=target, rtol=SERVE_PARITY_RTOL).model
     except FlowserveError as exc:
         raise ModelLoadError(str(exc)) from None
 

@@ -161,7 +161,7 @@ class ModelRepository:
         sources = self._version_sources(folder, config.version_policy)
         versions = {}
         for version, source in sources.items():
-            proto = load_model_proto(source, root)
+            proto = load_model_proto(source, root, provider=config.provider)
             model = ServedModel(name, version, proto, config, self._on_batch)
             verified = verify_before_ready(model, source, self.settings.skip_verify,
                                            self.settings.require_verified)

@@ -137,6 +137,14 @@ def onnxruntime_best(device: str = AUTO) -> Provider:
     return PROVIDERS["cuda"] if providers[0] != runtime.CPU_PROVIDER else PROVIDERS["cpu"]
 
 
+def export_target(name: str) -> str:
+    """The exporter's target (``flowserve.exporter.fused.TARGETS``) for a model served on
+    provider ``name``: ONNX Runtime's ``com.microsoft`` fused kernels where every provider
+    ``name`` may pick runs them, else portable ONNX."""
+    entry = PROVIDERS.get(check(name))
+    return "portable" if entry is not None and not entry.microsoft_ops else "onnxruntime"
+
+
 def for_device(name: str, device: str = AUTO) -> Provider:
     """The entry a session of provider ``name`` on ``device`` runs on (a graph's "auto":
     ONNX Runtime's best, which ``provider_choice`` may then replace)."""

@@ -114,6 +114,7 @@ def tensorrt_problem() -> str | None:
     installed, else the loader's path), then a usable CUDA provider. Probed once."""
     if TENSORRT_PROVIDER not in ort.get_available_providers():
         return f"onnxruntime has no TensorRT provider (providers {ort.get_available_providers()}; install onnxruntime-gpu)"
+    _load_cuda_libraries()  # pip's CUDA libraries first: TensorRT's load after them
     spec = importlib.util.find_spec(TENSORRT_PACKAGE)
     folder = next(iter(spec.submodule_search_locations or ()), "") if spec is not None else ""
     for name in TENSORRT_LIBRARIES:

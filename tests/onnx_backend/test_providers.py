@@ -6,6 +6,7 @@ missing TensorRT under ``auto`` falls back with one warning (TensorRT is absent 
 from __future__ import annotations
 
 import re
+import tomllib
 import typing
 from pathlib import Path
 
@@ -214,3 +215,17 @@ def test_the_pool_lets_its_factory_go_once_every_key_has_a_session():
     assert pool.get(4) == "first" and made == ["s"]  # beyond the keys: the first session
     shared = SessionPool("only")
     assert [shared.get(k) for k in (1, 2, 3)] == ["only"] * 3 and shared.sessions == 1
+
+
+def test_the_tensorrt_extra_brings_the_tensorrt_this_onnxruntime_links():
+    """``pip install "flowserve[tensorrt]"`` pins TensorRT 10's libraries, the major version
+    whose libraries this onnxruntime's TensorRT provider names (libnvinfer.so.10)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = [r for r in extras["tensorrt"] if r.startswith("tensorrt-cu13-libs")]
+    assert len(pins) == 1 and ">=10." in pins[0] and "<11" in pins[0] and "flowserve[cuda]" in extras["tensorrt"]
+    assert all(name.endswith(".so.10") for name in runtime.TENSORRT_LIBRARIES)
+    library = Path(runtime.ort.__file__).parent / "capi" / "libonnxruntime_providers_tensorrt.so"
+    if not library.is_file():
+        pytest.skip("this onnxruntime has no TensorRT provider library")
+    linked = library.read_bytes()
+    assert all(name.encode() + b"\0" in linked for name in runtime.TENSORRT_LIBRARIES)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowserve.onnx_backend import openvino
+from flowserve.onnx_backend import openvino, providers
+from flowserve.server.loading import load_model_proto
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.runner import OrtRunner
 from flowserve.server.settings import ServerSettings
@@ -34,3 +35,25 @@ def test_provider_setting_is_checked():
     assert ServerSettings(provider="tensorrt").provider == "tensorrt"
     with pytest.raises(ValueError, match="provider"):
         ServerSettings(provider="tensor-rt")
+
+
+def test_a_saved_graph_is_exported_for_its_provider(tmp_path):
+    """A saved directory served on OpenVINO, which runs no com.microsoft kernels, is
+    exported portable; on ONNX Runtime it takes the fused kernels (GELU here)."""
+    import flowserve as flow  # local: the saved graph is made with the core
+
+    class Head(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.body = flow.nn.Sequential(flow.nn.Linear(4, 8), flow.nn.GELU())
+
+        def build(self, x):
+            return self.body(x)
+
+    graph = Head()
+    graph(flow.tensor(np.ones((2, 4), np.float32)))
+    flow.save(graph, tmp_path / "head")
+    domains = {name: {n.domain for n in load_model_proto(tmp_path / "head", provider=name).graph.node}
+               for name in ("onnxruntime", "openvino")}
+    assert "com.microsoft" in domains["onnxruntime"] and "com.microsoft" not in domains["openvino"]
+    assert [providers.export_target(n) for n in providers.NAMES] == ["onnxruntime"] * 5 + ["portable"]
