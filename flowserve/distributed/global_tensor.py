@@ -477,17 +477,26 @@ def graph_inputs_as_local(leaves: list, graph_name: str) -> tuple[list, sbp_type
     globals_ = [t for t in leaves if isinstance(t, GlobalTensor)]
     if not globals_:
         return leaves, None
-    if env.get_world_size() > 1:
-        t = globals_[0]
-        raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {graph_name} in a "
-                         f"run of {env.get_world_size()} processes: graphs there take local tensors; pass "
-                         "x.to_local() (a graph run in a launched process is data parallel by itself, see "
-                         "docs/distributed.md)")
+    graph_piece(globals_[0], graph_name)  # refused in a launched run
     placements = {t.placement for t in globals_}
     if len(placements) > 1:
         raise GraphError(f"nn.Graph {graph_name}: its global inputs have different placements "
                          f"{sorted(map(repr, placements))}")
     return [t.to_local() if isinstance(t, GlobalTensor) else t for t in leaves], placements.pop()
+
+
+def graph_piece(t: GlobalTensor, graph_name: str) -> Tensor:
+    """What an ``nn.Graph`` computes with for the global tensor ``t`` (an input, a parameter,
+    a buffer, optimizer state, a value made global inside build()): in a run of one process
+    its local piece, the whole logical value whatever its sbp. A launched run's graph is data
+    parallel by itself and takes local tensors and modules: there it is an error."""
+    world = env.get_world_size()
+    if world > 1:
+        raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {graph_name} in a "
+                         f"run of {world} processes: graphs there take local tensors and modules; pass x.to_local() "
+                         "and train a local module (a graph run in a launched process is data parallel by itself, "
+                         "see docs/distributed.md)")
+    return t._local
 
 
 def graph_outputs_as_global(outputs, placement: sbp_types.placement):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from flowserve.autograd import tape
 from flowserve.autograd.engine import backward
 from flowserve.device import CPU
 from flowserve.dispatch import (
+    EVAL_NO_GRAD,
     Interpreter,
     Meta,
     current_interpreter,
@@ -26,6 +28,7 @@ from flowserve.dispatch import (
     pop_interpreter,
     push_interpreter,
 )
+from flowserve.distributed.global_tensor import graph_piece
 from flowserve.errors import FlowserveError, GraphError
 from flowserve.ir.graph import GraphIR, Node, Value
 from flowserve.ops.dims import BatchDim, batch_positions
@@ -99,7 +102,8 @@ class Tracer:
         self.ir = GraphIR(name)
         self.device = device
         self.state_tensors: dict[int, object] = {}  # id(eager tensor) -> lazy tensor
-        self.state_eager: dict[str, object] = {}  # state name -> eager tensor
+        self.state_eager: dict[str, object] = {}  # state name -> eager tensor (a global one's local piece)
+        self.state_names: dict[int, str] = {}  # id(eager tensor), of a global one and its piece -> state name
         self.initial: dict[str, str] = {}  # state name -> its value name at the start
         self.constants: dict[str, np.ndarray] = {}
         self.scope: list[str] = []
@@ -137,6 +141,16 @@ class Tracer:
             eager.grad = grad
         return False
 
+    @contextmanager
+    def eagerly(self):
+        """Run ops at once, unrecorded: for eager tensors made while tracing that outlive the
+        trace (an optimizer's state, whose piece of a split global parameter is sliced)."""
+        token = push_interpreter(EVAL_NO_GRAD)
+        try:
+            yield
+        finally:
+            pop_interpreter(token)
+
     def expose_grads(self) -> None:
         """After ``loss.backward()`` in build: each parameter's ``.grad`` is its symbolic
         gradient until the trace ends, so code that reads or clips ``p.grad`` (``clip_grad_norm_``)
@@ -170,14 +184,20 @@ class Tracer:
         return self._lazy(value)
 
     def add_state(self, name: str, eager, kind: str):
-        """Register an eager tensor as graph state; ops on it will see its lazy twin."""
-        value = self.ir.add_value(Value(name, tuple(eager.shape), eager.dtype.name))
+        """Register an eager tensor as graph state; ops on it will see its lazy twin. Of a
+        global tensor the state is its local piece (``graph_piece``: in the one process it
+        is the whole value), which each call reads and writes back."""
+        piece = graph_piece(eager, self.ir.name) if eager.is_global else eager
+        value = self.ir.add_value(Value(name, tuple(piece.shape), piece.dtype.name))
         self.ir.state[name] = value
         self.ir.state_kinds[name] = kind
         lazy = self._lazy(value, requires_grad=eager.requires_grad)
-        self.state_tensors[id(eager)] = lazy
-        self.state_eager[name] = eager
+        self.state_tensors[id(eager)] = self.state_tensors[id(piece)] = lazy
+        self.state_names[id(eager)] = self.state_names[id(piece)] = name
+        self.state_eager[name] = piece
         self.initial[name] = name
+        if piece is not eager:
+            self._keepalive.append(eager)
         return lazy
 
     def generator_seed(self, generator):
@@ -218,10 +238,20 @@ class Tracer:
         if lazy is not None:
             return lazy
         if t.is_global:
-            raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {self.ir.name}: "
-                             "graphs take local tensors; pass x.to_local() (a launched graph is data parallel "
-                             "by itself, see docs/distributed.md)")
+            return self._lift_global(t)
         return self._constant(t)
+
+    def _lift_global(self, t):
+        """A global tensor computed inside build() (a global parameter's ``.grad``, a lazy
+        value made global) is its lazy piece, its whole value in the one process
+        (``graph_piece``); an eager one captured from outside is refused, as it was never
+        an input or the state of a module."""
+        piece = graph_piece(t, self.ir.name)
+        if piece._lazy is None and id(piece) not in self.state_tensors:
+            raise GraphError(f"a global tensor (size {tuple(t.shape)}, sbp {t.sbp}) reached nn.Graph {self.ir.name}: "
+                             "graphs take local tensors, and global ones only as inputs or as parameters and buffers "
+                             "of their modules; pass it as an input of the graph, or x.to_local()")
+        return self.lift(piece)
 
     def _constant(self, t):
         shared = t._aliases.keys() if t._aliases is not None else ()  # detach() of it shares its value

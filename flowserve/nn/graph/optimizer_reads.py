@@ -51,8 +51,9 @@ def add_feed(tracer, system_feeds: dict, name: str, feed):
 
 
 def _state_names(tracer) -> dict:
-    """id(eager tensor) -> its name, for the tensors registered as graph state."""
-    return {id(t): n for n, t in tracer.state_eager.items()}
+    """id(eager tensor) -> its name, for the tensors registered as graph state (a global
+    tensor under its own id and its local piece's)."""
+    return tracer.state_names
 
 
 ZERO_READ = ("with ZeRO the optimizer's state lives in shards that each rank updates; read it with "
@@ -89,7 +90,9 @@ def register_optimizer_reads(tracer, graph, system_feeds: dict) -> OptimizerRead
                         "module the graph holds")
                 if p not in opt.state:
                     made.append((opt, p))
-                _register_param_state(tracer, names[id(p)], opt, opt.state_of(p, group), sharded)
+                with tracer.eagerly():  # eager tensors, kept after the trace
+                    state = opt.state_of(p, group)
+                _register_param_state(tracer, names[id(p)], opt, state, sharded)
     for oi, si, scheduler in graph_schedulers(graph):
         reads.schedulers.append((scheduler, _register_scheduler(tracer, system_feeds, oi, si, scheduler)))
     return reads
