@@ -54,6 +54,7 @@ class MessageReads:
         self._cut: dict[asyncio.Task, str] = {}  # tasks cancelled here -> TIMEOUT / STALLED
         self._holders: dict[asyncio.Task, list] = {}  # -> [since, context, peer or None]
         self._probe: Optional[tuple[asyncio.Task, asyncio.TimerHandle]] = None  # the spare room
+        self._timer: Optional[asyncio.TimerHandle] = None  # the next _review, while calls wait
         self._waiters: dict[asyncio.Task, tuple[asyncio.Future, Any, str]] = {}  # in order come
         self._sweeper: Optional[asyncio.Task] = None
 
@@ -81,6 +82,9 @@ class MessageReads:
             self._cut.pop(task, None)
 
     def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -94,18 +98,33 @@ class MessageReads:
             return
         granted = loop.create_future()
         self._waiters[task] = (granted, context, context.peer())
-        self._give(None, loop)  # room free (waiters only ever wait for a full room)
+        self._give(None, loop)  # hands out free room, else reviews the rooms (_review)
         try:
-            while not granted.done():
-                self._cut_stalled(loop.time())
-                self._offer_spare(loop)
-                if not granted.done():
-                    await asyncio.wait((granted,), timeout=self._next_change(loop.time()))
+            await granted
         except BaseException:
             self._waiters.pop(task, None)
             if granted.done():  # room was handed over as the wait ended: pass it on
                 self._give(task, loop)
             raise
+
+    def _review(self, loop) -> None:
+        """While calls wait: cut off the stalled reads and lend the spare room when either is
+        due, and look again when the next is (one timer for all the waiting calls: the oldest
+        room only grows older, so a timer already set is never late)."""
+        if not self._waiters:
+            return
+        now = loop.time()
+        due = self._next_change(now)
+        if due is not None and due <= 0:
+            self._cut_stalled(now)
+            self._offer_spare(loop)
+            due = self._next_change(now)
+        if self._timer is None and due is not None and self._waiters:  # 10 ms at least: reads
+            self._timer = loop.call_later(max(due, 0.01), self._fire, loop)  # cut off unwind meanwhile
+
+    def _fire(self, loop) -> None:
+        self._timer = None
+        self._review(loop)
 
     def _rooms_held(self) -> int:
         return len(self._holders) - (self._probe is not None)
@@ -119,14 +138,16 @@ class MessageReads:
             self._probe = None
         while self._waiters and self._rooms_held() < self.slots:
             self._grant(self._best_waiter(), loop)
-        self._offer_spare(loop)
+        if self._waiters:
+            self._review(loop)
 
     def _offer_spare(self, loop) -> None:
         """The spare room to the best waiting call, once a room has been held
         ``PROBE_AFTER_S`` (rooms that turn over in milliseconds need no spare)."""
+        if not self._waiters or self._probe is not None:
+            return  # the common case, every read: checked before anything is counted
         rooms = self._rooms()
-        if (self._waiters and self._probe is None and rooms
-                and rooms[0][1] + PROBE_AFTER_S <= loop.time()):
+        if rooms and rooms[0][1] + PROBE_AFTER_S <= loop.time():
             chosen = self._best_waiter()
             self._probe = (chosen, loop.call_later(self.probe_s, self._cut_off, chosen))
             self._grant(chosen, loop)
@@ -175,11 +196,13 @@ class MessageReads:
     def _next_change(self, now: float) -> Optional[float]:
         """Seconds until the oldest read holding a room, not yet cut off, has held it
         ``stall_s``, or (the spare room free) ``PROBE_AFTER_S``; None: none will."""
-        since = [since for task, since in self._rooms() if task not in self._cut]
+        probe = None if self._probe is None else self._probe[0]
+        since = [holder[0] for task, holder in self._holders.items()
+                 if task is not probe and task not in self._cut]
         if not since:
             return None
-        after = self.stall_s if self._probe is not None else min(self.stall_s, PROBE_AFTER_S)
-        return max(0.0, min(since) + after - now) + 1e-3
+        after = self.stall_s if probe is not None else min(self.stall_s, PROBE_AFTER_S)
+        return max(0.0, min(since) + after - now)
 
     # -- deadlines ----------------------------------------------------------------------------
 
