@@ -26,7 +26,7 @@ from flowserve.nn.modules.transformer_decoder import (  # noqa: F401
     Transformer, TransformerDecoder, TransformerDecoderLayer,
 )
 from flowserve.nn.modules.activation import (  # noqa: F401
-    CELU, GLU, SELU, Hardshrink, PReLU, Softmax2d, Softmin, Softshrink, Softsign, Tanhshrink, Threshold,
+    CELU, GLU, SELU, Hardshrink, PReLU, RReLU, Softmax2d, Softmin, Softshrink, Softsign, Tanhshrink, Threshold,
 )
 from flowserve.nn.modules.channelshuffle import ChannelShuffle  # noqa: F401
 from flowserve.nn.modules.conv import ConvTranspose3d  # noqa: F401

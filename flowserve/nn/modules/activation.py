@@ -64,6 +64,27 @@ class LeakyReLU(_Activation):
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
+class RReLU(_Activation):
+    """Randomized leaky ReLU (PyTorch's and OneFlow's ``nn.RReLU``): ``x`` where ``x > 0``, else
+    ``a * x``, with ``a`` drawn from ``U(lower, upper)`` for each element in training and the
+    fixed ``(lower + upper) / 2`` in evaluation (``F.rrelu``).
+
+    >>> import flowserve as flow
+    >>> flow.nn.RReLU(0.25, 0.75).eval()(flow.tensor([-2.0, 2.0])).tolist()
+    [-1.0, 2.0]
+    """
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__(inplace)
+        self.lower, self.upper = lower, upper
+
+    def forward(self, x):
+        return nn_functional.rrelu(x, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
+
+
 class ELU(_Activation):
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
         super().__init__(inplace)
