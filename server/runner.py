@@ -88,13 +88,13 @@ class OrtRunner:
             entry = providers.for_serving(provider, device)  # the provider table's entry
         except (DeviceError, ValueError) as exc:
             raise ModelLoadError(str(exc)) from None
-        options = {"cudnn_conv_heuristic_search_algo": not cudnn_benchmark}
-        if entry.name == "tensorrt":
-            options["tensorrt"] = providers.tensorrt_options_for(model, max_batch_size)
+        options = {"cudnn_conv_heuristic_search_algo": not cudnn_benchmark,
+                   **(entry.serving_options(model, max_batch_size) if entry.serving_options else {})}
+        named = provider not in (providers.AUTO, providers.ONNXRUNTIME)  # asked for: no quiet CPU fallback
 
         def new_session():
             return providers.create_session(model, device=device, instances=instances, threads=intra_op_threads,
-                                            provider=entry, options=options)
+                                            provider=entry, options=options, required=named)
         try:
             self._session = new_session()
         except (GraphError, DeviceError) as exc:  # OpenVINO not installed, CUDA not starting: one line

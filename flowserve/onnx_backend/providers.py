@@ -65,6 +65,7 @@ class Provider:
     installed: Callable[[], bool]
     ort_providers: Callable[[dict], list] | None = None
     make_session: Callable | None = None  # (data, session options) -> session, where ort_providers is None
+    serving_options: Callable | None = None  # (model, max_batch_size) -> create_session's options, served
 
     @property
     def install(self) -> str:
@@ -88,19 +89,22 @@ def _tensorrt_providers(options: dict) -> list:
 
 
 _ENTRIES = (
-    Provider("cpu", (runtime.CPU_PROVIDER,), ("cpu",), trains=True, microsoft_ops=True, session_per_shape=False,
-             measured_by_auto=False, extra="", problem=lambda: None, installed=lambda: True,
+    Provider("cpu", (runtime.CPU_PROVIDER,), ("cpu",), trains=True, microsoft_ops=True,
+             session_per_shape=False, measured_by_auto=False, extra="",
+             problem=lambda: None, installed=lambda: True,
              ort_providers=lambda options: [runtime.CPU_PROVIDER]),
-    Provider("cuda", (runtime.CUDA_PROVIDER,), ("cuda",), trains=True, microsoft_ops=True, session_per_shape=True,
-             measured_by_auto=False, extra="cuda", problem=lambda: runtime.cuda_problem(),
-             installed=lambda: runtime.cuda_installed(),
+    Provider("cuda", (runtime.CUDA_PROVIDER,), ("cuda",), trains=True, microsoft_ops=True,
+             session_per_shape=True, measured_by_auto=False, extra="cuda",
+             problem=lambda: runtime.cuda_problem(), installed=lambda: runtime.cuda_installed(),
              ort_providers=lambda options: runtime.choose_providers("cuda", options)),
     Provider("tensorrt", (runtime.TENSORRT_PROVIDER,), ("cuda",), trains=False, microsoft_ops=True,
-             session_per_shape=False, measured_by_auto=False, extra="tensorrt", problem=lambda: runtime.tensorrt_problem(),
-             installed=lambda: runtime.tensorrt_installed(), ort_providers=_tensorrt_providers),
-    Provider("openvino", (openvino.PLUGIN_EP, openvino.RUNTIME_PROVIDER), ("cpu",), trains=True, microsoft_ops=False, session_per_shape=False,
-             measured_by_auto=True, extra="openvino", problem=lambda: openvino.problem(),
-             installed=lambda: openvino.installed(),
+             session_per_shape=False, measured_by_auto=False, extra="tensorrt",
+             problem=lambda: runtime.tensorrt_problem(), installed=lambda: runtime.tensorrt_installed(),
+             ort_providers=_tensorrt_providers,
+             serving_options=lambda model, max_batch_size: {"tensorrt": tensorrt_options_for(model, max_batch_size)}),
+    Provider("openvino", (openvino.PLUGIN_EP, openvino.RUNTIME_PROVIDER), ("cpu",), trains=True, microsoft_ops=False,
+             session_per_shape=False, measured_by_auto=True, extra="openvino",
+             problem=lambda: openvino.problem(), installed=lambda: openvino.installed(),
              make_session=_openvino_session),
 )
 PROVIDERS = MappingProxyType({p.name: p for p in _ENTRIES})
@@ -187,14 +191,20 @@ def _warn_once(message: str) -> None:
 
 
 def create_session(model: onnx.ModelProto | bytes | str, *, device: str = AUTO, instances: int = 1,
-                   threads: int = 0, options: dict | None = None, provider: str | Provider | None = None):
+                   threads: int = 0, options: dict | None = None, provider: str | Provider | None = None,
+                   required: bool = False):
     """A session of ``model`` (a proto, its bytes, or a path) on ``provider`` (a name or an
     entry; else an nn.Graph's ``options["execution_provider"]``, else "auto": ONNX Runtime
     on ``device``). ``options``: an nn.Graph's config options, ``"tensorrt"`` the TensorRT
-    provider's options (``tensorrt_options``)."""
+    provider's options (``tensorrt_options``). A GPU provider that does not start is a
+    one-line ``DeviceError`` where it was asked for (``required``, device "cuda", or a
+    provider named), else the session runs on the CPU after one warning."""
     options = options or {}
-    entry = provider if isinstance(provider, Provider) else \
-        for_device(provider or options.get("execution_provider", AUTO), device)
+    if isinstance(provider, Provider):
+        entry = provider
+    else:
+        name = check(provider or options.get("execution_provider", AUTO))
+        entry, required = for_device(name, device), required or name not in (AUTO, ONNXRUNTIME)
     # a path stays a path: the engines resolve external data against its directory
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     so = runtime.session_options(instances=instances, threads=threads, options=options)
@@ -203,7 +213,7 @@ def create_session(model: onnx.ModelProto | bytes | str, *, device: str = AUTO, 
     providers = entry.ort_providers(options)
     if entry.device == "cpu":
         return runtime.start_session(data, so, providers)
-    return runtime.start_gpu_session(data, so, providers, required=entry.name == "tensorrt" or device == "cuda")
+    return runtime.start_gpu_session(data, so, providers, required=required or device == "cuda")
 
 
 def runs_on_cpu_provider(options: dict | None = None, device: str = AUTO) -> bool:

@@ -229,3 +229,20 @@ def test_the_tensorrt_extra_brings_the_tensorrt_this_onnxruntime_links():
         pytest.skip("this onnxruntime has no TensorRT provider library")
     linked = library.read_bytes()
     assert all(name.encode() + b"\0" in linked for name in runtime.TENSORRT_LIBRARIES)
+
+
+def test_a_named_gpu_provider_that_does_not_start_is_an_error_and_auto_falls_back(monkeypatch, caplog):
+    """``provider="cuda"`` asked for by name stops with one line where the CUDA provider
+    does not start; under "auto" the session runs on the CPU after one warning."""
+    if runtime.cuda_usable():
+        pytest.skip("the CUDA provider starts here")
+    monkeypatch.setattr(runtime, "cuda_usable", lambda: True)  # as where the probe passes but the start fails
+    runtime._warn_once.cache_clear()
+    with pytest.raises(DeviceError, match=r"^CUDAExecutionProvider did not start: "):
+        providers.create_session(_model(), provider="cuda")
+    with caplog.at_level("WARNING", logger="flowserve.runtime"):
+        session = providers.create_session(_model(), provider="auto")
+    assert providers.of_session(session).name == "cpu"
+    warned = [r.getMessage() for r in caplog.records if r.name == "flowserve.runtime"]
+    assert len(warned) == 1 and warned[0].startswith("CUDAExecutionProvider did not start (")
+    runtime._warn_once.cache_clear()
