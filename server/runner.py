@@ -84,17 +84,8 @@ class OrtRunner:
             raise ModelLoadError(f"tensors {external[:5]} reference external files; load the "
                                  "model with loading.load_onnx_file, which inlines them")
         model, self._bf16_inputs, self._bf16_outputs = widen_bfloat16_io(model)
-        try:
-            entry = providers.for_serving(provider, device)  # the provider table's entry
-        except (DeviceError, ValueError) as exc:
-            raise ModelLoadError(str(exc)) from None
-        options = {"cudnn_conv_heuristic_search_algo": not cudnn_benchmark,
-                   **(entry.serving_options(model, max_batch_size) if entry.serving_options else {})}
-        named = provider not in (providers.AUTO, providers.ONNXRUNTIME)  # asked for: no quiet CPU fallback
-
-        def new_session():
-            return providers.create_session(model, device=device, instances=instances, threads=intra_op_threads,
-                                            provider=entry, options=options, required=named)
+        new_session = _session_maker(model, provider, device, instances, intra_op_threads,
+                                     cudnn_benchmark, max_batch_size)
         try:
             self._session = new_session()
         except (GraphError, DeviceError) as exc:  # OpenVINO not installed, CUDA not starting: one line
@@ -161,6 +152,25 @@ class OrtRunner:
         if name in self._string_outputs and array.size:
             return np.vectorize(_as_bytes, otypes=[object])(array)
         return array
+
+
+def _session_maker(model: onnx.ModelProto, provider: str, device: str, instances: int, threads: int,
+                   cudnn_benchmark: bool, max_batch_size: int):
+    """What makes a served model's sessions: the provider table's entry for ``provider``
+    on ``device`` with its serving options (TensorRT's profile and caches); one-line
+    ``ModelLoadError``s for a provider that is unknown or cannot run here."""
+    try:
+        entry = providers.for_serving(provider, device)
+        extra = entry.serving_options(model, max_batch_size) if entry.serving_options else {}
+    except (DeviceError, ValueError, OSError) as exc:  # OSError: the engine cache folder
+        raise ModelLoadError(str(exc)) from None
+    options = {"cudnn_conv_heuristic_search_algo": not cudnn_benchmark, **extra}
+    named = provider not in (providers.AUTO, providers.ONNXRUNTIME)  # asked for: no quiet CPU fallback
+
+    def new_session():
+        return providers.create_session(model, device=device, instances=instances, threads=threads,
+                                        provider=entry, options=options, required=named)
+    return new_session
 
 
 def batch_buckets(max_batch_size: int) -> tuple:
