@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from flowserve.onnx_backend import openvino, providers
+from flowserve.onnx_backend import openvino, providers, runtime
 from flowserve.server.loading import load_model_proto
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.runner import OrtRunner
@@ -57,3 +60,23 @@ def test_a_saved_graph_is_exported_for_its_provider(tmp_path):
                for name in ("onnxruntime", "openvino")}
     assert "com.microsoft" in domains["onnxruntime"] and "com.microsoft" not in domains["openvino"]
     assert [providers.export_target(n) for n in providers.NAMES] == ["onnxruntime"] * 5 + ["portable"]
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flowserve.server", *args, "--http-port", "0", "--no-grpc"],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(runtime.tensorrt_problem() is None, reason="TensorRT is usable here")
+def test_serve_with_a_missing_tensorrt_stops_with_one_line(mlp_file):
+    done = _serve(str(mlp_file), "--provider", "tensorrt")
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--provider tensorrt: expected tensorrt usable by onnxruntime, got: " in errors[0]
+    assert errors[0].endswith('pip install "flowserve[tensorrt]"') or "no device" in errors[0]
+
+
+def test_serve_with_an_unknown_provider_names_the_vocabulary(mlp_file):
+    done = _serve(str(mlp_file), "--provider", "trt")
+    assert done.returncode == 2 and done.stderr.startswith("error: --provider: ")
+    assert "'auto', 'onnxruntime', 'cpu', 'cuda', 'tensorrt' or 'openvino'" in done.stderr
