@@ -1,7 +1,8 @@
 """Compressed requests and answers, over HTTP and gRPC, with Triton's own client.
 
-flowserve inflates gzip and deflate request bodies (HTTP ``Content-Encoding``, gRPC
-``grpc-encoding``) and compresses answers of 1 KiB or more for clients that ask
+flowserve inflates gzip and deflate request bodies (HTTP ``Content-Encoding``; gRPC
+``grpc-encoding`` when served with ``--grpc-compression gzip``, as here: by default a
+compressed gRPC request is refused) and compresses answers of 1 KiB or more for clients that ask
 (HTTP ``Accept-Encoding``; gRPC with ``--grpc-infer-response-compression-level``).
 This example serves a 1000-class linear model, then calls it with tritonclient's
 compression options and with a plain HTTP client to show the bytes on the wire::
