@@ -8,6 +8,9 @@ one of the graph's optimizers (attached or stepped by the user between calls) re
 that call's values: ``get_last_lr()``, ``last_epoch`` and its other numbers are 0-d
 tensors fed on every call (``flowserve.nn.graph.optimizer_reads``); reading another
 scheduler there, or stepping one, is an error rather than a value frozen at trace time.
+OneFlow's ``verbose=True`` (or ``scheduler.verbose = True``) makes a graph it is attached to
+print ``Last step 0 adjusting learning rate to 0.1`` before each call, on rank 0, as OneFlow's
+graph does; an eager ``step()`` prints nothing.
 
 >>> import flowserve as flow
 >>> opt = flow.optim.SGD(flow.nn.Linear(2, 1).parameters(), lr=0.1)
@@ -93,6 +96,7 @@ class LRScheduler:
     """
 
     _is_initial: bool = False
+    verbose: bool = False  # OneFlow's: a graph it is attached to prints each call's lr (nn.graph.optimizer_reads)
     last_epoch = StepState()
     _step_count = StepState()
     _last_lr = StepState("get_last_lr()")
@@ -114,6 +118,12 @@ class LRScheduler:
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
         self._initial_step()
+
+    def _keep_verbose(self, verbose: bool) -> None:
+        """OneFlow's ``verbose=True``: kept in the instance (and its ``state_dict()``, as OneFlow
+        saves it) only when set, so that other state dicts keep PyTorch's keys."""
+        if verbose:
+            self.verbose = True
 
     def _initial_step(self) -> None:
         self._step_count = 0
@@ -468,6 +478,7 @@ class CosineDecayLR(_ClosedForm):
         if decay_steps <= 0:
             raise ValueError(f"CosineDecayLR expects decay_steps > 0, got {decay_steps}")
         self.decay_steps, self.alpha = decay_steps, alpha
+        self._keep_verbose(verbose)
         super().__init__(optimizer, last_step)
 
     def lr_at(self, base: float, step: int) -> float:
@@ -509,6 +520,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         self.T_0, self.T_i, self.T_mult, self.eta_min = T_0, T_0, T_mult, eta_min
         self.decay_rate, self.restart_limit = decay_rate, restart_limit
         self.T_cur = last_epoch
+        self._keep_verbose(verbose)
         super().__init__(optimizer, last_epoch)
 
     def restarts(self) -> int:
@@ -591,6 +603,7 @@ class WarmUpLR(LRScheduler):
             raise ValueError("When 'scheduler_or_optimizer' is an optimizer warmup_iters can't be equal to 0")
         self.inner, self.warmup_factor, self.warmup_iters = inner, warmup_factor, warmup_iters
         self.warmup_method, self.warmup_prefix = warmup_method, warmup_prefix
+        self._keep_verbose(verbose)
         super().__init__(optimizer, last_step)
 
     def _factor(self, step: int, base: float, end: float) -> float:

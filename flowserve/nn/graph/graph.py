@@ -22,7 +22,7 @@ from flowserve.nn.graph.executor import ExecutorSpec, make_executor
 from flowserve.nn.graph.inference import DeployableState, deployable_state
 from flowserve.nn.graph.memory import PeakMemory
 from flowserve.nn.graph.modes import Modes, noting_module_reads
-from flowserve.nn.graph.optimizer_reads import check_options_unchanged
+from flowserve.nn.graph.optimizer_reads import check_options_unchanged, print_verbose_learning_rates
 from flowserve.nn.graph.parts import GraphParts
 from flowserve.nn.graph.lifecycle import trace_and_rewrite
 from flowserve.nn.graph.printing import graph_repr
@@ -258,6 +258,7 @@ class Graph:
         if self.training:
             check_options_unchanged(self, compiled.traced.optimizer_options)
             self._log_learning_rate()
+            print_verbose_learning_rates(self)  # a scheduler's verbose=True, as OneFlow prints it
         first_run = self._debug is not None and compiled.peak_memory is None
         self._parts.last = compiled
         if first_run:

@@ -23,6 +23,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from flowserve import env
 from flowserve.errors import GraphError
 from flowserve.tensor import Tensor
 
@@ -271,6 +272,22 @@ def live_learning_rates(tracer, graph):
             "nn.Graph.build assigned a value computed in the graph to a parameter group's learning rate; "
             "a graph reads the learning rate from param_groups on every call: set it outside build(), "
             "or with an LR scheduler (graph.add_optimizer(opt, lr_sch=...))")
+
+
+def print_verbose_learning_rates(graph) -> None:
+    """OneFlow's ``verbose=True`` of a scheduler attached with ``add_optimizer(opt, lr_sch=...)``:
+    before each training call, rank 0 prints the learning rate the call trains with, a line per
+    parameter group of that optimizer, as OneFlow's graph does (``Last step 0 adjusting learning
+    rate to 0.1``, the step counted from 0)."""
+    if env.get_rank() != 0:
+        return
+    step = None
+    for opt, scheduler in graph.parts.optimizers:
+        if scheduler is None or not scheduler.verbose:
+            continue
+        step = int(graph.parts.train_step.item()) if step is None else step
+        for group in opt.param_groups:
+            print(f"Last step {step} adjusting learning rate to {np.float32(group['lr']):g}")
 
 
 def optimizer_options(graph) -> tuple:
