@@ -246,3 +246,34 @@ def test_a_named_gpu_provider_that_does_not_start_is_an_error_and_auto_falls_bac
     warned = [r.getMessage() for r in caplog.records if r.name == "flowserve.runtime"]
     assert len(warned) == 1 and warned[0].startswith("CUDAExecutionProvider did not start (")
     runtime._warn_once.cache_clear()
+
+
+def test_tensorrt_libraries_installed_by_pip_are_loaded_from_their_folder(tmp_path, monkeypatch):
+    """pip's ``tensorrt_libs`` folder is where the probe loads TensorRT from (libm stands in
+    for libnvinfer here); with the libraries loaded, what remains is CUDA's answer."""
+    libm = Path("/lib/x86_64-linux-gnu/libm.so.6")
+    if runtime.TENSORRT_PROVIDER not in runtime.ort.get_available_providers() or not libm.is_file():
+        pytest.skip("needs onnxruntime's TensorRT provider and an x86-64 glibc")
+    folder = tmp_path / runtime.TENSORRT_PACKAGE
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "libnvinfer.so.10").symlink_to(libm)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(runtime, "TENSORRT_LIBRARIES", ("libnvinfer.so.10",))
+    monkeypatch.setattr(runtime, "cuda_problem", lambda: "the CUDA driver reports no device (0 devices)")
+    assert runtime.tensorrt_installed()
+    assert runtime.tensorrt_problem.__wrapped__() == "the CUDA driver reports no device (0 devices)"
+
+
+def test_the_gpu_name_keys_the_engine_cache(monkeypatch):
+    """The name the driver gives device 0 (``cuDeviceGetName``), "" without a device."""
+    class Driver:
+        def cuDeviceGetName(self, buffer, size, index):  # noqa: N802 - the driver's name
+            buffer.value = b"NVIDIA H200"
+            return 0
+
+    monkeypatch.setattr(runtime, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(runtime.ctypes, "CDLL", lambda name: Driver())
+    assert runtime.cuda_device_name.__wrapped__() == "NVIDIA H200"
+    monkeypatch.setattr(runtime, "cuda_device_count", lambda: 0)
+    assert runtime.cuda_device_name.__wrapped__() == ""
