@@ -110,6 +110,7 @@ _ENTRIES = (
 PROVIDERS = MappingProxyType({p.name: p for p in _ENTRIES})
 NAMES = (AUTO, ONNXRUNTIME) + tuple(PROVIDERS)  # every spelling a user may write
 GRAPH_NAMES = (AUTO,) + tuple(p.name for p in _ENTRIES if p.trains)  # what nn.Graph runs on
+SERVING_AUTO = ("tensorrt",)  # what the server's "auto" tries, in order, before "onnxruntime"
 
 
 def check(name: str, *, graph: bool = False) -> str:
@@ -166,14 +167,7 @@ def for_serving(name: str, device: str = AUTO) -> Provider:
     if name == ONNXRUNTIME or (name == AUTO and device == "cpu"):
         return onnxruntime_best(device)
     if name == AUTO:
-        tensorrt = PROVIDERS["tensorrt"]
-        problem = tensorrt.problem()
-        if problem is None:
-            return tensorrt
-        chosen = onnxruntime_best(device)
-        _warn_once(f"--provider auto: TensorRT is not usable here ({problem}; {tensorrt.install}); "
-                   f"serving on {chosen.name}")
-        return chosen
+        return _serving_auto(device)
     entry = PROVIDERS[name]
     if device not in (AUTO, *entry.devices):
         raise DeviceError(f"--provider {name}: expected --device {' or '.join((AUTO,) + entry.devices)}, "
@@ -183,6 +177,20 @@ def for_serving(name: str, device: str = AUTO) -> Provider:
         raise DeviceError(f"--provider {name}: expected {name} usable by onnxruntime, got: {problem}"
                           + (f"; {entry.install}" if entry.install and entry.install not in problem else ""))
     return entry
+
+
+def _serving_auto(device: str) -> Provider:
+    """The first usable of ``SERVING_AUTO`` on ``device``, else ONNX Runtime's best, with
+    one warning naming why each was passed over and what installs it."""
+    passed = []
+    for entry in (PROVIDERS[n] for n in SERVING_AUTO):
+        problem = entry.problem() if device in (AUTO, *entry.devices) else f"--device {device}"
+        if problem is None:
+            return entry
+        passed.append(f"{entry.name} is not usable here ({problem}; {entry.install})")
+    chosen = onnxruntime_best(device)
+    _warn_once(f"--provider auto: {', '.join(passed)}; serving on {chosen.name}")
+    return chosen
 
 
 @functools.lru_cache(maxsize=None)

@@ -130,7 +130,7 @@ def test_auto_falls_back_from_tensorrt_with_one_warning(caplog):
     best = "cuda" if runtime.cuda_usable() else "cpu"
     assert all(r.engine.name == best for r in runners)
     warned = [r.getMessage() for r in caplog.records if "TensorRT" in r.getMessage()]
-    assert len(warned) == 1 and warned[0].startswith("--provider auto: TensorRT is not usable here (")
+    assert len(warned) == 1 and warned[0].startswith("--provider auto: tensorrt is not usable here (")
     assert warned[0].endswith(f'pip install "flowserve[tensorrt]"); serving on {best}')
     providers._warn_once.cache_clear()
 
