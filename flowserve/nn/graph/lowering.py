@@ -33,7 +33,8 @@ def lowering_target(options: dict, device: str) -> str:
         return forced
     if providers.runs_on_cpu_provider(options, device):
         return "cpu"
-    return "cuda" if options.get("execution_provider", "auto") in ("auto", "cuda") else "standard"
+    entry = providers.PROVIDERS.get(options.get("execution_provider", "auto"))  # None: "auto", ONNX Runtime's
+    return "cuda" if entry is None or "cuda" in entry.devices else "standard"
 
 
 def static_batch(training: bool, options: dict, device: str) -> bool:

@@ -31,6 +31,7 @@ from flowserve.ir.passes.fuse_cast_scale import fuse_cast_scale
 from flowserve.ir.passes.manager import Pass, PassManager
 from flowserve.ir.passes.relu_grad import relu_grad_as_sign
 from flowserve.ir.passes.unit_reshapes import collapse_unit_reshapes
+from flowserve.onnx_backend import providers
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,11 @@ class PassContext:
     @property
     def fuses_attention(self) -> bool:
         """Multi-head attention as one ONNX Runtime kernel: inference graphs (a training
-        graph's backward reads the attention's intermediates), ONNX Runtime's providers (not
-        OpenVINO, which runs no ``com.microsoft`` operator), ``allow_fused_attention`` on."""
+        graph's backward reads the attention's intermediates), providers that run
+        ``com.microsoft`` operators (ONNX Runtime's; not OpenVINO), ``allow_fused_attention`` on."""
+        entry = providers.PROVIDERS.get(self.options.get("execution_provider", "auto"))  # None: "auto"
         return not self.training and self.constants is not None and \
-            self.options.get("execution_provider", "auto") != "openvino" and self.options.get("fused_attention", True)
+            (entry is None or entry.microsoft_ops) and self.options.get("fused_attention", True)
 
 
 def _native_low_precision(dtype: str) -> bool:
