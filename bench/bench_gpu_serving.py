@@ -42,7 +42,8 @@ from onnx import helper, numpy_helper
 from bench_serving import _ConvBuilder, _model, free_port, mobilenet_v2_model, server_compute, start, stop
 from flowserve.clients.perf import run_load
 from flowserve.exporter.precision import reduce_precision
-from flowserve.onnx_backend.runtime import create_session, cuda_usable
+from flowserve.onnx_backend.providers import create_session
+from flowserve.onnx_backend.runtime import cuda_usable
 from flowserve.server.runner import DeviceIO
 
 BATCHES = (1, 4, 16, 32, 64)  # batches the engine is timed at; the server forms batches up to 64

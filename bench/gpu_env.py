@@ -27,14 +27,14 @@ def main() -> None:
     import onnxruntime as ort
 
     import flowserve as flow
-    from flowserve.onnx_backend import runtime
+    from flowserve.onnx_backend import providers, runtime
 
     print("providers", ort.get_available_providers(), "CUDA devices", runtime.cuda_device_count())
     print("cuda_usable", runtime.cuda_usable(), "flow.cuda.is_available", flow.cuda.is_available())
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    session = runtime.create_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+    session = providers.create_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                                                        ir_version=8), device="cuda")
     print("probe session", session.get_providers(), session.run(None, {"x": np.array([-1, 2], np.float32)}))
     x = flow.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device="cuda")

@@ -28,7 +28,7 @@ import bench_graph  # noqa: E402
 from bench_graph import _feeds  # noqa: E402
 from bench_serving import mobilenet_v2_model  # noqa: E402
 import flowserve as flow  # noqa: E402
-from flowserve.onnx_backend import runtime  # noqa: E402
+from flowserve.onnx_backend import providers, runtime  # noqa: E402
 
 
 def step_profile(spec, top: int, device: str) -> None:
@@ -72,7 +72,7 @@ def step_profile(spec, top: int, device: str) -> None:
 
 def first_calls(device: str) -> None:
     """Milliseconds of the first and second call at each new batch size (MobileNetV2)."""
-    session = runtime.create_session(mobilenet_v2_model(), device=device)
+    session = providers.create_session(mobilenet_v2_model(), device=device)
     print("\n| batch | first call ms | second call ms |\n|---:|---:|---:|")
     for batch in (1, 5, 6, 7, 8, 13):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224)).astype(np.float32)

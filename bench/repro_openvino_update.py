@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import flowserve as flow  # noqa: E402
 import flowserve.models as models  # noqa: E402
 import flowserve.nn as nn  # noqa: E402
-from flowserve.onnx_backend import openvino, runtime  # noqa: E402
+from flowserve.onnx_backend import openvino, providers, runtime  # noqa: E402
 from flowserve.onnx_backend.lowering import training  # noqa: E402
 
 
@@ -96,7 +96,7 @@ def main() -> None:
         start = time.perf_counter()
         outs = runtime.run_within(session, compiled.output_names, feeds, args.timeout)
         ov_s = time.perf_counter() - start
-        ort_session = runtime.create_session(model, provider="cpu", threads=threads)
+        ort_session = providers.create_session(model, provider="cpu", threads=threads)
         ort_session.run(compiled.output_names, feeds)
         start = time.perf_counter()
         (ort_loss,) = ort_session.run(compiled.output_names, feeds)

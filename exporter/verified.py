@@ -35,7 +35,7 @@ from flowserve.exporter.writing import write_model
 from flowserve.format.examples import ExampleSet, read_examples
 from flowserve.format.tensors import write_bytes
 from flowserve.format.verification import VERIFY_FILE, Criteria, VerifySpec, sidecar_path
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 
 REPORTS_DIR = "reports"
 EXPORT_REPORT = "export.json"

@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 
 from flowserve.errors import ExportError
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 
 PROTOBUF_LIMIT = 2**31 - 1  # bytes a single serialized ModelProto may hold
 EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT  # models larger than this keep weights in a side file

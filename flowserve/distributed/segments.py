@@ -19,7 +19,7 @@ import numpy as np
 from flowserve import env
 from flowserve.device import to_device_array
 from flowserve.ir.graph import GraphIR, Node
-from flowserve.onnx_backend import lower, runtime
+from flowserve.onnx_backend import lower, providers
 from flowserve.ops.collective import COLLECTIVES
 from flowserve.tensor import Tensor
 
@@ -69,7 +69,7 @@ class Segment:
 def _session(sub: GraphIR, baked: dict, options: dict):
     # the node's cores are shared among the processes the launcher started on it
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return runtime.create_session(lower.lower_ir(sub, baked), options=options, instances=local)
+    return providers.create_session(lower.lower_ir(sub, baked), options=options, instances=local)
 
 
 def _meta(ir: GraphIR, name: str):

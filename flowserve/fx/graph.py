@@ -8,6 +8,7 @@ import inspect
 import keyword
 import operator
 import re
+import types
 
 import flowserve
 from flowserve import _C as _oneflow_functional
@@ -16,13 +17,13 @@ from flowserve.errors import FlowserveError
 from flowserve.nn import functional as _functional
 from flowserve.nn.module import Module
 
-_INFIX = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
+_INFIX = types.MappingProxyType({operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
           operator.mod: "%", operator.pow: "**", operator.matmul: "@", operator.lt: "<", operator.le: "<=",
           operator.gt: ">", operator.ge: ">=", operator.eq: "==", operator.ne: "!=", operator.and_: "&",
-          operator.or_: "|", operator.xor: "^"}
-_UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~"}
+          operator.or_: "|", operator.xor: "^"})
+_UNARY = types.MappingProxyType({operator.neg: "-", operator.pos: "+", operator.invert: "~"})
 _LITERALS = (int, float, bool, str, type(None), type(Ellipsis), slice)
-_RESERVED = {"self", "flowserve", "operator", "getattr"} | set(dir(builtins))
+_RESERVED = frozenset({"self", "flowserve", "operator", "getattr", *dir(builtins)})
 
 
 

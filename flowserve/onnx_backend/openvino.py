@@ -1,6 +1,6 @@
 """OpenVINO as the engine that runs a flowserve ONNX model (``pip install "flowserve[openvino]"``).
 
-Two routes, tried in this order (``flowserve.onnx_backend.runtime.create_session`` takes them):
+Two routes, tried in this order (``flowserve.onnx_backend.providers.create_session`` takes them):
 
 1. ONNX Runtime's OpenVINO execution provider plugin (the ``onnxruntime-ep-openvino``
    package): registered with ONNX Runtime once per process, used where it lists a device.

@@ -1,13 +1,13 @@
 """The one ONNX Runtime module: CUDA and TensorRT detection, the CUDA provider's options,
 session options and the ``InferenceSession`` constructor, for graph mode, the exporter's
 checks and the server alike. Which engine runs a model is the provider table's
-(``flowserve.onnx_backend.providers``: cpu, cuda, tensorrt, openvino); ``create_session``
-here is its session factory.
+(``flowserve.onnx_backend.providers``: cpu, cuda, tensorrt, openvino), whose
+``create_session`` makes sessions with this module's pieces.
 
 CUDA is chosen only when onnxruntime has the CUDA provider *and* the CUDA driver reports a
 device (one quiet probe), so a CPU-only machine never sees provider-fallback errors::
 
-    session = create_session(model_proto, device="auto")
+    session = providers.create_session(model_proto, device="auto")
 
 ``flow.backends``' switches reach every session made here through ``engine_flags``:
 ``use_deterministic_compute`` in the session options, ``cudnn_conv_algo_search`` and
@@ -237,17 +237,6 @@ def nchwc_block_size() -> int:
         return 0
     block = int(out.shape[1])
     return block if block > 1 and (block & (block - 1)) == 0 else 0
-
-
-def create_session(model: onnx.ModelProto | bytes | str, *, device: str = "auto", instances: int = 1,
-                   threads: int = 0, options: dict | None = None, provider=None):
-    """A session of ``model`` (a proto, its bytes, or a path) on ``provider`` (else an
-    nn.Graph's ``options["execution_provider"]``; else ONNX Runtime on ``device``): the
-    provider table's factory, ``flowserve.onnx_backend.providers.create_session``."""
-    from flowserve.onnx_backend import providers  # local: the table reads this module's probes
-
-    return providers.create_session(model, device=device, instances=instances, threads=threads,
-                                    options=options, provider=provider)
 
 
 def start_session(data, so: ort.SessionOptions, providers: list | None):

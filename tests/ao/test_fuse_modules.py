@@ -21,7 +21,7 @@ from flowserve.models.resnet import BasicBlock
 from flowserve.nn import intrinsic
 from flowserve.nn.qat import modules as qat
 from flowserve.nn.qat.prepare import qconfig_from_graph_options
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from tests.ao.qat_models import images, labels
 from tests.ao.test_fake_quant_torch import _torch_activation_fq, _torch_weight_fq
 from tests.ao.test_qat_graph import TrainGraph, _state, train_side_by_side

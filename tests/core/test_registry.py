@@ -15,7 +15,7 @@ from flowserve.onnx_backend.lowering import LOWERINGS, lowering
 from flowserve.onnx_backend.lowering.attention import lower_ort_multi_head_attention
 from flowserve.onnx_backend.lowering.graph_mode import lower_add_to_output
 from flowserve.onnx_backend.lowering.norm import lower_batch_norm_backward
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from flowserve.ops.registry import REGISTRY, infer_meta
 from tests.core.op_cases import all_cases
 

@@ -19,7 +19,7 @@ from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 from flowserve.exporter.batch_rows import ROWS, fold_batch_into_rows
 from flowserve.exporter.precision import ExampleCalibrationReader, reduce_precision
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from flowserve.format.examples import ExampleBatch, ExampleSet
 
 

@@ -13,7 +13,7 @@ import flowserve as flow
 from flowserve.errors import ExportError, GraphError
 from flowserve.exporter import export
 from flowserve.exporter.parity import check_parity
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from tests.exporter.helpers import InferenceGraph, assert_close, called_graph, mlp
 
 

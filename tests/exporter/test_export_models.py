@@ -15,7 +15,7 @@ import pytest
 import flowserve as flow
 import flowserve.models
 import flowserve.nn as nn
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from tests.exporter.helpers import assert_close
 
 BATCHES = (1, 7)

@@ -21,7 +21,8 @@ from flowserve.errors import SavedGraphError
 from flowserve.exporter import export
 from flowserve.exporter.batch_rows import ROWS
 from flowserve.exporter.precision import reduce_precision
-from flowserve.onnx_backend.runtime import create_session, session_options
+from flowserve.onnx_backend.providers import create_session
+from flowserve.onnx_backend.runtime import session_options
 from flowserve.exporter.verified import export_verified
 from flowserve.format.manifest import read_manifest
 from flowserve.format.tensors import read_tensors

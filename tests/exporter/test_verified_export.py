@@ -17,7 +17,7 @@ import flowserve.cli
 from flowserve.errors import ExportError
 from flowserve.exporter.verified import export_verified
 from flowserve.format.verification import read_sidecar, sidecar_path
-from flowserve.onnx_backend.runtime import create_session
+from flowserve.onnx_backend.providers import create_session
 from flowserve.serialization import ExampleSet, read_examples
 from flowserve.format.examples import ExampleBatch
 from tests.deployments import MIN_AGREEMENT, MODELS, PRECISIONS, example_labels

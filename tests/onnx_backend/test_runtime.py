@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import flowserve
 from flowserve.errors import DeviceError
-from flowserve.onnx_backend import runtime
+from flowserve.onnx_backend import providers, runtime
 from flowserve.server.errors import ModelLoadError
 from flowserve.server.runner import OrtRunner
 
@@ -52,12 +52,12 @@ def test_a_gpu_whose_provider_does_not_start_is_one_line(monkeypatch, caplog):
     monkeypatch.setattr(runtime, "cuda_device_count", lambda: 1)
     runtime._warn_once.cache_clear()
     with pytest.raises(DeviceError) as err:
-        runtime.create_session(_add_one(), device="cuda")
+        providers.create_session(_add_one(), device="cuda")
     assert str(err.value) == f"device 'cuda' asked for, but no CUDA device is usable by onnxruntime: {reason}"
     with pytest.raises(ModelLoadError, match="libcublasLt.so.13"):
         OrtRunner(_add_one(), device="cuda")
     with caplog.at_level("WARNING", logger="flowserve.runtime"):
-        sessions = [runtime.create_session(_add_one(), device="auto") for _ in range(3)]
+        sessions = [providers.create_session(_add_one(), device="auto") for _ in range(3)]
     assert all(s.get_providers() == [runtime.CPU_PROVIDER] for s in sessions)
     warned = [r.getMessage() for r in caplog.records if r.name == "flowserve.runtime"]
     assert warned == [f"a CUDA GPU is visible but onnxruntime cannot use it: {reason}; running on the CPU"]
@@ -89,7 +89,7 @@ def test_sessions_share_the_cores_and_take_graph_options():
     so = runtime.session_options(instances=2, options={"compress_memory": True})
     assert so.intra_op_num_threads >= 1 and not so.enable_cpu_mem_arena
     assert runtime.session_options(threads=3).intra_op_num_threads == 3
-    session = runtime.create_session(_add_one(), device="cpu")
+    session = providers.create_session(_add_one(), device="cpu")
     out = session.run(None, {"x": np.zeros((3, 2), np.float32)})[0]
     np.testing.assert_array_equal(out, np.ones((3, 2), np.float32))
 
@@ -143,7 +143,7 @@ def test_deterministic_switches_set_deterministic_compute_in_every_session(backe
     assert not runtime.session_options().use_deterministic_compute
     assert not _graph_session_options(x).use_deterministic_compute
     backend_flags.cudnn.deterministic = True
-    assert runtime.create_session(_add_one(), device="cpu").get_session_options().use_deterministic_compute
+    assert providers.create_session(_add_one(), device="cpu").get_session_options().use_deterministic_compute
     assert _graph_session_options(x).use_deterministic_compute
     assert OrtRunner(_add_one(), device="cpu")._session.get_session_options().use_deterministic_compute
     backend_flags.cudnn.deterministic = False
