@@ -296,12 +296,14 @@ def _probe_intervals(count: int) -> list:
 
 def test_probes_back_off_while_they_find_no_company():
     """A lone client's probes find nobody: each doubles the interval to the next, up to
-    ``PROBE_EVERY_MAX``, so the delay is paid once in 64 requests once settled."""
+    ``PROBE_EVERY_MAX``, so the delay is paid once in 64 requests once settled. The delay is
+    0.2 s: a request older than the delay when the batcher looks at it runs at once, no probe
+    (with 1 ms, a loaded machine let some probes' requests age past it before they were seen)."""
     runner = RecordingRunner()
     intervals = _probe_intervals(6)
 
     async def main():
-        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.001)
+        batcher = DynamicBatcher([runner], max_batch_size=8, max_queue_delay_s=0.2)
         await batcher.start()
         counts = []
         for interval in intervals:

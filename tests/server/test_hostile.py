@@ -184,10 +184,10 @@ def test_any_exception_while_loading_leaves_only_that_model_unavailable(jail, mo
 
     real = repository.load_model_proto
 
-    def flaky(source, root=None):
+    def flaky(source, root=None, **options):
         if "boom" in str(source):
             raise RuntimeError("a bug nobody foresaw")
-        return real(source, root)
+        return real(source, root, **options)
 
     monkeypatch.setattr(repository, "load_model_proto", flaky)
     repo = hostile.good_repository(jail / "repo")
