@@ -140,7 +140,7 @@ def oversized_heads(port: int, connections: int = 20, size: int = 8 * 2**20) -> 
     return ", ".join(sorted(set(replies)))
 
 
-def grpc_main(seconds: float) -> None:
+def grpc_main(seconds: float, server_args: list, only: str) -> None:
     import hostile_grpc
     from bench_serving import free_port
 
@@ -151,7 +151,8 @@ def grpc_main(seconds: float) -> None:
         port, grpc_port = free_port(), free_port()
         server = subprocess.Popen([sys.executable, "-m", "flowserve.server", str(root),
                                    "--http-port", str(port), "--grpc-port", str(grpc_port),
-                                   "--log-level", "error"], stderr=subprocess.DEVNULL)
+                                   "--log-level", "error", *server_args],
+                                  stderr=subprocess.DEVNULL)
         try:
             for _ in range(600):
                 try:
@@ -160,7 +161,7 @@ def grpc_main(seconds: float) -> None:
                 except httpx.HTTPError:
                     time.sleep(0.1)
             print(f"load average: {open('/proc/loadavg').read().split()[:3]}")
-            hostile_grpc.run(server.pid, f"127.0.0.1:{grpc_port}", seconds, free_port)
+            hostile_grpc.run(server.pid, f"127.0.0.1:{grpc_port}", seconds, free_port, only)
         finally:
             server.terminate()
             server.wait(30)
@@ -170,9 +171,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grpc", action="store_true", help="the gRPC attacks instead")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of each gRPC attack")
+    parser.add_argument("--server-args", default="", help="more flags for flowserve serve, "
+                        "e.g. '--grpc-receive-window-bytes 1048576' (with --grpc)")
+    parser.add_argument("--only", default="", help="the gRPC attacks whose name holds this")
     args = parser.parse_args()
     if args.grpc:
-        return grpc_main(args.seconds)
+        return grpc_main(args.seconds, args.server_args.split(), args.only)
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp) / "repo"
         write_repository(root)
@@ -180,7 +184,8 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen([sys.executable, "-m", "flowserve.server", str(root),
                                    "--http-port", str(port), "--no-grpc",
-                                   "--log-level", "error"], stderr=subprocess.DEVNULL)
+                                   "--log-level", "error", *server_args],
+                                  stderr=subprocess.DEVNULL)
         try:
             for _ in range(600):
                 try:

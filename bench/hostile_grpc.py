@@ -377,8 +377,10 @@ ATTACKS = [
 ]
 
 
-def run(flowserve_pid: int, flowserve_address: str, seconds: float, free_port) -> None:
-    """Every attack on flowserve and on a bare grpc.aio server started here."""
+def run(flowserve_pid: int, flowserve_address: str, seconds: float, free_port,
+        only: str = "") -> None:
+    """Every attack (whose name holds ``only``) on flowserve and on a bare grpc.aio server
+    started here."""
     global SECONDS
     SECONDS = seconds
     port = free_port()
@@ -389,7 +391,7 @@ def run(flowserve_pid: int, flowserve_address: str, seconds: float, free_port) -
             grpc.channel_ready_future(channel).result(timeout=60)
         print(f"\ngRPC attacks, {seconds:g} s each: server RSS before / peak / after, "
               "an honest client's ModelInfer p50 / max meanwhile")
-        for name, attack in ATTACKS:
+        for name, attack in (entry for entry in ATTACKS if only in entry[0]):
             for server, pid, target in (("flowserve", flowserve_pid, flowserve_address),
                                         ("bare grpc.aio", bare.pid, address)):
                 measure(f"{name} [{server}]", pid, target, attack)

@@ -120,6 +120,12 @@ def serve(
         "connections together, each counted as --max-request-bytes while it arrives (beyond, "
         "a call waits for room)."
     ),
+    grpc_receive_window_bytes: int = typer.Option(
+        64 * 1024, help="HTTP/2 window of a gRPC request stream before its message is read, "
+        "and of each connection beyond the messages being read: what each waiting call can "
+        "pin, and about how much of its messages a connection carries at once (4 MiB: faster "
+        "large messages from trusted clients)."
+    ),
     grpc_receive_stall_timeout: float = typer.Option(
         1.0, help="Seconds a gRPC request message may hold its room while still arriving and "
                   "other calls wait (RESOURCE_EXHAUSTED beyond)."
@@ -183,6 +189,7 @@ def serve(
             grpc_message_timeout_s=grpc_message_timeout, grpc_compression=grpc_compression,
             grpc_receive_buffer_bytes=grpc_receive_buffer_bytes,
             grpc_receive_stall_timeout_s=grpc_receive_stall_timeout,
+            grpc_receive_window_bytes=grpc_receive_window_bytes,
         )
     except ValueError as exc:  # pydantic's ValidationError: name the option
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": ("?",), "msg": str(exc)}

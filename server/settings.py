@@ -146,6 +146,14 @@ class ServerSettings(BaseSettings):
         "all connections together, each unary call's counted as --max-request-bytes (the most "
         "it can pin) while it arrives; beyond, a call waits for room (one message at least)."
     )
+    grpc_receive_window_bytes: int = Field(
+        64 * 1024, ge=65535, le=(1 << 31) - 1, description="HTTP/2 flow-control window of a "
+        "gRPC request stream before its message is read (grpc.http2.lookahead_bytes, BDP "
+        "probing off), which grpc-core also makes the connection's window beyond the messages "
+        "being read: each open call can pin this much while it waits, and a connection carries "
+        "about this much of its calls' messages at once. 4 MiB sends several images at once "
+        "(for trusted clients: 100 half-sent calls pin 4 MiB each)."
+    )
     grpc_receive_stall_timeout_s: float = Field(
         1.0, gt=0, description="Seconds a gRPC request message may hold its room while it is "
         "still arriving and other calls wait for room (RESOURCE_EXHAUSTED beyond)."

@@ -4,12 +4,12 @@ holds.
 
 grpc-core takes a call's message as fast as the client sends it once the call asks for it
 (the stream's flow-control window opens to the length the message announces, up to
-``--max-request-bytes``), and only 64 KiB before (``STREAM_LOOKAHEAD_BYTES``). So each
+``--max-request-bytes``), and only ``--grpc-receive-window-bytes`` before. So each
 read of a message holds *room*, counted as ``--max-request-bytes`` (the most it can pin),
 and the room of all connections together is ``--grpc-receive-buffer-bytes`` (two 64 MiB
 messages by default; one at least). A call that finds no room waits for it, holding at
-most those 64 KiB; once a room has been held ``PROBE_AFTER_S``, the latest come of the
-waiting calls may try its read in one spare room for ``PROBE_S``: a message already whole (one that fits in 64 KiB) is read at once,
+most that window; once a room has been held ``PROBE_AFTER_S``, the latest come of the
+waiting calls may try its read in one spare room for ``PROBE_S``: a message already whole (one that fits in the window) is read at once,
 one still arriving by then is cut off (``RESOURCE_EXHAUSTED``). While calls wait, a read
 that has held its room for ``--grpc-receive-stall-timeout`` without its message being
 whole is cut off as well: messages stalled half-way cannot keep the room from others.

@@ -99,8 +99,8 @@ def test_a_message_whole_before_the_stream_ends_is_one_call(server):
 
 
 def test_frames_cut_anywhere_across_reads_make_the_same_call(server):
-    """The preface, a header block and one DATA frame of 48 KiB (within the 64 KiB a stream
-    may send before the server asks for its message, STREAM_LOOKAHEAD_BYTES) written in
+    """The preface, a header block and one DATA frame of 48 KiB (within the window a stream
+    may send before the server asks for its message, --grpc-receive-window-bytes) written in
     pieces of uneven sizes, each its own read on the server: the frames are put back
     together, and the answer is the input."""
     x = np.random.default_rng(0).standard_normal((3, WIDE)).astype(np.float32)
@@ -359,3 +359,26 @@ def test_random_frames_never_take_the_server_down(server):
             pass
         client.close()
     _good_call(server)
+
+
+def _windows(client: RawH2) -> tuple[int, int]:
+    """The stream window the server's first SETTINGS announces and its connection window
+    once the WINDOW_UPDATE that follows is in (each frame acknowledged as it comes)."""
+    got = client.until(wire.SETTINGS)
+    pairs = dict(struct.unpack(">HL", got[3][i:i + 6]) for i in range(0, len(got[3]), 6))
+    client.send(wire.SETTINGS, wire.ACK, 0)
+    update = client.until(wire.WINDOW_UPDATE, 0)
+    return pairs.get(wire.SETTINGS_INITIAL_WINDOW_SIZE, 65535), 65535 + struct.unpack(">L", update[3])[0]
+
+
+def test_the_receive_window_is_each_streams_and_the_connections(server, mlp_file):
+    """--grpc-receive-window-bytes is what the server's SETTINGS give each stream before its
+    message is read, and its first WINDOW_UPDATE the connection (64 KiB by default; no
+    bandwidth probing grows them later)."""
+    default = RawH2(server.grpc_address)
+    assert _windows(default)[0] == 64 * 1024
+    default.close()
+    with running_server(mlp_file, grpc_receive_window_bytes=4 << 20) as wide:
+        client = RawH2(wide.grpc_address)
+        assert _windows(client) == (4 << 20, 4 << 20)
+        client.close()
