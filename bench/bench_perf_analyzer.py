@@ -20,6 +20,11 @@ wheel unpacked) when the system has none::
 
     python bench/bench_perf_analyzer.py --cudart-dir /tmp/cudart/nvidia/cuda_runtime/lib
     python bench/bench_perf_analyzer.py --shared-memory --cudart-dir ...
+    python bench/bench_perf_analyzer.py --receive-windows 65536,4194304 --cudart-dir ...
+
+``--receive-windows`` runs one flowserve per ``--grpc-receive-window-bytes`` value and
+drives them in turn over gRPC (image-sized input and MLP, concurrency 1 and 8), several
+rounds alternating their order: medians and ranges.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import io
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +71,9 @@ def main() -> None:
                         help="perf_analyzer's measurement window")
     parser.add_argument("--shared-memory", action="store_true",
                         help="compare tensors in the bodies with tensors in system shared memory")
+    parser.add_argument("--receive-windows", help="comma-separated --grpc-receive-window-bytes "
+                        "values to compare over gRPC, e.g. 65536,4194304")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of --receive-windows")
     args = parser.parse_args()
     if shutil.which("perf_analyzer") is None:
         sys.exit("perf_analyzer not found: pip install 'tritonclient[all]'")
@@ -74,6 +83,9 @@ def main() -> None:
             p for p in (args.cudart_dir, env.get("LD_LIBRARY_PATH")) if p)
     if args.shared_memory:
         return shared_memory_comparison(args.interval_ms, env)
+    if args.receive_windows:
+        windows = [int(value) for value in args.receive_windows.split(",")]
+        return receive_window_comparison(windows, args.rounds, args.interval_ms, env)
     ports = {name: free_port() for name in ("http", "grpc", "echo", "echo_grpc",
                                             "uvicorn_echo", "uvicorn_echo_grpc")}
     results = {}
@@ -134,9 +146,7 @@ def shared_memory_comparison(interval_ms: int, env: dict, rounds: int = 2) -> No
     ports = {"http": free_port(), "grpc": free_port()}
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp) / "repo"
-        write_repository_mlp(root, mlp_model())
-        (root / "image_mean" / "1").mkdir(parents=True)
-        onnx.save(image_mean_model(), root / "image_mean" / "1" / "model.onnx")
+        write_repository_both(root)
         server = start([sys.executable, "-m", "flowserve.server", str(root), "--http-port",
                         str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--log-level",
                         "warning", "--allow-client-shm"], f"http://127.0.0.1:{ports['http']}")
@@ -166,6 +176,45 @@ def shared_memory_comparison(interval_ms: int, env: dict, rounds: int = 2) -> No
                 print(f"{model:<12}{protocol:<10}{mode:<15}{f['throughput']:>9,.0f}{f['p50_us']:>9,.0f}"
                       f"{f['p99_us']:>9,.0f}{ratio:>12}")
     print(f"# load average {os.getloadavg()[0]:.2f}")
+
+
+def write_repository_both(root: pathlib.Path) -> None:
+    """The MLP and the image-sized ``image_mean`` model in one repository."""
+    write_repository_mlp(root, mlp_model())
+    (root / "image_mean" / "1").mkdir(parents=True)
+    onnx.save(image_mean_model(), root / "image_mean" / "1" / "model.onnx")
+
+
+def receive_window_comparison(windows: list, rounds: int, interval_ms: int, env: dict) -> None:
+    """One flowserve per receive window, all running; each row measured on each in turn,
+    the order reversed every other round; median [min-max] infer/s per row and window."""
+    rows = [("image_mean", 8), ("image_mean", 1), ("mlp", 8), ("mlp", 1)]
+    figures: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp) / "repo"
+        write_repository_both(root)
+        servers, ports = [], {}
+        try:
+            for window in windows:
+                http, ports[window] = free_port(), free_port()
+                servers.append(start([sys.executable, "-m", "flowserve.server", str(root),
+                                      "--http-port", str(http), "--grpc-port", str(ports[window]),
+                                      "--log-level", "warning", "--grpc-receive-window-bytes",
+                                      str(window)], f"http://127.0.0.1:{http}"))
+            for round_ in range(rounds):
+                for model, concurrency in rows:
+                    for window in windows if round_ % 2 == 0 else windows[::-1]:
+                        got = perf_analyzer(f"127.0.0.1:{ports[window]}", "grpc", concurrency,
+                                            interval_ms, env, model)
+                        figures.setdefault((model, concurrency, window), []).append(got["throughput"])
+        finally:
+            for server in servers:
+                stop(server)
+    print(f"{'model':<12}{'c':>3}{'window':>10}{'infer/s':>9}  range ({rounds} rounds, "
+          f"load average {os.getloadavg()[0]:.2f})")
+    for (model, concurrency, window), values in figures.items():
+        print(f"{model:<12}{concurrency:>3}{window:>10}{statistics.median(values):>9,.0f}  "
+              f"{min(values):,.0f}-{max(values):,.0f}")
 
 
 # HTTP: the bare httptools echo and the same echo behind uvicorn (flowserve's HTTP stack);
